@@ -1,0 +1,33 @@
+"""cprof: a profiler for PyTorch programs whose hot path is C.
+
+    import cprof
+    with cprof.ProfilerContext(profile_name="train"):
+        with cprof.range("step"):
+            ...
+
+See docs/usage.md. The C extension cprof._C holds the event store, the clock and the trace
+writer; this package configures, starts, stops and presents."""
+from . import _C
+from ._C import CprofError, NoOpenRangeError, TraceWriteError, WindowStateError
+from ._features import features
+from ._ranges import pop, push, range  # noqa: A004
+from .args import add_profiler_args, create_profiler_from_args
+from .context import ProfilerContext, profile_function
+
+__version__ = _C.__version__
+
+__all__ = [
+    "CprofError",
+    "NoOpenRangeError",
+    "ProfilerContext",
+    "TraceWriteError",
+    "WindowStateError",
+    "add_profiler_args",
+    "create_profiler_from_args",
+    "features",
+    "pop",
+    "profile_function",
+    "push",
+    "range",
+    "__version__",
+]

@@ -1,0 +1,53 @@
+"""Command-line flags of seed 000: add_profiler_args / create_profiler_from_args."""
+import argparse
+
+from .context import VALID_ACTIVITIES, ProfilerContext
+
+
+def add_profiler_args(parser):
+    """Adds --profile, --profile-dir, --profile-name, --profile-activities,
+    --profile-with-stack / --no-profile-with-stack, --profile-record-shapes /
+    --no-profile-record-shapes and --track-memory to an argparse parser (or group).
+    Returns the parser."""
+    group = parser.add_argument_group("cprof profiling") if hasattr(
+        parser, "add_argument_group") else parser
+    group.add_argument("--profile", action="store_true", default=False,
+                       help="profile this run with cprof and write a trace")
+    group.add_argument("--profile-dir", type=str, default=None,
+                       help="trace directory (default: $CPROF_PROFILER_DIR or "
+                            "/tmp/cprof_profiles)")
+    group.add_argument("--profile-name", type=str, default=None,
+                       help="trace file name prefix (default: profile_<unix seconds>)")
+    group.add_argument("--profile-activities", nargs="+", type=str.upper,
+                       choices=list(VALID_ACTIVITIES), default=["CPU", "GPU"],
+                       metavar="{CPU,GPU,MEM}",
+                       help="what to record: CPU, GPU, MEM (default: CPU GPU)")
+    group.add_argument("--profile-with-stack", action=argparse.BooleanOptionalAction,
+                       default=True, help="record Python stacks (default: on)")
+    group.add_argument("--profile-record-shapes", action=argparse.BooleanOptionalAction,
+                       default=True, help="record tensor shapes (default: on)")
+    group.add_argument("--track-memory", action="store_true", default=False,
+                       help="track memory (adds MEM to the activities)")
+    return parser
+
+
+def create_profiler_from_args(args, profile_name=None):
+    """Returns a ProfilerContext configured from parsed arguments. Disabled (a no-op) when
+    --profile is absent. An explicit profile_name wins over --profile-name. Attributes that
+    the namespace lacks take their defaults."""
+    enabled = bool(getattr(args, "profile", False))
+    activities = getattr(args, "profile_activities", None) or ["CPU", "GPU"]
+    if isinstance(activities, str):
+        activities = [activities]
+    activities = list(activities)
+    if getattr(args, "track_memory", False) and not any(
+            str(a).upper() == "MEM" for a in activities):
+        activities.append("MEM")
+    return ProfilerContext(
+        enabled=enabled,
+        activities=activities,
+        output_dir=getattr(args, "profile_dir", None),
+        profile_name=profile_name or getattr(args, "profile_name", None),
+        with_stack=getattr(args, "profile_with_stack", True),
+        record_shapes=getattr(args, "profile_record_shapes", True),
+    )

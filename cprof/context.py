@@ -1,0 +1,257 @@
+"""ProfilerContext and profile_function: the seed-000 API on cprof's C engine."""
+import functools
+import os
+import pathlib
+import time
+import warnings
+
+from . import _C
+from ._dist import rank_info
+from ._features import gpu_unavailable_reason
+from ._window import Window, check_output_dir
+
+VALID_ACTIVITIES = ("CPU", "GPU", "MEM")
+DEFAULT_ACTIVITIES = ("CPU", "GPU")
+DEFAULT_DIR = "/tmp/cprof_profiles"
+ENV_DIR = "CPROF_PROFILER_DIR"
+
+_gpu_warned = False
+
+
+def default_output_dir():
+    """$CPROF_PROFILER_DIR when set (read at each call), else /tmp/cprof_profiles."""
+    return os.environ.get(ENV_DIR) or DEFAULT_DIR
+
+
+def normalize_activities(activities):
+    """Upper-cased, de-duplicated activity names; ValueError naming the valid ones."""
+    if activities is None:
+        return list(DEFAULT_ACTIVITIES)
+    if isinstance(activities, str):
+        activities = [activities]
+    out = []
+    for a in activities:
+        name = getattr(a, "name", a)  # enum members (e.g. torch.profiler.ProfilerActivity)
+        if not isinstance(name, str) or name.upper() not in VALID_ACTIVITIES:
+            raise ValueError(
+                f"cprof: unknown profiler activity {a!r}; valid activities are "
+                f"{', '.join(VALID_ACTIVITIES)} (case-insensitive)"
+            )
+        if name.upper() not in out:
+            out.append(name.upper())
+    if not out:
+        raise ValueError(
+            "cprof: activities is empty; pass at least one of " + ", ".join(VALID_ACTIVITIES)
+        )
+    return out
+
+
+def _fmt_size(n):
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024.0
+
+
+class ProfilerContext:
+    """Profiles the code inside ``with`` and writes a Kineto-compatible trace on exit.
+
+    Writes ``{output_dir}/{profile_name}.trace.json.gz`` (``-rank{R}`` before the suffix when
+    the world size is above 1); an existing file is never overwritten: ``-1``, ``-2``... are
+    added. ``enabled=False`` makes it a no-op that touches nothing.
+
+    ``with_stack``, ``record_shapes`` and the ``MEM`` activity are accepted and recorded in
+    the trace's config; they take effect with cprof's torch integration (not in this version).
+    """
+
+    def __init__(
+        self,
+        enabled=True,
+        activities=None,
+        output_dir=None,
+        profile_name=None,
+        with_stack=True,
+        record_shapes=True,
+        gzip=True,
+        buffer_size_mb=None,
+        verbose=True,
+    ):
+        self.enabled = bool(enabled)
+        self.output_dir = None
+        self.trace_path = None
+        self.result = None
+        self._window = None
+        if not self.enabled:
+            return
+        self.activities = normalize_activities(activities)
+        self.output_dir = str(output_dir) if output_dir is not None else default_output_dir()
+        if profile_name is None:
+            profile_name = f"profile_{int(time.time())}"
+        if not isinstance(profile_name, str) or not profile_name or "/" in profile_name:
+            raise ValueError(
+                f"cprof: profile_name must be a non-empty file name without '/', got "
+                f"{profile_name!r}"
+            )
+        if buffer_size_mb is not None and not buffer_size_mb > 0:
+            raise ValueError("cprof: buffer_size_mb must be a positive number of MiB")
+        self.profile_name = profile_name
+        self.with_stack = bool(with_stack)
+        self.record_shapes = bool(record_shapes)
+        self.gzip = bool(gzip)
+        self.buffer_size_mb = buffer_size_mb
+        self.verbose = bool(verbose)
+        self.collected_activities = None
+
+    # -- paths --
+    def _stem_suffix(self):
+        rank, world, _ = rank_info()
+        name = self.profile_name if world <= 1 else f"{self.profile_name}-rank{rank}"
+        suffix = ".trace.json.gz" if self.gzip else ".trace.json"
+        return os.path.join(self.output_dir, name), suffix
+
+    def _resolve_activities(self):
+        global _gpu_warned
+        collected = [a for a in self.activities if a != "GPU"]
+        notes = {}
+        if "GPU" in self.activities:
+            reason = gpu_unavailable_reason()
+            if reason is None:
+                collected.append("GPU")
+            else:
+                notes["gpu_unavailable"] = reason
+                if not _gpu_warned:
+                    _gpu_warned = True
+                    warnings.warn(
+                        f"cprof: GPU activity was asked for but is not collected: {reason}. "
+                        "Recording CPU activity only.",
+                        RuntimeWarning,
+                        stacklevel=3,
+                    )
+        if "CPU" not in collected:
+            collected.insert(0, "CPU")  # ranges are always recorded: they are the CPU side
+        return collected, notes
+
+    # -- context protocol --
+    def __enter__(self):
+        if not self.enabled:
+            return self
+        check_output_dir(self.output_dir)  # before the window opens: nothing to lose yet
+        stem, suffix = self._stem_suffix()
+        self.trace_path = pathlib.Path(stem + suffix)
+        self.collected_activities, self._notes = self._resolve_activities()
+        config = {
+            "api": "ProfilerContext",
+            "activities": self.activities,
+            "collected_activities": self.collected_activities,
+            "output_dir": self.output_dir,
+            "profile_name": self.profile_name,
+            "with_stack": self.with_stack,
+            "record_shapes": self.record_shapes,
+            "gzip": self.gzip,
+            "buffer_size_mb": self.buffer_size_mb,
+        }
+        self._window = Window(config, self.buffer_size_mb)
+        self._window.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if not self.enabled or self._window is None:
+            return False
+        self._window.stop(exc_type)
+        try:
+            self._write()
+        except _C.TraceWriteError as err:
+            if exc_type is None:
+                raise
+            # the user's exception wins; the data stays in memory for save()
+            warnings.warn(
+                f"cprof: the trace could not be written ({err}); call save(path) to write it "
+                "elsewhere",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        return False
+
+    def _write(self, path=None, replace=False):
+        if path is None:
+            stem, suffix = self._stem_suffix()
+        else:
+            path = os.fspath(path)
+            suffix = next(
+                (s for s in (".pt.trace.json.gz", ".pt.trace.json", ".trace.json.gz",
+                             ".trace.json", ".json.gz", ".json") if path.endswith(s)),
+                "",
+            )
+            stem = path[: len(path) - len(suffix)] if suffix else path
+        gzip = suffix.endswith(".gz") if path is not None else self.gzip
+        result = self._window.write(stem, suffix, gzip=gzip, replace=replace, extra=self._notes)
+        self.result = result
+        self.trace_path = pathlib.Path(result.path)
+        self.output_dir = str(self.trace_path.parent)
+        self._window.release()
+        if self.verbose:
+            print(
+                f"cprof: trace written to {result.path} ({result.events} events, "
+                f"{_fmt_size(result.bytes)}, {result.seconds:.3f} s to write)",
+                flush=True,
+            )
+        return result
+
+    def save(self, path, replace=False):
+        """Writes the collected data to path (after a failed write, or a second copy is not
+        possible: the data is released once written). Suffix .gz means gzip."""
+        if self._window is None or self._window.snapshot is None:
+            raise _C.WindowStateError(
+                "cprof: nothing to save: the trace was already written to "
+                f"{self.trace_path}" if self.result else "cprof: nothing to save: no window ran"
+            )
+        dirname = os.path.dirname(os.fspath(path)) or "."
+        check_output_dir(dirname)
+        return self._write(path, replace=replace)
+
+    @property
+    def trace_written(self):
+        return self.result is not None
+
+
+def profile_function(
+    enabled=True,
+    activities=None,
+    output_dir=None,
+    profile_name=None,
+    with_stack=False,
+    record_shapes=True,
+    **kwargs,
+):
+    """Decorator: each call of the function runs inside a ProfilerContext (one trace per
+    call). The name defaults to the function's. If a cprof window is already open (a profiled
+    function called from another, or recursion), the call is recorded as a range in that
+    window instead of opening a second one."""
+
+    def decorator(fn):
+        name = profile_name or getattr(fn, "__name__", "function")
+        marker = _C.range(name)
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kw):
+            if not enabled:
+                return fn(*args, **kw)
+            if _C.active():
+                with marker:
+                    return fn(*args, **kw)
+            ctx = ProfilerContext(
+                enabled=True,
+                activities=activities,
+                output_dir=output_dir,
+                profile_name=name,
+                with_stack=with_stack,
+                record_shapes=record_shapes,
+                **kwargs,
+            )
+            with ctx:
+                with marker:
+                    return fn(*args, **kw)
+
+        return wrapper
+
+    return decorator

@@ -1,0 +1,228 @@
+/* cprof core API: error codes, record layout and the contracts of every core unit.
+ * Core files include this header and never Python.h; only module.c sees Python.
+ * Threading: see each unit's header comment; the event store relies on the GIL (see events.c). */
+#ifndef CPROF_H
+#define CPROF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CPROF_VERSION "0.1.0"
+
+#if defined(__GNUC__)
+#define CPROF_LIKELY(x) __builtin_expect(!!(x), 1)
+#define CPROF_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define CPROF_INLINE static inline __attribute__((always_inline))
+#define CPROF_NOINLINE __attribute__((noinline))
+#define CPROF_EXPORT __attribute__((visibility("default")))
+#else
+#define CPROF_LIKELY(x) (x)
+#define CPROF_UNLIKELY(x) (x)
+#define CPROF_INLINE static inline
+#define CPROF_NOINLINE
+#define CPROF_EXPORT
+#endif
+
+/* ---- error codes: 0 is success, every failure is a negative CPROF_E_* ---- */
+enum {
+    CPROF_OK = 0,
+    CPROF_E_NOMEM = -1,      /* malloc failed */
+    CPROF_E_ARG = -2,        /* invalid argument */
+    CPROF_E_STATE = -3,      /* call not valid in the current state (e.g. window already open) */
+    CPROF_E_EMPTY = -4,      /* pop without a matching push on this thread */
+    CPROF_E_DEPTH = -5,      /* range nesting deeper than CPROF_MAX_DEPTH */
+    CPROF_E_IO = -6,         /* open/write/rename failed: errno is kept for the message */
+    CPROF_E_ZLIB = -7,       /* zlib reported an error */
+    CPROF_E_FULL = -8,       /* a bounded table is full (names) */
+    CPROF_E_JSON = -9,       /* a JSON document given to the core does not parse */
+    CPROF_E_EXISTS = -10,    /* could not find a free output name */
+    CPROF_E_UNAVAILABLE = -11 /* a library or device is not there */
+};
+
+/* A short static description of an error code (never NULL). */
+const char *cprof_strerror(int code);
+
+/* ---- clock.c: the single time base ---- */
+/* Nanoseconds on CLOCK_MONOTONIC (vDSO, no syscall). Every record cprof makes uses it. */
+uint64_t cprof_clock_now_ns(void);
+/* Offset to add to a cprof_clock_now_ns() value to get Unix (CLOCK_REALTIME) ns, sampled
+ * now with the tightest bracket of a few tries. */
+int64_t cprof_clock_unix_offset_ns(void);
+
+/* ---- names.c: interned strings, append-only, readable without locks ---- */
+#define CPROF_NAME_INVALID 0u /* id 0 is reserved: the empty / unknown name */
+/* Interns len bytes (any bytes, NUL allowed); returns its id (>0) in *id.
+ * Thread-safe (a mutex); the same bytes always give the same id.
+ * Returns 0, CPROF_E_NOMEM, or CPROF_E_FULL when the table holds CPROF_MAX_NAMES. */
+int cprof_names_intern(const char *s, size_t len, uint32_t *id);
+/* The bytes of a name (not NUL-terminated) and its length; unknown ids give "". Lock-free. */
+const char *cprof_names_get(uint32_t id, size_t *len);
+/* Number of ids handed out so far, plus one (ids are 1..count-1). */
+uint32_t cprof_names_count(void);
+#define CPROF_MAX_NAMES (1u << 22)
+
+/* ---- events.c: per-thread range buffers ---- */
+enum cprof_cat {
+    CPROF_CAT_USER_ANNOTATION = 0, /* cprof.range / push / pop */
+    CPROF_CAT_CPU_OP = 1,
+    CPROF_CAT_PYTHON_FUNCTION = 2,
+    CPROF_CAT_STEP = 3,            /* ProfilerStep#N, written as user_annotation */
+    CPROF_CAT_COUNT
+};
+
+enum cprof_record_flags {
+    CPROF_REC_TRUNCATED = 1u << 0, /* still open when the window closed: end = window end */
+    CPROF_REC_OPENED_BEFORE = 1u << 1
+};
+
+/* One complete range. 64 bytes, fixed; records live in chunks and never move. */
+typedef struct cprof_record {
+    uint64_t begin_ns;
+    uint64_t end_ns;       /* 0 while the range is open */
+    uint32_t name_id;
+    uint8_t cat;           /* enum cprof_cat */
+    uint8_t flags;         /* enum cprof_record_flags */
+    uint16_t depth;        /* nesting depth on its thread when pushed, 0 = outermost */
+    uint32_t nargs;        /* number of valid (arg_key, arg_val) pairs, 0..2 */
+    uint32_t arg_key[2];   /* interned names of small integer args */
+    int64_t arg_val[2];
+    uint64_t reserved;
+} cprof_record;
+
+#define CPROF_CHUNK_RECORDS 1024u
+#define CPROF_MAX_DEPTH 65535u
+
+typedef struct cprof_chunk {
+    struct cprof_chunk *next;
+    uint32_t count;
+    uint32_t pad;
+    cprof_record rec[CPROF_CHUNK_RECORDS];
+} cprof_chunk;
+
+/* A thread's data detached at window stop. */
+typedef struct cprof_thread_data {
+    uint64_t tid;          /* OS thread id (gettid) */
+    uint64_t ident;        /* pthread_self(), what threading.get_ident() returns */
+    uint32_t name_id;      /* thread name, interned (0 = unknown) */
+    uint64_t nrecords;
+    uint64_t dropped;      /* ranges not stored because the memory cap was reached */
+    cprof_chunk *chunks;   /* oldest first */
+} cprof_thread_data;
+
+/* Everything one window collected, owned by the caller until cprof_snapshot_free. */
+typedef struct cprof_snapshot {
+    uint64_t window_id;
+    uint64_t start_ns, stop_ns; /* cprof clock */
+    int64_t unix_offset_ns;     /* add to cprof clock to get Unix ns */
+    size_t nthreads;
+    cprof_thread_data *threads;
+    uint64_t nrecords;
+    uint64_t dropped;
+    uint64_t truncated;         /* ranges still open at stop, closed at stop time */
+} cprof_snapshot;
+
+/* Memory cap for range chunks (all threads, all held snapshots). Default 256 MiB.
+ * Only valid while no window is open. */
+int cprof_events_set_cap(uint64_t cap_bytes);
+uint64_t cprof_events_cap(void);
+uint64_t cprof_events_bytes_in_use(void);
+
+/* Opens a window. CPROF_E_STATE if one is open. Caller holds the GIL. */
+int cprof_events_start(void);
+/* 1 while a window is open. */
+int cprof_events_active(void);
+/* Closes the window and moves its data into a new snapshot (*out).
+ * Ranges still open are closed at stop time and flagged TRUNCATED. Caller holds the GIL. */
+int cprof_events_stop(cprof_snapshot **out);
+/* Gives a snapshot's chunks back to the pool. Any thread, GIL not needed. */
+void cprof_snapshot_free(cprof_snapshot *snap);
+
+/* Range push/pop on the calling thread. Caller holds the GIL.
+ * push: 0 or CPROF_E_DEPTH / CPROF_E_NOMEM; outside a window only the depth is tracked.
+ * pop: 0 or CPROF_E_EMPTY (no open range on this thread; nothing changes). */
+int cprof_events_push(uint32_t name_id, uint8_t cat);
+int cprof_events_pop(void);
+/* Adds an integer arg to the innermost open range of this thread if it is recorded.
+ * Returns 0, CPROF_E_EMPTY, or CPROF_E_FULL (already 2 args). */
+int cprof_events_add_arg(uint32_t key_id, int64_t value);
+/* Current nesting depth of this thread. */
+uint32_t cprof_events_depth(void);
+/* Sets the name of the calling thread as it will appear in traces. */
+int cprof_events_set_thread_name(uint32_t name_id);
+/* Records that were stored for, and dropped by, the open window so far (all threads). */
+void cprof_events_counts(uint64_t *stored, uint64_t *dropped);
+
+/* ---- sink.c: buffered output to a file, plain or gzip, temp file + rename ---- */
+typedef struct cprof_sink cprof_sink;
+/* Opens a new temporary file in the directory of final_path (which must exist), named
+ * ".<basename>.<pid>.<n>.tmp" so a reader never sees a half-written file under the final name.
+ * gzip_level: 0 plain, 1..9 zlib level. On failure *errno_out (if given) holds errno. */
+int cprof_sink_open(cprof_sink **out, const char *final_path, int gzip_level, int *errno_out);
+/* Appends bytes (compressing if gzip). CPROF_E_IO / CPROF_E_ZLIB on failure, sticky. */
+int cprof_sink_write(cprof_sink *s, const void *data, size_t len);
+/* Ends the stream and closes the file (once; later calls only rename). */
+int cprof_sink_finish(cprof_sink *s, int *errno_out);
+/* Moves the finished temp file to path. replace=0 never replaces an existing file:
+ * CPROF_E_EXISTS then, and the temp file stays for another try with another path.
+ * On success the sink no longer owns a temp file; free it with cprof_sink_abort. */
+int cprof_sink_commit(cprof_sink *s, const char *path, int replace, int *errno_out);
+/* Removes the temporary file if still there and frees the sink. */
+void cprof_sink_abort(cprof_sink *s);
+/* Bytes written to the file so far (compressed size when gzip). */
+uint64_t cprof_sink_bytes(const cprof_sink *s);
+/* Path of the temporary file. */
+const char *cprof_sink_tmp_path(const cprof_sink *s);
+
+/* ---- jsonw.c: JSON text building into a growable buffer ---- */
+typedef struct cprof_buf {
+    char *data;
+    size_t len, cap;
+    int oom;               /* set once an allocation failed; later appends are ignored */
+} cprof_buf;
+void cprof_buf_init(cprof_buf *b);
+void cprof_buf_free(cprof_buf *b);
+int cprof_buf_reserve(cprof_buf *b, size_t extra);
+void cprof_buf_put(cprof_buf *b, const void *data, size_t len);
+void cprof_buf_puts(cprof_buf *b, const char *s);
+void cprof_buf_u64(cprof_buf *b, uint64_t v);
+void cprof_buf_i64(cprof_buf *b, int64_t v);
+/* A signed nanosecond count written as microseconds with exactly 3 decimals ("12.345"). */
+void cprof_buf_us3(cprof_buf *b, int64_t ns);
+/* A double with up to 3 decimals, finite only (non-finite writes null). */
+void cprof_buf_f3(cprof_buf *b, double v);
+/* A JSON string literal with quotes: escapes ", \ and control characters, replaces invalid
+ * UTF-8 (including encoded surrogates) with U+FFFD. Returns bytes replaced. */
+size_t cprof_buf_json_str(cprof_buf *b, const char *s, size_t len);
+/* Exposed for tests (ctypes): escapes into out (cap bytes). Returns length needed. */
+CPROF_EXPORT size_t cprof_json_escape(const char *s, size_t len, char *out, size_t cap);
+
+/* ---- trace_writer.c: the Kineto-compatible Chrome trace ---- */
+typedef struct cprof_trace_meta {
+    int64_t pid;
+    const char *process_name;    /* e.g. "python" */
+    int rank, world_size;
+    const char *backend;         /* distributed backend or NULL */
+    const char *trace_name;      /* written as traceName (the final path) */
+    const char *cprof_json;      /* the "cprof" metadata object as JSON text (cJSON), or NULL */
+    const char *device_props_json; /* JSON array for deviceProperties, or NULL for [] */
+    int64_t base_time_ns;        /* Unix ns that ts values are relative to */
+} cprof_trace_meta;
+
+typedef struct cprof_write_stats {
+    uint64_t events;             /* trace events written (X + metadata) */
+    uint64_t bytes;              /* bytes in the file */
+    size_t replaced_chars;       /* invalid UTF-8 sequences replaced in names */
+} cprof_write_stats;
+
+/* Streams the snapshot as a trace into sink. Pure C: call with the GIL released. */
+int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap, const cprof_trace_meta *meta,
+                      cprof_write_stats *stats);
+
+/* ---- meta.c: the "cprof" metadata object of a trace (cJSON) ---- */
+/* Builds {"version", "window": {...}, "counts": {...}, "dropped": {...}, ...} merged with the
+ * members of extra_json (an object given by the caller: config, partial, ...). *out is a
+ * malloc'd NUL-terminated JSON text the caller frees with free().
+ * CPROF_E_JSON if extra_json is not a JSON object. */
+int cprof_meta_json(const cprof_snapshot *snap, const char *extra_json, char **out);
+
+#endif /* CPROF_H */

@@ -1,0 +1,20 @@
+/* Static descriptions of the core error codes. Any thread. */
+#include "cprof.h"
+
+const char *cprof_strerror(int code) {
+    switch (code) {
+    case CPROF_OK: return "success";
+    case CPROF_E_NOMEM: return "out of memory";
+    case CPROF_E_ARG: return "invalid argument";
+    case CPROF_E_STATE: return "not valid in the current state";
+    case CPROF_E_EMPTY: return "no open range on this thread";
+    case CPROF_E_DEPTH: return "ranges nested too deeply";
+    case CPROF_E_IO: return "input/output error";
+    case CPROF_E_ZLIB: return "zlib error";
+    case CPROF_E_FULL: return "table full";
+    case CPROF_E_JSON: return "invalid JSON";
+    case CPROF_E_EXISTS: return "no free output file name";
+    case CPROF_E_UNAVAILABLE: return "not available";
+    default: return "unknown error";
+    }
+}

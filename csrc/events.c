@@ -1,0 +1,335 @@
+/* The event store: per-thread buffers of fixed-size range records in pooled chunks, bounded by
+ * a byte cap with counted drops.
+ * Threads: push/pop/start/stop are called with the GIL held, which serialises every mutation of
+ * a thread's buffer and of the window state (so the hot path takes no lock and no atomic RMW).
+ * The registry mutex only guards the thread list against thread-exit destructors; the chunk pool
+ * has its own mutex because snapshots are freed with the GIL released. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "cprof.h"
+
+typedef struct tstate {
+    struct tstate *next;
+    uint64_t tid, ident;
+    uint32_t name_id;
+    _Atomic int dead;          /* set by the thread-exit destructor; freed at the next stop */
+    uint64_t window_id;        /* the window the chunks below belong to */
+    cprof_chunk *head, *tail;
+    uint64_t nrecords, dropped;
+    cprof_record **stack;      /* open ranges; NULL entries were not recorded */
+    uint32_t depth, stack_cap;
+} tstate;
+
+static _Thread_local tstate *tls;
+static pthread_key_t exit_key;
+static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static tstate *registry;
+
+static int g_active;           /* read on every push: plain int, written under the GIL */
+static uint64_t g_window_id;
+static uint64_t g_start_ns;
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static cprof_chunk *pool;      /* free chunks, reused before any new allocation */
+static uint64_t pool_allocated_bytes;
+static uint64_t cap_bytes = 256ull << 20;
+
+/* ---- chunk pool ---- */
+
+static cprof_chunk *chunk_get(void) {
+    cprof_chunk *c = NULL;
+    pthread_mutex_lock(&pool_lock);
+    if (pool) {
+        c = pool;
+        pool = c->next;
+    } else if (pool_allocated_bytes + sizeof(cprof_chunk) <= cap_bytes) {
+        c = malloc(sizeof(cprof_chunk));
+        if (c) pool_allocated_bytes += sizeof(cprof_chunk);
+    }
+    pthread_mutex_unlock(&pool_lock);
+    if (c) {
+        c->next = NULL;
+        c->count = 0;
+    }
+    return c;
+}
+
+static void chunks_put(cprof_chunk *list) {
+    if (!list) return;
+    cprof_chunk *last = list;
+    while (last->next) last = last->next;
+    pthread_mutex_lock(&pool_lock);
+    last->next = pool;
+    pool = list;
+    /* a lowered cap takes effect here: give back memory above it */
+    while (pool && pool_allocated_bytes > cap_bytes) {
+        cprof_chunk *c = pool;
+        pool = c->next;
+        free(c);
+        pool_allocated_bytes -= sizeof(cprof_chunk);
+    }
+    pthread_mutex_unlock(&pool_lock);
+}
+
+int cprof_events_set_cap(uint64_t bytes) {
+    if (bytes < sizeof(cprof_chunk)) return CPROF_E_ARG;
+    if (g_active) return CPROF_E_STATE;
+    pthread_mutex_lock(&pool_lock);
+    cap_bytes = bytes;
+    while (pool && pool_allocated_bytes > cap_bytes) {
+        cprof_chunk *c = pool;
+        pool = c->next;
+        free(c);
+        pool_allocated_bytes -= sizeof(cprof_chunk);
+    }
+    pthread_mutex_unlock(&pool_lock);
+    return CPROF_OK;
+}
+
+uint64_t cprof_events_cap(void) { return cap_bytes; }
+
+uint64_t cprof_events_bytes_in_use(void) {
+    pthread_mutex_lock(&pool_lock);
+    uint64_t b = pool_allocated_bytes;
+    pthread_mutex_unlock(&pool_lock);
+    return b;
+}
+
+/* ---- thread registration ---- */
+
+static void on_thread_exit(void *p) {
+    /* Runs without the GIL after the thread's last Python code: only flag it. */
+    atomic_store_explicit(&((tstate *)p)->dead, 1, memory_order_release);
+}
+
+static void make_exit_key(void) { pthread_key_create(&exit_key, on_thread_exit); }
+
+static CPROF_NOINLINE tstate *register_thread(void) {
+    pthread_once(&exit_key_once, make_exit_key);
+    tstate *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->stack_cap = 64;
+    t->stack = malloc(t->stack_cap * sizeof *t->stack);
+    if (!t->stack) {
+        free(t);
+        return NULL;
+    }
+    t->tid = (uint64_t)syscall(SYS_gettid);
+    t->ident = (uint64_t)pthread_self();
+    pthread_setspecific(exit_key, t);
+    pthread_mutex_lock(&registry_lock);
+    t->next = registry;
+    registry = t;
+    pthread_mutex_unlock(&registry_lock);
+    tls = t;
+    return t;
+}
+
+static void tstate_free(tstate *t) {
+    chunks_put(t->head);
+    free(t->stack);
+    free(t);
+}
+
+/* ---- hot path ---- */
+
+static CPROF_NOINLINE cprof_record *slot_slow(tstate *t) {
+    if (t->window_id != g_window_id) {
+        /* first record of this thread in this window: its old chunks were detached at stop */
+        t->window_id = g_window_id;
+        t->head = t->tail = NULL;
+        t->nrecords = t->dropped = 0;
+    }
+    if (!t->tail || t->tail->count == CPROF_CHUNK_RECORDS) {
+        cprof_chunk *c = chunk_get();
+        if (!c) return NULL;
+        if (t->tail) t->tail->next = c;
+        else t->head = c;
+        t->tail = c;
+    }
+    return &t->tail->rec[t->tail->count++];
+}
+
+static CPROF_NOINLINE int stack_grow(tstate *t) {
+    if (t->stack_cap >= CPROF_MAX_DEPTH) return CPROF_E_DEPTH;
+    uint32_t ncap = t->stack_cap * 2;
+    if (ncap > CPROF_MAX_DEPTH) ncap = CPROF_MAX_DEPTH;
+    cprof_record **ns = realloc(t->stack, ncap * sizeof *ns);
+    if (!ns) return CPROF_E_NOMEM;
+    t->stack = ns;
+    t->stack_cap = ncap;
+    return CPROF_OK;
+}
+
+int cprof_events_push(uint32_t name_id, uint8_t cat) {
+    tstate *t = tls;
+    if (CPROF_UNLIKELY(!t) && !(t = register_thread())) return CPROF_E_NOMEM;
+    if (CPROF_UNLIKELY(t->depth >= t->stack_cap)) {
+        int rc = stack_grow(t);
+        if (rc) return rc;
+    }
+    cprof_record *r = NULL;
+    if (g_active) {
+        if (CPROF_LIKELY(t->window_id == g_window_id && t->tail &&
+                         t->tail->count < CPROF_CHUNK_RECORDS))
+            r = &t->tail->rec[t->tail->count++];
+        else
+            r = slot_slow(t);
+        if (CPROF_LIKELY(r != NULL)) {
+            t->nrecords++;
+            r->end_ns = 0;
+            r->name_id = name_id;
+            r->cat = cat;
+            r->flags = 0;
+            r->depth = (uint16_t)t->depth;
+            r->nargs = 0;
+            r->begin_ns = cprof_clock_now_ns(); /* last, so our bookkeeping is outside */
+        } else {
+            t->dropped++;
+        }
+    }
+    t->stack[t->depth++] = r;
+    return CPROF_OK;
+}
+
+int cprof_events_pop(void) {
+    uint64_t now = cprof_clock_now_ns(); /* first, so our bookkeeping is outside */
+    tstate *t = tls;
+    if (CPROF_UNLIKELY(!t || t->depth == 0)) return CPROF_E_EMPTY;
+    cprof_record *r = t->stack[--t->depth];
+    if (r) r->end_ns = now;
+    return CPROF_OK;
+}
+
+int cprof_events_add_arg(uint32_t key_id, int64_t value) {
+    tstate *t = tls;
+    if (!t || t->depth == 0) return CPROF_E_EMPTY;
+    cprof_record *r = t->stack[t->depth - 1];
+    if (!r) return CPROF_OK; /* not recorded (outside a window or dropped): nothing to add to */
+    if (r->nargs >= 2) return CPROF_E_FULL;
+    r->arg_key[r->nargs] = key_id;
+    r->arg_val[r->nargs] = value;
+    r->nargs++;
+    return CPROF_OK;
+}
+
+uint32_t cprof_events_depth(void) { return tls ? tls->depth : 0; }
+
+int cprof_events_set_thread_name(uint32_t name_id) {
+    tstate *t = tls;
+    if (!t && !(t = register_thread())) return CPROF_E_NOMEM;
+    t->name_id = name_id;
+    return CPROF_OK;
+}
+
+/* ---- windows ---- */
+
+int cprof_events_active(void) { return g_active; }
+
+/* Frees threads that have exited. Called only with no window open, so their data has been
+ * detached already. Registry lock held. */
+static void reap_dead_locked(void) {
+    tstate **pp = &registry;
+    while (*pp) {
+        tstate *t = *pp;
+        if (atomic_load_explicit(&t->dead, memory_order_acquire)) {
+            *pp = t->next;
+            tstate_free(t);
+        } else {
+            pp = &t->next;
+        }
+    }
+}
+
+int cprof_events_start(void) {
+    if (g_active) return CPROF_E_STATE;
+    pthread_mutex_lock(&registry_lock);
+    reap_dead_locked();
+    g_window_id++;
+    g_start_ns = cprof_clock_now_ns();
+    g_active = 1;
+    pthread_mutex_unlock(&registry_lock);
+    return CPROF_OK;
+}
+
+void cprof_events_counts(uint64_t *stored, uint64_t *dropped) {
+    uint64_t s = 0, d = 0;
+    pthread_mutex_lock(&registry_lock);
+    if (g_active) {
+        for (tstate *t = registry; t; t = t->next) {
+            if (t->window_id != g_window_id) continue;
+            s += t->nrecords;
+            d += t->dropped;
+        }
+    }
+    pthread_mutex_unlock(&registry_lock);
+    if (stored) *stored = s;
+    if (dropped) *dropped = d;
+}
+
+int cprof_events_stop(cprof_snapshot **out) {
+    if (!out) return CPROF_E_ARG;
+    if (!g_active) return CPROF_E_STATE;
+    uint64_t now = cprof_clock_now_ns();
+    cprof_snapshot *snap = calloc(1, sizeof *snap);
+    if (!snap) return CPROF_E_NOMEM;
+    pthread_mutex_lock(&registry_lock);
+    g_active = 0;
+    size_t n = 0;
+    for (tstate *t = registry; t; t = t->next)
+        if (t->window_id == g_window_id) n++;
+    snap->threads = calloc(n ? n : 1, sizeof *snap->threads);
+    if (!snap->threads) {
+        /* keep the window open: nothing collected is lost, the caller may retry */
+        g_active = 1;
+        pthread_mutex_unlock(&registry_lock);
+        free(snap);
+        return CPROF_E_NOMEM;
+    }
+    for (tstate *t = registry; t; t = t->next) {
+        if (t->window_id != g_window_id) continue;
+        cprof_thread_data *d = &snap->threads[snap->nthreads++];
+        d->tid = t->tid;
+        d->ident = t->ident;
+        d->name_id = t->name_id;
+        d->nrecords = t->nrecords;
+        d->dropped = t->dropped;
+        d->chunks = t->head;
+        snap->nrecords += t->nrecords;
+        snap->dropped += t->dropped;
+        /* ranges still open: close them at stop time and forget their slots, which now
+         * belong to the snapshot */
+        for (uint32_t i = 0; i < t->depth; i++) {
+            cprof_record *r = t->stack[i];
+            if (!r) continue;
+            r->end_ns = now;
+            r->flags |= CPROF_REC_TRUNCATED;
+            snap->truncated++;
+            t->stack[i] = NULL;
+        }
+        t->head = t->tail = NULL;
+        t->nrecords = t->dropped = 0;
+    }
+    reap_dead_locked();
+    pthread_mutex_unlock(&registry_lock);
+    snap->window_id = g_window_id;
+    snap->start_ns = g_start_ns;
+    snap->stop_ns = now;
+    snap->unix_offset_ns = cprof_clock_unix_offset_ns();
+    *out = snap;
+    return CPROF_OK;
+}
+
+void cprof_snapshot_free(cprof_snapshot *snap) {
+    if (!snap) return;
+    for (size_t i = 0; i < snap->nthreads; i++) chunks_put(snap->threads[i].chunks);
+    free(snap->threads);
+    free(snap);
+}

@@ -1,0 +1,809 @@
+/* The CPython binding of cprof._C: the only file that includes Python.h.
+ * Multi-phase init (PEP 489) with module state for the exception types, the name cache and the
+ * types. Core error codes become exceptions here and only here (raise_core_error). The event
+ * store itself is process-wide C state, so every import of the module shares it. */
+/* CPython fixes the signatures of method and getter callbacks: many ignore an argument. */
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cprof.h"
+
+typedef struct {
+    PyObject *CprofError;
+    PyObject *NoOpenRangeError;
+    PyObject *WindowStateError;
+    PyObject *TraceWriteError;
+    PyObject *name_cache;   /* str -> int id */
+    PyObject *decorate;     /* cprof's Python helper that turns a range into a decorator */
+    PyTypeObject *RangeType;
+    PyTypeObject *SnapshotType;
+    uint32_t full_name_id;  /* used when the name table is full */
+} module_state;
+
+static inline module_state *get_state(PyObject *module) {
+    return (module_state *)PyModule_GetState(module);
+}
+
+/* ---- errors: the one place codes become exceptions ---- */
+
+static PyObject *raise_core_error(module_state *st, int code, const char *what, int err_no) {
+    PyObject *type = st->CprofError;
+    switch (code) {
+    case CPROF_E_NOMEM: return PyErr_NoMemory();
+    case CPROF_E_EMPTY:
+        type = st->NoOpenRangeError;
+        break;
+    case CPROF_E_STATE:
+        type = st->WindowStateError;
+        break;
+    case CPROF_E_IO:
+    case CPROF_E_ZLIB:
+    case CPROF_E_EXISTS:
+        type = st->TraceWriteError;
+        break;
+    default: break;
+    }
+    if (code == CPROF_E_IO && err_no) {
+        PyObject *args = Py_BuildValue("(is)", err_no, what ? what : strerror(err_no));
+        if (args) {
+            PyErr_SetObject(type, args);
+            Py_DECREF(args);
+        }
+        return NULL;
+    }
+    PyErr_Format(type, "%s: %s", what ? what : "cprof", cprof_strerror(code));
+    return NULL;
+}
+
+/* ---- names ---- */
+
+/* A direct-mapped cache keyed by the str object's address, in front of the dict: a name
+ * written as a literal is the same object on every call, so the common case is one compare.
+ * It holds a reference to each key, so an address cannot be reused by another string while
+ * cached. GIL-protected. */
+#define NAME_PTR_CACHE 256
+static struct {
+    PyObject *key;
+    uint32_t id;
+} name_ptr_cache[NAME_PTR_CACHE];
+
+static int name_id_slow(module_state *st, PyObject *name, uint32_t *id);
+
+static inline int name_id_of(module_state *st, PyObject *name, uint32_t *id) {
+    size_t slot = ((uintptr_t)name >> 4) & (NAME_PTR_CACHE - 1);
+    if (CPROF_LIKELY(name_ptr_cache[slot].key == name)) {
+        *id = name_ptr_cache[slot].id;
+        return 0;
+    }
+    if (name_id_slow(st, name, id) < 0) return -1;
+    if (*id != st->full_name_id) {
+        PyObject *old = name_ptr_cache[slot].key;
+        name_ptr_cache[slot].key = Py_NewRef(name);
+        name_ptr_cache[slot].id = *id;
+        Py_XDECREF(old);
+    }
+    return 0;
+}
+
+/* str -> interned id, through a dict so a repeated name costs one dict lookup. */
+static int name_id_slow(module_state *st, PyObject *name, uint32_t *id) {
+    if (!PyUnicode_Check(name)) {
+        PyErr_Format(PyExc_TypeError, "a range name must be a str, not %.100s",
+                     Py_TYPE(name)->tp_name);
+        return -1;
+    }
+    PyObject *cached = PyDict_GetItemWithError(st->name_cache, name);
+    if (cached) {
+        *id = (uint32_t)PyLong_AsUnsignedLong(cached);
+        return 0;
+    }
+    if (PyErr_Occurred()) return -1;
+    Py_ssize_t len;
+    PyObject *bytes = NULL;
+    const char *s = PyUnicode_AsUTF8AndSize(name, &len);
+    if (!s) {
+        /* lone surrogates: keep them as bytes; the writer turns them into U+FFFD */
+        PyErr_Clear();
+        bytes = PyUnicode_AsEncodedString(name, "utf-8", "surrogatepass");
+        if (!bytes) return -1;
+        s = PyBytes_AS_STRING(bytes);
+        len = PyBytes_GET_SIZE(bytes);
+    }
+    int rc = cprof_names_intern(s, (size_t)len, id);
+    Py_XDECREF(bytes);
+    if (rc == CPROF_E_FULL) {
+        *id = st->full_name_id; /* recorded under a marker name; not cached, so it stays visible */
+        return 0;
+    }
+    if (rc) {
+        raise_core_error(st, rc, "interning a name", 0);
+        return -1;
+    }
+    PyObject *v = PyLong_FromUnsignedLong(*id);
+    if (!v) return -1;
+    rc = PyDict_SetItem(st->name_cache, name, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+/* ---- the range type: `with cprof.range(name):` and `@cprof.range(name)` ---- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *name;
+    uint32_t name_id;
+    uint8_t cat;
+} RangeObject;
+
+/* Range objects are recycled through a small freelist: `with cprof.range(name):` then
+ * allocates nothing once warm, and skips the allocator's cost. GIL-protected. */
+#define RANGE_FREELIST_MAX 64
+static RangeObject *range_freelist[RANGE_FREELIST_MAX];
+static int range_freelist_n;
+
+static PyObject *range_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf,
+                                  PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (CPROF_UNLIKELY(kwnames && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "range() takes no keyword arguments");
+        return NULL;
+    }
+    if (CPROF_UNLIKELY(nargs < 1 || nargs > 2)) {
+        PyErr_SetString(PyExc_TypeError, "range(name) takes exactly one argument");
+        return NULL;
+    }
+    PyTypeObject *tp = (PyTypeObject *)type;
+    module_state *st = PyType_GetModuleState(tp);
+    unsigned long cat = CPROF_CAT_USER_ANNOTATION;
+    if (nargs == 2) {
+        cat = PyLong_AsUnsignedLong(args[1]);
+        if (cat == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+        if (cat >= CPROF_CAT_COUNT) {
+            PyErr_SetString(PyExc_ValueError, "unknown range category");
+            return NULL;
+        }
+    }
+    uint32_t id;
+    if (name_id_of(st, args[0], &id) < 0) return NULL;
+    RangeObject *self;
+    if (CPROF_LIKELY(range_freelist_n > 0 && tp == st->RangeType)) {
+        self = range_freelist[--range_freelist_n];
+        _Py_NewReference((PyObject *)self);
+        Py_INCREF(tp);
+    } else {
+        self = (RangeObject *)tp->tp_alloc(tp, 0);
+        if (!self) return NULL;
+    }
+    self->name = Py_NewRef(args[0]);
+    self->name_id = id;
+    self->cat = (uint8_t)cat;
+    return (PyObject *)self;
+}
+
+static PyObject *range_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    if (kwds && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "range() takes no keyword arguments");
+        return NULL;
+    }
+    return range_vectorcall((PyObject *)type, &PyTuple_GET_ITEM(args, 0),
+                            (size_t)PyTuple_GET_SIZE(args), NULL);
+}
+
+/* Not GC-tracked: a range holds only its name (a str), so it can be part of no cycle. */
+static void range_dealloc(RangeObject *self) {
+    PyTypeObject *tp = Py_TYPE(self);
+    Py_CLEAR(self->name);
+    if (range_freelist_n < RANGE_FREELIST_MAX) range_freelist[range_freelist_n++] = self;
+    else tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyObject *range_enter(RangeObject *self, PyObject *unused) {
+    int rc = cprof_events_push(self->name_id, self->cat);
+    if (CPROF_UNLIKELY(rc))
+        return raise_core_error(PyType_GetModuleState(Py_TYPE(self)), rc, "range", 0);
+    return Py_NewRef(self);
+}
+
+static PyObject *range_exit(RangeObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    int rc = cprof_events_pop();
+    if (CPROF_UNLIKELY(rc))
+        return raise_core_error(PyType_GetModuleState(Py_TYPE(self)), rc,
+                                "range exit without a matching enter on this thread", 0);
+    Py_RETURN_FALSE;
+}
+
+static PyObject *range_call(RangeObject *self, PyObject *args, PyObject *kwds) {
+    module_state *st = PyType_GetModuleState(Py_TYPE(self));
+    if (!st->decorate) {
+        PyErr_SetString(PyExc_TypeError, "cprof.range is not callable before cprof is imported");
+        return NULL;
+    }
+    if (kwds && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "a range decorates one function, no keywords");
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(args) != 1 || !PyCallable_Check(PyTuple_GET_ITEM(args, 0))) {
+        PyErr_SetString(PyExc_TypeError, "a range used as a decorator takes one callable");
+        return NULL;
+    }
+    return PyObject_CallFunctionObjArgs(st->decorate, (PyObject *)self, PyTuple_GET_ITEM(args, 0),
+                                        NULL);
+}
+
+static PyObject *range_repr(RangeObject *self) {
+    return PyUnicode_FromFormat("cprof.range(%R)", self->name);
+}
+
+static PyObject *range_get_name(RangeObject *self, void *c) { return Py_NewRef(self->name); }
+
+static PyMethodDef range_methods[] = {
+    {"__enter__", (PyCFunction)range_enter, METH_NOARGS, "Opens the range on this thread."},
+    {"__exit__", (PyCFunction)(void (*)(void))range_exit, METH_FASTCALL,
+     "Closes the innermost range of this thread."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef range_getset[] = {
+    {"name", (getter)range_get_name, NULL, "The range's name.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot range_slots[] = {
+    {Py_tp_doc, "range(name): a named CPU range on the calling thread.\n\n"
+                "Use as `with cprof.range(name):` or as a decorator `@cprof.range(name)`.\n"
+                "Outside a profiling window it only tracks nesting (tens of ns)."},
+    {Py_tp_new, range_new},
+    {Py_tp_dealloc, range_dealloc},
+    {Py_tp_call, range_call},
+    {Py_tp_repr, range_repr},
+    {Py_tp_methods, range_methods},
+    {Py_tp_getset, range_getset},
+    {0, NULL},
+};
+
+static PyType_Spec range_spec = {
+    .name = "cprof._C.range",
+    .basicsize = sizeof(RangeObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = range_slots,
+};
+
+/* ---- snapshots: what a window collected, written to a file with the GIL released ---- */
+
+typedef struct {
+    PyObject_HEAD
+    cprof_snapshot *snap;
+} SnapshotObject;
+
+static void snapshot_dealloc(SnapshotObject *self) {
+    PyTypeObject *tp = Py_TYPE(self);
+    if (self->snap) {
+        cprof_snapshot *s = self->snap;
+        self->snap = NULL;
+        Py_BEGIN_ALLOW_THREADS cprof_snapshot_free(s);
+        Py_END_ALLOW_THREADS
+    }
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static int snapshot_check(SnapshotObject *self) {
+    if (!self->snap) {
+        module_state *st = PyType_GetModuleState(Py_TYPE(self));
+        PyErr_SetString(st->WindowStateError, "this snapshot was released with close()");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *snapshot_close(SnapshotObject *self, PyObject *unused) {
+    if (self->snap) {
+        cprof_snapshot *s = self->snap;
+        self->snap = NULL;
+        Py_BEGIN_ALLOW_THREADS cprof_snapshot_free(s);
+        Py_END_ALLOW_THREADS
+    }
+    Py_RETURN_NONE;
+}
+
+/* write(stem, suffix, *, gzip=6, pid, process_name, rank, world_size, backend, extra_json,
+ *       device_props_json, replace=False)
+ * Writes to stem+suffix, or stem-1+suffix, stem-2+suffix... if taken (never overwrites unless
+ * replace). Returns (path, events, bytes, seconds, replaced_chars). The snapshot is kept, so a
+ * failed write can be retried elsewhere. */
+static PyObject *snapshot_write(SnapshotObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"stem",    "suffix",      "gzip",     "pid",
+                             "process_name", "rank",   "world_size", "backend",
+                             "extra_json",   "device_props_json", "replace", NULL};
+    const char *stem, *suffix, *process_name = "python", *backend = NULL, *extra = NULL,
+                                *devprops = NULL;
+    int gzip = 6, rank = 0, world = 1, replace = 0;
+    long long pid = getpid();
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "ss|$iLsiizzzp", kwlist, &stem, &suffix, &gzip,
+                                     &pid, &process_name, &rank, &world, &backend, &extra,
+                                     &devprops, &replace))
+        return NULL;
+    if (snapshot_check(self) < 0) return NULL;
+    module_state *st = PyType_GetModuleState(Py_TYPE(self));
+    if (gzip < 0 || gzip > 9) {
+        PyErr_SetString(PyExc_ValueError, "gzip level must be 0 (plain) to 9");
+        return NULL;
+    }
+    /* the metadata object (cJSON) */
+    char *meta_json = NULL;
+    int rc = cprof_meta_json(self->snap, extra, &meta_json);
+    if (rc) return raise_core_error(st, rc, "building trace metadata", 0);
+
+    /* pick the first free name; link() in commit settles races */
+    size_t cap = strlen(stem) + strlen(suffix) + 32;
+    char *path = PyMem_Malloc(cap);
+    if (!path) {
+        free(meta_json);
+        return PyErr_NoMemory();
+    }
+    cprof_trace_meta m = {
+        .pid = pid,
+        .process_name = process_name,
+        .rank = rank,
+        .world_size = world,
+        .backend = backend,
+        .trace_name = path,
+        .cprof_json = meta_json,
+        .device_props_json = devprops,
+    };
+    /* ts values relative to the window's start second: small numbers keep ns precision for
+     * readers that parse ts as a double */
+    int64_t start_unix = (int64_t)self->snap->start_ns + self->snap->unix_offset_ns;
+    m.base_time_ns = start_unix - (start_unix % 1000000000ll);
+
+    cprof_write_stats stats = {0};
+    int err_no = 0, attempt = 0;
+    double seconds = 0.0;
+    struct timespec t0, t1;
+    cprof_sink *sink = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    snprintf(path, cap, "%s%s", stem, suffix);
+    for (attempt = 1; !replace && access(path, F_OK) == 0 && attempt < 100000; attempt++)
+        snprintf(path, cap, "%s-%d%s", stem, attempt, suffix);
+    rc = cprof_sink_open(&sink, path, gzip, &err_no);
+    if (!rc) rc = cprof_trace_write(sink, self->snap, &m, &stats);
+    if (!rc) rc = cprof_sink_finish(sink, &err_no);
+    while (!rc) {
+        rc = cprof_sink_commit(sink, path, replace, &err_no);
+        if (rc != CPROF_E_EXISTS || attempt >= 100000) break;
+        snprintf(path, cap, "%s-%d%s", stem, attempt++, suffix); /* lost a race: next name */
+        rc = CPROF_OK;
+    }
+    cprof_sink_abort(sink); /* removes the temp file if it is still there */
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    struct stat sb;
+    if (!rc && stat(path, &sb) == 0) stats.bytes = (uint64_t)sb.st_size;
+    Py_END_ALLOW_THREADS
+    seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    free(meta_json);
+    if (rc) {
+        char what[512];
+        snprintf(what, sizeof what, "could not write the trace %s: %s", path,
+                 err_no ? strerror(err_no) : cprof_strerror(rc));
+        PyMem_Free(path);
+        return raise_core_error(st, rc, what, err_no);
+    }
+    PyObject *res = Py_BuildValue("(sKKdn)", path, (unsigned long long)stats.events,
+                                  (unsigned long long)stats.bytes, seconds,
+                                  (Py_ssize_t)stats.replaced_chars);
+    PyMem_Free(path);
+    return res;
+}
+
+static PyObject *snapshot_threads(SnapshotObject *self, PyObject *unused) {
+    if (snapshot_check(self) < 0) return NULL;
+    PyObject *list = PyList_New(0);
+    if (!list) return NULL;
+    for (size_t i = 0; i < self->snap->nthreads; i++) {
+        cprof_thread_data *t = &self->snap->threads[i];
+        PyObject *item = Py_BuildValue("{sKsKsKsK}", "tid", (unsigned long long)t->tid, "ident",
+                                       (unsigned long long)t->ident, "ranges",
+                                       (unsigned long long)t->nrecords, "dropped",
+                                       (unsigned long long)t->dropped);
+        if (!item || PyList_Append(list, item) < 0) {
+            Py_XDECREF(item);
+            Py_DECREF(list);
+            return NULL;
+        }
+        Py_DECREF(item);
+    }
+    return list;
+}
+
+/* rename_threads({ident: name}): names threads in the trace (threading names, resolved once at
+ * stop instead of on every push). */
+static PyObject *snapshot_rename_threads(SnapshotObject *self, PyObject *mapping) {
+    if (snapshot_check(self) < 0) return NULL;
+    module_state *st = PyType_GetModuleState(Py_TYPE(self));
+    if (!PyDict_Check(mapping)) {
+        PyErr_SetString(PyExc_TypeError, "rename_threads takes a dict {ident: name}");
+        return NULL;
+    }
+    for (size_t i = 0; i < self->snap->nthreads; i++) {
+        cprof_thread_data *t = &self->snap->threads[i];
+        PyObject *key = PyLong_FromUnsignedLongLong(t->ident);
+        if (!key) return NULL;
+        PyObject *name = PyDict_GetItemWithError(mapping, key);
+        Py_DECREF(key);
+        if (!name) {
+            if (PyErr_Occurred()) return NULL;
+            continue;
+        }
+        uint32_t id;
+        if (name_id_of(st, name, &id) < 0) return NULL;
+        t->name_id = id;
+    }
+    Py_RETURN_NONE;
+}
+
+/* records(): every range as a tuple (tid, name, category, begin_ns, end_ns, depth, truncated),
+ * begin/end on the cprof clock. For tests and small windows; the trace is the bulk path. */
+static PyObject *snapshot_records(SnapshotObject *self, PyObject *unused) {
+    if (snapshot_check(self) < 0) return NULL;
+    PyObject *list = PyList_New(0);
+    if (!list) return NULL;
+    for (size_t i = 0; i < self->snap->nthreads; i++) {
+        cprof_thread_data *t = &self->snap->threads[i];
+        for (cprof_chunk *c = t->chunks; c; c = c->next) {
+            for (uint32_t k = 0; k < c->count; k++) {
+                cprof_record *r = &c->rec[k];
+                size_t len;
+                const char *s = cprof_names_get(r->name_id, &len);
+                PyObject *name = PyUnicode_DecodeUTF8(s, (Py_ssize_t)len, "surrogateescape");
+                if (!name) goto fail;
+                PyObject *item = Py_BuildValue(
+                    "(KNiKKii)", (unsigned long long)t->tid, name, (int)r->cat,
+                    (unsigned long long)r->begin_ns, (unsigned long long)r->end_ns, (int)r->depth,
+                    (int)((r->flags & CPROF_REC_TRUNCATED) != 0));
+                if (!item || PyList_Append(list, item) < 0) {
+                    Py_XDECREF(item);
+                    goto fail;
+                }
+                Py_DECREF(item);
+            }
+        }
+    }
+    return list;
+fail:
+    Py_DECREF(list);
+    return NULL;
+}
+
+#define SNAP_GETTER(field)                                                                     \
+    static PyObject *snapshot_get_##field(SnapshotObject *self, void *c) {                     \
+        if (snapshot_check(self) < 0) return NULL;                                             \
+        return PyLong_FromUnsignedLongLong((unsigned long long)self->snap->field);             \
+    }
+SNAP_GETTER(nrecords)
+SNAP_GETTER(dropped)
+SNAP_GETTER(truncated)
+SNAP_GETTER(start_ns)
+SNAP_GETTER(stop_ns)
+SNAP_GETTER(window_id)
+
+static PyObject *snapshot_get_unix_offset(SnapshotObject *self, void *c) {
+    if (snapshot_check(self) < 0) return NULL;
+    return PyLong_FromLongLong((long long)self->snap->unix_offset_ns);
+}
+
+static PyMethodDef snapshot_methods[] = {
+    {"write", (PyCFunction)(void (*)(void))snapshot_write, METH_VARARGS | METH_KEYWORDS,
+     "Writes the trace (GIL released); returns (path, events, bytes, seconds, replaced)."},
+    {"threads", (PyCFunction)snapshot_threads, METH_NOARGS, "Per-thread counts."},
+    {"rename_threads", (PyCFunction)snapshot_rename_threads, METH_O, "Names threads by ident."},
+    {"records", (PyCFunction)snapshot_records, METH_NOARGS, "All ranges as tuples."},
+    {"close", (PyCFunction)snapshot_close, METH_NOARGS, "Releases the memory now."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef snapshot_getset[] = {
+    {"ranges", (getter)snapshot_get_nrecords, NULL, "Ranges stored.", NULL},
+    {"dropped", (getter)snapshot_get_dropped, NULL, "Ranges dropped (memory cap).", NULL},
+    {"truncated", (getter)snapshot_get_truncated, NULL, "Ranges closed by the window end.", NULL},
+    {"start_ns", (getter)snapshot_get_start_ns, NULL, "Window start, cprof clock.", NULL},
+    {"stop_ns", (getter)snapshot_get_stop_ns, NULL, "Window stop, cprof clock.", NULL},
+    {"window_id", (getter)snapshot_get_window_id, NULL, "Window number in this process.", NULL},
+    {"unix_offset_ns", (getter)snapshot_get_unix_offset, NULL, "cprof clock + this = Unix ns.",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot snapshot_slots[] = {
+    {Py_tp_doc, "What one profiling window collected (held in C memory)."},
+    {Py_tp_dealloc, snapshot_dealloc},
+    {Py_tp_methods, snapshot_methods},
+    {Py_tp_getset, snapshot_getset},
+    {0, NULL},
+};
+
+static PyType_Spec snapshot_spec = {
+    .name = "cprof._C.Snapshot",
+    .basicsize = sizeof(SnapshotObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = snapshot_slots,
+};
+
+/* ---- module functions ---- */
+
+static PyObject *mod_push(PyObject *module, PyObject *name) {
+    module_state *st = get_state(module);
+    uint32_t id;
+    if (name_id_of(st, name, &id) < 0) return NULL;
+    int rc = cprof_events_push(id, CPROF_CAT_USER_ANNOTATION);
+    if (rc) return raise_core_error(st, rc, "push", 0);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mod_pop(PyObject *module, PyObject *unused) {
+    int rc = cprof_events_pop();
+    if (rc) return raise_core_error(get_state(module), rc, "pop() without a matching push() on "
+                                                           "this thread", 0);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mod_depth(PyObject *module, PyObject *unused) {
+    return PyLong_FromUnsignedLong(cprof_events_depth());
+}
+
+static PyObject *mod_add_arg(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    module_state *st = get_state(module);
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "add_arg(key, value) takes two arguments");
+        return NULL;
+    }
+    uint32_t id;
+    if (name_id_of(st, args[0], &id) < 0) return NULL;
+    long long v = PyLong_AsLongLong(args[1]);
+    if (v == -1 && PyErr_Occurred()) return NULL;
+    int rc = cprof_events_add_arg(id, v);
+    if (rc) return raise_core_error(st, rc, "add_arg", 0);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mod_start(PyObject *module, PyObject *unused) {
+    int rc = cprof_events_start();
+    if (rc == CPROF_E_STATE) {
+        PyErr_SetString(get_state(module)->WindowStateError,
+                        "a cprof window is already open in this process; close it (exit its "
+                        "ProfilerContext / call stop()) before opening another");
+        return NULL;
+    }
+    if (rc) return raise_core_error(get_state(module), rc, "start", 0);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mod_stop(PyObject *module, PyObject *unused) {
+    module_state *st = get_state(module);
+    cprof_snapshot *snap = NULL;
+    int rc = cprof_events_stop(&snap);
+    if (rc == CPROF_E_STATE) {
+        PyErr_SetString(st->WindowStateError, "no cprof window is open");
+        return NULL;
+    }
+    if (rc) return raise_core_error(st, rc, "stop", 0);
+    SnapshotObject *obj = PyObject_New(SnapshotObject, st->SnapshotType);
+    if (!obj) {
+        cprof_snapshot_free(snap);
+        return NULL;
+    }
+    obj->snap = snap;
+    return (PyObject *)obj;
+}
+
+static PyObject *mod_active(PyObject *module, PyObject *unused) {
+    return PyBool_FromLong(cprof_events_active());
+}
+
+static PyObject *mod_counts(PyObject *module, PyObject *unused) {
+    uint64_t stored, dropped;
+    cprof_events_counts(&stored, &dropped);
+    return Py_BuildValue("(KK)", (unsigned long long)stored, (unsigned long long)dropped);
+}
+
+static PyObject *mod_set_cap(PyObject *module, PyObject *arg) {
+    unsigned long long v = PyLong_AsUnsignedLongLong(arg);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    int rc = cprof_events_set_cap(v);
+    if (rc == CPROF_E_ARG) {
+        PyErr_Format(PyExc_ValueError, "the buffer cap must be at least %zu bytes (one chunk)",
+                     sizeof(cprof_chunk));
+        return NULL;
+    }
+    if (rc == CPROF_E_STATE) {
+        PyErr_SetString(get_state(module)->WindowStateError,
+                        "the buffer cap cannot change while a window is open");
+        return NULL;
+    }
+    if (rc) return raise_core_error(get_state(module), rc, "set_buffer_cap", 0);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mod_memory(PyObject *module, PyObject *unused) {
+    return Py_BuildValue("{sKsKsn}", "cap_bytes", (unsigned long long)cprof_events_cap(),
+                         "allocated_bytes", (unsigned long long)cprof_events_bytes_in_use(),
+                         "chunk_bytes", (Py_ssize_t)sizeof(cprof_chunk));
+}
+
+static PyObject *mod_set_thread_name(PyObject *module, PyObject *name) {
+    uint32_t id;
+    if (name_id_of(get_state(module), name, &id) < 0) return NULL;
+    int rc = cprof_events_set_thread_name(id);
+    if (rc) return raise_core_error(get_state(module), rc, "set_thread_name", 0);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mod_now_ns(PyObject *module, PyObject *unused) {
+    return PyLong_FromUnsignedLongLong(cprof_clock_now_ns());
+}
+
+static PyObject *mod_unix_offset_ns(PyObject *module, PyObject *unused) {
+    return PyLong_FromLongLong(cprof_clock_unix_offset_ns());
+}
+
+static PyObject *mod_set_decorator(PyObject *module, PyObject *fn) {
+    module_state *st = get_state(module);
+    Py_XSETREF(st->decorate, Py_NewRef(fn));
+    Py_RETURN_NONE;
+}
+
+/* json_escape(bytes) -> bytes: the writer's escaping, exposed for tests and fuzzing. */
+static PyObject *mod_json_escape(PyObject *module, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    size_t need = cprof_json_escape(view.buf, (size_t)view.len, NULL, 0);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)need);
+    if (out) cprof_json_escape(view.buf, (size_t)view.len, PyBytes_AS_STRING(out), need);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+static PyObject *mod_build_info(PyObject *module, PyObject *unused) {
+    return Py_BuildValue("{sssssssisn}", "version", CPROF_VERSION, "compiler",
+#if defined(__clang__)
+                         "clang " __clang_version__,
+#elif defined(__GNUC__)
+                         "gcc " __VERSION__,
+#else
+                         "unknown",
+#endif
+                         "debug",
+#ifdef CPROF_DEBUG
+                         "1",
+#else
+                         "0",
+#endif
+                         "chunk_records", (int)CPROF_CHUNK_RECORDS, "record_bytes",
+                         (Py_ssize_t)sizeof(cprof_record));
+}
+
+static PyMethodDef module_methods[] = {
+    {"push", (PyCFunction)mod_push, METH_O, "push(name): opens a range on this thread."},
+    {"pop", (PyCFunction)mod_pop, METH_NOARGS, "pop(): closes this thread's innermost range."},
+    {"depth", (PyCFunction)mod_depth, METH_NOARGS, "Open ranges on this thread."},
+    {"add_arg", (PyCFunction)(void (*)(void))mod_add_arg, METH_FASTCALL,
+     "add_arg(key, int): an integer arg on the innermost open range."},
+    {"start", (PyCFunction)mod_start, METH_NOARGS, "Opens a window."},
+    {"stop", (PyCFunction)mod_stop, METH_NOARGS, "Closes the window; returns a Snapshot."},
+    {"active", (PyCFunction)mod_active, METH_NOARGS, "True while a window is open."},
+    {"counts", (PyCFunction)mod_counts, METH_NOARGS, "(stored, dropped) in the open window."},
+    {"set_buffer_cap", (PyCFunction)mod_set_cap, METH_O, "Cap in bytes for range buffers."},
+    {"memory", (PyCFunction)mod_memory, METH_NOARGS, "Range buffer memory figures."},
+    {"set_thread_name", (PyCFunction)mod_set_thread_name, METH_O, "Names this thread."},
+    {"now_ns", (PyCFunction)mod_now_ns, METH_NOARGS, "The cprof clock (CLOCK_MONOTONIC ns)."},
+    {"unix_offset_ns", (PyCFunction)mod_unix_offset_ns, METH_NOARGS,
+     "cprof clock + offset = Unix ns."},
+    {"_set_decorator", (PyCFunction)mod_set_decorator, METH_O, "Internal."},
+    {"json_escape", (PyCFunction)mod_json_escape, METH_O, "The writer's JSON string escaping."},
+    {"build_info", (PyCFunction)mod_build_info, METH_NOARGS, "How this extension was built."},
+    {NULL, NULL, 0, NULL},
+};
+
+static int add_exception(PyObject *m, PyObject **slot, const char *name, PyObject *bases,
+                         const char *doc) {
+    char full[128];
+    snprintf(full, sizeof full, "cprof.%s", name);
+    *slot = PyErr_NewExceptionWithDoc(full, doc, bases, NULL);
+    if (!*slot) return -1;
+    return PyModule_AddObjectRef(m, name, *slot);
+}
+
+static int module_exec(PyObject *m) {
+    module_state *st = get_state(m);
+    if (add_exception(m, &st->CprofError, "CprofError", NULL,
+                      "Base class of every error cprof raises.") < 0)
+        return -1;
+    if (add_exception(m, &st->NoOpenRangeError, "NoOpenRangeError", st->CprofError,
+                      "pop() or a range exit without a matching push on this thread.") < 0)
+        return -1;
+    if (add_exception(m, &st->WindowStateError, "WindowStateError", st->CprofError,
+                      "A window opened twice, or closed when not open.") < 0)
+        return -1;
+    PyObject *bases = PyTuple_Pack(2, st->CprofError, PyExc_OSError);
+    if (!bases) return -1;
+    int rc = add_exception(m, &st->TraceWriteError, "TraceWriteError", bases,
+                           "The trace could not be written; the data is kept in memory.");
+    Py_DECREF(bases);
+    if (rc < 0) return -1;
+    st->name_cache = PyDict_New();
+    if (!st->name_cache) return -1;
+    st->RangeType = (PyTypeObject *)PyType_FromModuleAndSpec(m, &range_spec, NULL);
+    if (!st->RangeType) return -1;
+    st->RangeType->tp_vectorcall = range_vectorcall;
+    if (PyModule_AddObjectRef(m, "range", (PyObject *)st->RangeType) < 0) return -1;
+    st->SnapshotType = (PyTypeObject *)PyType_FromModuleAndSpec(m, &snapshot_spec, NULL);
+    if (!st->SnapshotType) return -1;
+    if (PyModule_AddObjectRef(m, "Snapshot", (PyObject *)st->SnapshotType) < 0) return -1;
+    static const char full_marker[] = "[cprof: name table full]";
+    if (cprof_names_intern(full_marker, sizeof full_marker - 1, &st->full_name_id)) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (PyModule_AddIntConstant(m, "CAT_USER_ANNOTATION", CPROF_CAT_USER_ANNOTATION) < 0 ||
+        PyModule_AddIntConstant(m, "CAT_CPU_OP", CPROF_CAT_CPU_OP) < 0 ||
+        PyModule_AddIntConstant(m, "CAT_PYTHON_FUNCTION", CPROF_CAT_PYTHON_FUNCTION) < 0 ||
+        PyModule_AddIntConstant(m, "CAT_STEP", CPROF_CAT_STEP) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_DEPTH", CPROF_MAX_DEPTH) < 0 ||
+        PyModule_AddStringConstant(m, "__version__", CPROF_VERSION) < 0)
+        return -1;
+    return 0;
+}
+
+static int module_traverse(PyObject *m, visitproc visit, void *arg) {
+    module_state *st = get_state(m);
+    Py_VISIT(st->CprofError);
+    Py_VISIT(st->NoOpenRangeError);
+    Py_VISIT(st->WindowStateError);
+    Py_VISIT(st->TraceWriteError);
+    Py_VISIT(st->name_cache);
+    Py_VISIT(st->decorate);
+    Py_VISIT(st->RangeType);
+    Py_VISIT(st->SnapshotType);
+    return 0;
+}
+
+static int module_clear(PyObject *m) {
+    module_state *st = get_state(m);
+    Py_CLEAR(st->CprofError);
+    Py_CLEAR(st->NoOpenRangeError);
+    Py_CLEAR(st->WindowStateError);
+    Py_CLEAR(st->TraceWriteError);
+    Py_CLEAR(st->name_cache);
+    Py_CLEAR(st->decorate);
+    Py_CLEAR(st->RangeType);
+    Py_CLEAR(st->SnapshotType);
+    return 0;
+}
+
+static void module_free(void *m) { module_clear((PyObject *)m); }
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, module_exec},
+    {0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "cprof._C",
+    .m_doc = "cprof's C core: event store, clock, trace writer.",
+    .m_size = sizeof(module_state),
+    .m_methods = module_methods,
+    .m_slots = module_slots,
+    .m_traverse = module_traverse,
+    .m_clear = module_clear,
+    .m_free = module_free,
+};
+
+PyMODINIT_FUNC PyInit__C(void) { return PyModuleDef_Init(&module_def); }

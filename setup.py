@@ -1,0 +1,41 @@
+"""Builds cprof._C from csrc/*.c. No CUDA is needed to build: CUDA libraries are loaded at run
+time. Switches (environment): CPROF_WERROR=1 (warnings are errors; CI sets it),
+CPROF_DEBUG=1 (-O0 -g, CPROF_DEBUG defined), CPROF_SANITIZE=1 (ASan + UBSan)."""
+import glob
+import os
+
+from setuptools import Extension, setup
+
+
+def flag(name):
+    return os.environ.get(name, "") not in ("", "0")
+
+
+extra_compile = ["-std=c11", "-Wall", "-Wextra", "-fvisibility=hidden"]
+extra_link = []
+macros = []
+if flag("CPROF_WERROR") or flag("CI"):
+    extra_compile.append("-Werror")
+if flag("CPROF_DEBUG") or flag("CPROF_SANITIZE"):
+    extra_compile += ["-O0", "-g3", "-fno-omit-frame-pointer"]
+    macros.append(("CPROF_DEBUG", "1"))
+else:
+    extra_compile += ["-O2"]
+if flag("CPROF_SANITIZE"):
+    san = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]
+    extra_compile += san
+    extra_link += san
+
+setup(
+    ext_modules=[
+        Extension(
+            "cprof._C",
+            sources=sorted(glob.glob("csrc/*.c")),
+            include_dirs=["csrc"],
+            libraries=["z", "cjson", "dl", "pthread"],
+            define_macros=macros,
+            extra_compile_args=extra_compile,
+            extra_link_args=extra_link,
+        )
+    ],
+)
