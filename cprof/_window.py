@@ -58,6 +58,10 @@ class Window:
         self.end_reason = None
 
     def start(self):
+        if _C.active():
+            raise _C.WindowStateError(
+                "a cprof window is already open in this process; close it (exit its "
+                "ProfilerContext / call stop()) before opening another")
         _C.set_buffer_cap(int(self.buffer_mb * (1 << 20)))
         _C.start()
         self.start_time = time.time()
@@ -90,9 +94,7 @@ class Window:
             "pid": os.getpid(),
             "python": sys.version.split()[0],
             "argv": list(sys.argv),
-            "rank": rank,
-            "world_size": world,
-        }
+        }  # rank and world size live in distributedInfo only: HTA takes the first "rank" key
         torch = sys.modules.get("torch")
         if torch is not None:
             meta["torch"] = getattr(torch, "__version__", None)

@@ -80,6 +80,7 @@ class ProfilerContext:
         self.output_dir = None
         self.trace_path = None
         self.result = None
+        self.summary = None
         self._window = None
         if not self.enabled:
             return
@@ -186,6 +187,7 @@ class ProfilerContext:
         gzip = suffix.endswith(".gz") if path is not None else self.gzip
         result = self._window.write(stem, suffix, gzip=gzip, replace=replace, extra=self._notes)
         self.result = result
+        self.summary = self._window.snapshot.summary()
         self.trace_path = pathlib.Path(result.path)
         self.output_dir = str(self.trace_path.parent)
         self._window.release()

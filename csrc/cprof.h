@@ -225,4 +225,18 @@ int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap, const cprof_
  * CPROF_E_JSON if extra_json is not a JSON object. */
 int cprof_meta_json(const cprof_snapshot *snap, const char *extra_json, char **out);
 
+/* ---- summary.c: per-name aggregates of a snapshot ---- */
+typedef struct cprof_summary_row {
+    uint32_t name_id;
+    uint8_t cat;
+    uint64_t count;
+    uint64_t total_ns;     /* sum of durations */
+    uint64_t self_ns;      /* total minus the time of ranges directly nested in it */
+    uint64_t min_ns, max_ns;
+} cprof_summary_row;
+
+/* Aggregates every range of snap by (name, category), sorted by total_ns descending.
+ * *rows is malloc'd (caller frees), *nrows its length. Pure C: call with the GIL released. */
+int cprof_summary_build(const cprof_snapshot *snap, cprof_summary_row **rows, size_t *nrows);
+
 #endif /* CPROF_H */

@@ -7,6 +7,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -376,6 +377,7 @@ static PyObject *snapshot_write(SnapshotObject *self, PyObject *args, PyObject *
     rc = cprof_sink_open(&sink, path, gzip, &err_no);
     if (!rc) rc = cprof_trace_write(sink, self->snap, &m, &stats);
     if (!rc) rc = cprof_sink_finish(sink, &err_no);
+    else if (sink && !err_no) cprof_sink_finish(sink, &err_no); /* fetch the sink's errno */
     while (!rc) {
         rc = cprof_sink_commit(sink, path, replace, &err_no);
         if (rc != CPROF_E_EXISTS || attempt >= 100000) break;
@@ -482,6 +484,35 @@ fail:
     return NULL;
 }
 
+/* summary(): per (name, category) aggregates, heaviest first, computed in C. */
+static PyObject *snapshot_summary(SnapshotObject *self, PyObject *unused) {
+    if (snapshot_check(self) < 0) return NULL;
+    static const char *const cat_names[CPROF_CAT_COUNT] = {"user_annotation", "cpu_op",
+                                                           "python_function", "step"};
+    cprof_summary_row *rows = NULL;
+    size_t n = 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc = cprof_summary_build(self->snap, &rows, &n);
+    Py_END_ALLOW_THREADS
+    if (rc) return raise_core_error(PyType_GetModuleState(Py_TYPE(self)), rc, "summary", 0);
+    PyObject *list = PyList_New(0);
+    for (size_t i = 0; list && i < n; i++) {
+        size_t len;
+        const char *s = cprof_names_get(rows[i].name_id, &len);
+        PyObject *name = PyUnicode_DecodeUTF8(s, (Py_ssize_t)len, "replace");
+        PyObject *item = name ? Py_BuildValue(
+            "{sNsssKsKsKsKsK}", "name", name, "category", cat_names[rows[i].cat], "count",
+            (unsigned long long)rows[i].count, "total_ns", (unsigned long long)rows[i].total_ns,
+            "self_ns", (unsigned long long)rows[i].self_ns, "min_ns",
+            (unsigned long long)rows[i].min_ns, "max_ns", (unsigned long long)rows[i].max_ns)
+                              : NULL;
+        if (!item || PyList_Append(list, item) < 0) Py_CLEAR(list);
+        Py_XDECREF(item);
+    }
+    free(rows);
+    return list;
+}
+
 #define SNAP_GETTER(field)                                                                     \
     static PyObject *snapshot_get_##field(SnapshotObject *self, void *c) {                     \
         if (snapshot_check(self) < 0) return NULL;                                             \
@@ -505,6 +536,7 @@ static PyMethodDef snapshot_methods[] = {
     {"threads", (PyCFunction)snapshot_threads, METH_NOARGS, "Per-thread counts."},
     {"rename_threads", (PyCFunction)snapshot_rename_threads, METH_O, "Names threads by ident."},
     {"records", (PyCFunction)snapshot_records, METH_NOARGS, "All ranges as tuples."},
+    {"summary", (PyCFunction)snapshot_summary, METH_NOARGS, "Per-name aggregates."},
     {"close", (PyCFunction)snapshot_close, METH_NOARGS, "Releases the memory now."},
     {NULL, NULL, 0, NULL},
 };

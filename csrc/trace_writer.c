@@ -159,7 +159,9 @@ int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap, const cprof_
     cprof_buf_puts(b, ",\n\"distributedInfo\":{\"backend\":");
     if (m->backend) put_str(&w, m->backend);
     else cprof_buf_puts(b, "null");
-    cprof_buf_puts(b, ",\"rank\":");
+    /* "rank": N with a space: HTA finds the rank with the regex "rank":\s+(\d+), first match
+     * in the file, so this must be the first "rank" key and keep its space */
+    cprof_buf_puts(b, ",\"rank\": ");
     cprof_buf_i64(b, m->rank);
     cprof_buf_puts(b, ",\"world_size\":");
     cprof_buf_i64(b, m->world_size);

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs every cprof benchmark and prints its table.
+#   benchmarks/run_all.sh [RESULTS_DIR]
+# With RESULTS_DIR, each benchmark also writes its results there as JSON
+# (bench_ranges.json, bench_write.json). Builds the C extension in place if it is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python}
+
+if ! "$PY" -c "import cprof._C" 2>/dev/null; then
+    echo "building the cprof extension (setup.py build_ext --inplace)"
+    "$PY" setup.py build_ext --inplace -q
+fi
+
+json_args() {  # --json RESULTS_DIR/NAME.json when a results dir was given
+    if [ -n "${RESULTS_DIR:-}" ]; then echo "--json" "$RESULTS_DIR/$1.json"; fi
+}
+RESULTS_DIR=${1:-}
+if [ -n "$RESULTS_DIR" ]; then mkdir -p "$RESULTS_DIR"; fi
+
+# torch's profiler logs "USDT: ... profiler_start/stop" to stderr for every session: drop those
+echo "== bench_ranges: ns per range, cprof vs torch.profiler =="
+"$PY" benchmarks/bench_ranges.py $(json_args bench_ranges) 2> >(grep -v '^USDT:' >&2)
+echo
+echo "== bench_write: trace writing, cprof vs torch.profiler =="
+"$PY" benchmarks/bench_write.py $(json_args bench_write) 2> >(grep -v '^USDT:' >&2)

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs everything cprof needs on a fresh Debian machine and builds it in place.
+# Idempotent: each step checks before it installs. Usage: bash scripts/setup.sh [--test]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+SUDO=""
+if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi
+
+missing=()
+[ -f /usr/include/zlib.h ] || missing+=(zlib1g-dev)
+[ -f /usr/include/cjson/cJSON.h ] || missing+=(libcjson-dev)
+command -v gcc >/dev/null || missing+=(gcc)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: apt-get install ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+pip_install() { $PY -m pip install -q --disable-pip-version-check "$@"; }
+# torch: the CPU build the machine offers (a local file); never a multi-GB CUDA download
+$PY -c "import torch" 2>/dev/null || pip_install torch==2.13.0
+$PY -c "import setuptools, wheel" 2>/dev/null || pip_install setuptools wheel
+if [ "${1:-}" = "--test" ]; then
+  $PY -c "import pytest" 2>/dev/null || pip_install pytest
+  $PY -c "import numpy" 2>/dev/null || pip_install numpy
+  # Holistic Trace Analysis reads our traces in a test; installed without touching torch
+  $PY -c "import hta" 2>/dev/null || bash scripts/install_hta.sh || echo "setup: HTA not installed; its test will skip"
+fi
+
+# build the extension in place (warnings are errors), and install the package + `cprof`
+CPROF_WERROR=1 $PY setup.py -q build_ext --inplace >/dev/null
+$PY -c "import cprof" 2>/dev/null && $PY -m pip show -q cprof >/dev/null 2>&1 \
+  || pip_install --no-build-isolation --no-deps -e .
+$PY -c "import cprof; print('setup: cprof', cprof.__version__, 'ready')"

@@ -1,0 +1,47 @@
+import gzip
+import json
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+
+def load_trace(path):
+    path = os.fspath(path)
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def ranges_of(trace, cat=None):
+    return [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") != "Trace"
+            and (cat is None or e.get("cat") == cat)]
+
+
+@pytest.fixture
+def outdir(tmp_path):
+    d = tmp_path / "traces"
+    return d
+
+
+@pytest.fixture(autouse=True)
+def _no_open_window():
+    """Every test starts and ends with no cprof window open."""
+    import cprof._C as C
+    if C.active():
+        C.stop().close()
+    yield
+    if C.active():
+        C.stop().close()
+        pytest.fail("a test left a cprof window open")
+    C.set_buffer_cap(256 << 20)  # the default: a test's small cap must not leak into the next
+
+
+@pytest.fixture(autouse=True)
+def _no_dist_env(monkeypatch):
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(k, raising=False)

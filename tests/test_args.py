@@ -1,0 +1,67 @@
+"""add_profiler_args / create_profiler_from_args."""
+import argparse
+
+import pytest
+
+import cprof
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser()
+    cprof.add_profiler_args(parser)
+    return parser.parse_args(argv)
+
+
+def test_defaults():
+    a = parse([])
+    assert a.profile is False and a.profile_dir is None and a.profile_name is None
+    assert a.profile_activities == ["CPU", "GPU"]
+    assert a.profile_with_stack is True and a.profile_record_shapes is True
+    assert a.track_memory is False
+    assert cprof.create_profiler_from_args(a).enabled is False
+
+
+def test_all_flags(tmp_path):
+    a = parse(["--profile", "--profile-dir", str(tmp_path), "--profile-name", "n",
+               "--profile-activities", "cpu", "GPU", "mem", "--no-profile-with-stack",
+               "--no-profile-record-shapes", "--track-memory"])
+    assert a.profile_activities == ["CPU", "GPU", "MEM"]
+    p = cprof.create_profiler_from_args(a)
+    assert p.enabled and p.output_dir == str(tmp_path) and p.profile_name == "n"
+    assert p.with_stack is False and p.record_shapes is False
+    assert p.activities == ["CPU", "GPU", "MEM"]
+
+
+def test_track_memory_adds_mem():
+    p = cprof.create_profiler_from_args(parse(["--profile", "--profile-activities", "CPU",
+                                               "--track-memory"]))
+    assert p.activities == ["CPU", "MEM"]
+
+
+def test_explicit_profile_name_wins():
+    a = parse(["--profile", "--profile-name", "from-flag"])
+    assert cprof.create_profiler_from_args(a, profile_name="explicit").profile_name == "explicit"
+    assert cprof.create_profiler_from_args(a).profile_name == "from-flag"
+
+
+def test_bad_activity_rejected_by_parser(capsys):
+    with pytest.raises(SystemExit):
+        parse(["--profile-activities", "TPU"])
+
+
+def test_namespace_without_optional_attributes(tmp_path, monkeypatch):
+    monkeypatch.setenv("CPROF_PROFILER_DIR", str(tmp_path))
+    p = cprof.create_profiler_from_args(argparse.Namespace(profile=True))
+    assert p.enabled and p.output_dir == str(tmp_path)
+    assert p.activities == ["CPU", "GPU"] and p.profile_name.startswith("profile_")
+    assert cprof.create_profiler_from_args(argparse.Namespace()).enabled is False
+
+
+def test_runs_end_to_end(tmp_path):
+    p = cprof.create_profiler_from_args(parse(["--profile", "--profile-dir", str(tmp_path),
+                                               "--profile-activities", "CPU"]),
+                                        profile_name="e2e")
+    with p:
+        with cprof.range("x"):
+            pass
+    assert p.trace_path == tmp_path / "e2e.trace.json.gz" and p.trace_path.exists()

@@ -1,0 +1,291 @@
+"""ProfilerContext, profile_function, output naming, rank naming, bad input."""
+import os
+import pathlib
+import time
+import warnings
+
+import pytest
+
+import cprof
+from conftest import load_trace, ranges_of
+
+
+def test_writes_trace_with_name_and_exposes_paths(outdir, capsys):
+    with cprof.ProfilerContext(output_dir=outdir, profile_name="run") as p:
+        with cprof.range("work"):
+            pass
+    assert isinstance(p.trace_path, pathlib.Path)
+    assert p.trace_path == outdir / "run.trace.json.gz"
+    assert p.output_dir == str(outdir)
+    assert p.trace_path.exists()
+    out = capsys.readouterr().out
+    assert str(p.trace_path) in out and "events" in out and "s to write" in out
+    trace = load_trace(p.trace_path)
+    assert [e["name"] for e in ranges_of(trace)] == ["work"]
+
+
+def test_trace_top_level_keys(outdir):
+    with cprof.ProfilerContext(output_dir=outdir, profile_name="keys", with_stack=False):
+        with cprof.range("a"):
+            pass
+    t = load_trace(outdir / "keys.trace.json.gz")
+    for key in ("schemaVersion", "deviceProperties", "distributedInfo", "displayTimeUnit",
+                "baseTimeNanoseconds", "traceEvents", "traceName", "cprof"):
+        assert key in t, key
+    assert t["distributedInfo"]["rank"] == 0 and t["distributedInfo"]["world_size"] == 1
+    assert t["traceName"] == str(outdir / "keys.trace.json.gz")
+    meta = t["cprof"]
+    assert meta["version"] == cprof.__version__
+    assert meta["config"]["with_stack"] is False
+    assert meta["config"]["profile_name"] == "keys"
+    assert meta["dropped"]["cpu_ranges"] == 0
+    assert meta["counts"]["cpu_ranges"] == 1
+    assert meta["partial"] is False
+    names = {(e["name"], e.get("pid"), e.get("tid")) for e in t["traceEvents"] if e["ph"] == "M"}
+    pid = os.getpid()
+    assert ("process_name", pid, 0) in names
+    assert any(n == "thread_name" and p == pid for n, p, _ in names)
+
+
+def test_default_dir_env_read_at_call_time(tmp_path, monkeypatch):
+    monkeypatch.setenv("CPROF_PROFILER_DIR", str(tmp_path / "a"))
+    p1 = cprof.ProfilerContext(profile_name="x")
+    monkeypatch.setenv("CPROF_PROFILER_DIR", str(tmp_path / "b"))
+    p2 = cprof.ProfilerContext(profile_name="x")
+    assert p1.output_dir == str(tmp_path / "a")
+    assert p2.output_dir == str(tmp_path / "b")
+    monkeypatch.delenv("CPROF_PROFILER_DIR")
+    assert cprof.ProfilerContext().output_dir == "/tmp/cprof_profiles"
+
+
+def test_default_name_is_timestamp(outdir):
+    before = int(time.time())
+    p = cprof.ProfilerContext(output_dir=outdir, verbose=False)
+    stamp = int(p.profile_name.split("_", 1)[1])
+    assert p.profile_name.startswith("profile_") and before <= stamp <= int(time.time())
+
+
+def test_same_name_never_overwrites(outdir):
+    paths = []
+    for i in range(3):
+        with cprof.ProfilerContext(output_dir=outdir, profile_name="same", verbose=False) as p:
+            with cprof.range(f"r{i}"):
+                pass
+        paths.append(p.trace_path)
+    assert len(set(paths)) == 3
+    assert [pth.name for pth in paths] == ["same.trace.json.gz", "same-1.trace.json.gz",
+                                           "same-2.trace.json.gz"]
+    for i, pth in enumerate(paths):
+        assert [e["name"] for e in ranges_of(load_trace(pth))] == [f"r{i}"]
+
+
+def test_rank_naming_from_env(outdir, monkeypatch):
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with cprof.ProfilerContext(output_dir=outdir, profile_name="job", verbose=False) as p:
+        pass
+    assert p.trace_path.name == "job-rank3.trace.json.gz"
+    t = load_trace(p.trace_path)
+    assert t["distributedInfo"]["rank"] == 3 and t["distributedInfo"]["world_size"] == 4
+
+
+def test_single_process_has_no_rank_suffix(outdir, monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with cprof.ProfilerContext(output_dir=outdir, profile_name="solo", verbose=False) as p:
+        pass
+    assert p.trace_path.name == "solo.trace.json.gz"
+
+
+def test_plain_json_when_gzip_off(outdir):
+    with cprof.ProfilerContext(output_dir=outdir, profile_name="plain", gzip=False,
+                               verbose=False) as p:
+        pass
+    assert p.trace_path.name == "plain.trace.json"
+    assert p.trace_path.read_bytes().lstrip().startswith(b"{")
+
+
+def test_disabled_is_a_noop(tmp_path, monkeypatch):
+    target = tmp_path / "never"
+    ctx = cprof.ProfilerContext(enabled=False, output_dir=target, activities=["bogus"])
+    with ctx as p:
+        with cprof.range("x"):
+            pass
+    assert p.trace_path is None and p.output_dir is None
+    assert not target.exists()
+    assert not cprof._C.active()
+
+
+def test_disabled_is_cheap():
+    ctx = cprof.ProfilerContext(enabled=False)
+    n = 20000
+    t0 = time.perf_counter()
+    for _ in range(n):
+        with ctx:
+            pass
+    per = (time.perf_counter() - t0) / n
+    assert per < 20e-6  # generous: a few hundred ns in practice (see benchmarks)
+
+
+@pytest.mark.parametrize("acts", [["cpu"], ["Cpu", "gpu"], ("CPU", "MEM"), "cpu"])
+def test_activities_case_insensitive(acts, outdir):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = cprof.ProfilerContext(output_dir=outdir, activities=acts)
+    assert all(a in ("CPU", "GPU", "MEM") for a in p.activities)
+
+
+@pytest.mark.parametrize("acts", [["CPU", "TPU"], ["gpus"], [3], []])
+def test_unknown_activity_is_value_error(acts):
+    with pytest.raises(ValueError) as e:
+        cprof.ProfilerContext(activities=acts)
+    assert "CPU" in str(e.value) and "GPU" in str(e.value) and "MEM" in str(e.value)
+
+
+def test_gpu_unavailable_warns_and_records_cpu(outdir):
+    if cprof.features()["gpu_activity"]["available"]:
+        pytest.skip("GPU activity is available here")
+    import cprof.context as ctxmod
+    ctxmod._gpu_warned = False
+    with pytest.warns(RuntimeWarning, match="GPU activity"):
+        with cprof.ProfilerContext(output_dir=outdir, profile_name="g", verbose=False) as p:
+            with cprof.range("cpu side"):
+                pass
+    t = load_trace(p.trace_path)
+    assert t["cprof"]["config"]["collected_activities"] == ["CPU"]
+    assert "gpu_unavailable" in t["cprof"]
+    # once only
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with cprof.ProfilerContext(output_dir=outdir, profile_name="g2", verbose=False):
+            pass
+
+
+def test_uncreatable_output_dir_fails_before_window(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(cprof.TraceWriteError) as e:
+        with cprof.ProfilerContext(output_dir=blocker / "sub", profile_name="n"):
+            raise AssertionError("the body must not run")
+    assert "output" in str(e.value) and not cprof._C.active()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
+def test_unwritable_output_dir_fails_before_window(tmp_path):
+    d = tmp_path / "ro"
+    d.mkdir()
+    d.chmod(0o500)
+    with pytest.raises(cprof.TraceWriteError):
+        with cprof.ProfilerContext(output_dir=d, profile_name="n"):
+            raise AssertionError("the body must not run")
+
+
+def test_exception_inside_window_still_writes_and_propagates(outdir):
+    class Boom(Exception):
+        pass
+
+    ctx = cprof.ProfilerContext(output_dir=outdir, profile_name="boom", verbose=False)
+    err = Boom("original")
+    with pytest.raises(Boom) as info:
+        with ctx:
+            with cprof.range("before the error"):
+                pass
+            with cprof.range("open when raised"):
+                raise err
+    assert info.value is err
+    t = load_trace(ctx.trace_path)
+    names = [e["name"] for e in ranges_of(t)]
+    assert names == ["before the error", "open when raised"]
+    assert t["cprof"]["partial"] is True and t["cprof"]["end"] == "Boom"
+
+
+def test_keyboard_interrupt_inside_window_still_writes(outdir):
+    ctx = cprof.ProfilerContext(output_dir=outdir, profile_name="kbd", verbose=False)
+    with pytest.raises(KeyboardInterrupt):
+        with ctx:
+            with cprof.range("r"):
+                raise KeyboardInterrupt
+    t = load_trace(ctx.trace_path)
+    assert t["cprof"]["end"] == "KeyboardInterrupt"
+
+
+def test_failed_write_keeps_data_for_save(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    ctx = cprof.ProfilerContext(output_dir=out, profile_name="lost", verbose=False)
+    with pytest.raises(cprof.TraceWriteError):
+        with ctx:
+            with cprof.range("precious"):
+                pass
+            os.rmdir(out)  # the directory vanishes while profiling
+    dest = tmp_path / "elsewhere" / "saved.trace.json"
+    ctx.save(dest)
+    assert [e["name"] for e in ranges_of(load_trace(dest))] == ["precious"]
+    assert not any(p.name.endswith(".tmp") for p in (tmp_path / "elsewhere").iterdir())
+
+
+def test_nested_context_is_a_clear_error(outdir):
+    with cprof.ProfilerContext(output_dir=outdir, profile_name="outer", verbose=False) as outer:
+        with pytest.raises(cprof.WindowStateError, match="already open"):
+            with cprof.ProfilerContext(output_dir=outdir, profile_name="inner", verbose=False):
+                pass
+        with cprof.range("still fine"):
+            pass
+    assert [e["name"] for e in ranges_of(load_trace(outer.trace_path))] == ["still fine"]
+
+
+def test_profile_function_keeps_metadata_and_writes(outdir):
+    @cprof.profile_function(output_dir=outdir, verbose=False)
+    def forward_pass(x, y=2):
+        """Doc."""
+        with cprof.range("inside"):
+            return x * y
+
+    assert forward_pass.__name__ == "forward_pass" and forward_pass.__doc__ == "Doc."
+    import inspect
+    assert list(inspect.signature(forward_pass).parameters) == ["x", "y"]
+    assert forward_pass(3) == 6
+    path = outdir / "forward_pass.trace.json.gz"
+    names = [e["name"] for e in ranges_of(load_trace(path))]
+    assert names == ["forward_pass", "inside"]
+
+
+def test_profile_function_custom_name_and_disabled(outdir):
+    @cprof.profile_function(profile_name="fp", output_dir=outdir, verbose=False)
+    def f():
+        return 1
+
+    @cprof.profile_function(enabled=False, output_dir=outdir / "no")
+    def g():
+        return 2
+
+    assert f() == 1 and g() == 2
+    assert (outdir / "fp.trace.json.gz").exists()
+    assert not (outdir / "no").exists()
+
+
+def test_profiled_function_calling_profiled_function_nests(outdir):
+    @cprof.profile_function(output_dir=outdir, verbose=False)
+    def inner():
+        return 1
+
+    @cprof.profile_function(output_dir=outdir, verbose=False)
+    def outer():
+        return inner() + inner()
+
+    assert outer() == 2
+    t = load_trace(outdir / "outer.trace.json.gz")
+    names = [e["name"] for e in ranges_of(t)]
+    assert names == ["outer", "inner", "inner"]
+    assert not (outdir / "inner.trace.json.gz").exists()
+
+
+def test_summary_after_exit(outdir):
+    with cprof.ProfilerContext(output_dir=outdir, profile_name="s", verbose=False) as p:
+        for _ in range(3):
+            with cprof.range("parent"):
+                with cprof.range("child"):
+                    time.sleep(0.001)
+    rows = {r["name"]: r for r in p.summary}
+    assert rows["parent"]["count"] == 3 and rows["child"]["count"] == 3
+    assert rows["parent"]["total_ns"] >= rows["child"]["total_ns"] >= 3_000_000
+    assert rows["parent"]["self_ns"] == rows["parent"]["total_ns"] - rows["child"]["total_ns"]

@@ -1,0 +1,59 @@
+"""cprof traces load in Holistic Trace Analysis the way torch.profiler CPU traces do."""
+import pytest
+
+import cprof
+from hta_check import count, hta_available, load_with_hta
+
+pytestmark = pytest.mark.skipif(not hta_available(), reason="holistictraceanalysis not installed "
+                                "(scripts/install_hta.sh)")
+
+
+def make_cprof_trace(outdir, name, gz=True):
+    with cprof.ProfilerContext(output_dir=outdir, profile_name=name, activities=["CPU"],
+                               gzip=gz, verbose=False) as p:
+        for i in range(3):
+            with cprof.range(f"ProfilerStep#{i}"):
+                with cprof.range("forward"):
+                    with cprof.range("matmul"):
+                        pass
+                with cprof.range("backward"):
+                    pass
+    return p.trace_path
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_cprof_trace_loads_in_hta(tmp_path, gz):
+    path = make_cprof_trace(tmp_path, "hta", gz)
+    ok, d = load_with_hta(str(path))
+    assert ok, d.get("error")
+    assert d["rank_regex_rank"] == 0
+    assert count(d, name="forward", cat="user_annotation") == 3
+    assert count(d, name="matmul", cat="user_annotation") == 3
+    assert count(d, name="ProfilerStep#1") == 1
+    assert "cprof" in d["meta_keys"]
+
+
+def test_rank_from_env_is_what_hta_reads(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    path = make_cprof_trace(tmp_path, "ranked")
+    assert path.name == "ranked-rank1.trace.json.gz"
+    ok, d = load_with_hta(str(path))
+    assert ok, d.get("error")
+    assert d["rank_regex_rank"] == 1 and d["ranks"] == [1]
+
+
+def test_same_shape_as_torch_profiler_cpu_trace(tmp_path):
+    torch = pytest.importorskip("torch")
+    ref = tmp_path / "ref.pt.trace.json"
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with torch.profiler.record_function("forward"):
+            torch.ones(4) + 1
+    prof.export_chrome_trace(str(ref))
+    ok_ref, d_ref = load_with_hta(str(ref))
+    ok, d = load_with_hta(str(make_cprof_trace(tmp_path, "mine")))
+    assert ok_ref and ok
+    # the columns HTA builds for a torch CPU trace exist for ours too
+    keys_ref = set(d_ref["events"][0])
+    assert keys_ref <= set(d["events"][0])
+    assert count(d_ref, name="forward", cat="user_annotation") == 1

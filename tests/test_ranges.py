@@ -1,0 +1,244 @@
+"""cprof.range / push / pop: nesting per thread, threads, errors, allocation, memory cap."""
+import threading
+import tracemalloc
+
+import pytest
+
+import cprof
+import cprof._C as C
+from conftest import load_trace, ranges_of
+
+
+def collect(fn):
+    C.start()
+    try:
+        fn()
+    finally:
+        snap = C.stop()
+    return snap
+
+
+def test_range_context_and_decorator_and_push_pop():
+    @cprof.range("decorated")
+    def f(x):
+        """doc"""
+        return x + 1
+
+    def body():
+        with cprof.range("a"):
+            cprof.push("b")
+            assert f(1) == 2
+            cprof.pop()
+
+    snap = collect(body)
+    recs = snap.records()
+    assert [(r[1], r[5]) for r in recs] == [("a", 0), ("b", 1), ("decorated", 2)]
+    a, b, d = recs
+    assert a[3] <= b[3] <= d[3] <= d[4] <= b[4] <= a[4]
+    assert f.__name__ == "f" and f.__doc__ == "doc"
+
+
+def test_async_decorator():
+    import asyncio
+
+    @cprof.range("coro")
+    async def g():
+        return 5
+
+    snap = collect(lambda: asyncio.run(g()))
+    assert [r[1] for r in snap.records()] == ["coro"]
+
+
+def test_pop_without_push_is_error_and_harmless():
+    with pytest.raises(cprof.NoOpenRangeError):
+        cprof.pop()
+
+    def body():
+        with cprof.range("ok"):
+            pass
+        with pytest.raises(cprof.CprofError):
+            cprof.pop()
+        with cprof.range("still ok"):
+            pass
+
+    snap = collect(body)
+    assert [r[1] for r in snap.records()] == ["ok", "still ok"]
+    assert C.depth() == 0
+
+
+def test_range_name_must_be_str():
+    with pytest.raises(TypeError):
+        cprof.range(b"bytes")
+    with pytest.raises(TypeError):
+        cprof.push(3)
+
+
+def test_ranges_outside_window_record_nothing_and_keep_nesting():
+    cprof.push("before window")
+    C.start()
+    with cprof.range("inside"):
+        pass
+    cprof.pop()  # closes "before window", which was not recorded
+    snap = C.stop()
+    assert [r[1] for r in snap.records()] == ["inside"]
+    assert C.depth() == 0
+
+
+def test_range_open_at_stop_is_truncated_and_pop_after_is_fine():
+    C.start()
+    cprof.push("spans the end")
+    snap = C.stop()
+    cprof.pop()
+    (rec,) = snap.records()
+    assert rec[1] == "spans the end" and rec[6] == 1 and rec[4] == snap.stop_ns
+    assert snap.truncated == 1
+
+
+def test_windows_do_not_leak_into_each_other():
+    s1 = collect(lambda: [cprof.push("w1"), cprof.pop()])
+    s2 = collect(lambda: [cprof.push("w2"), cprof.pop()])
+    assert [r[1] for r in s1.records()] == ["w1"]
+    assert [r[1] for r in s2.records()] == ["w2"]
+    assert s2.window_id == s1.window_id + 1
+
+
+def test_start_twice_and_stop_twice_are_errors():
+    C.start()
+    with pytest.raises(cprof.WindowStateError):
+        C.start()
+    C.stop()
+    with pytest.raises(cprof.WindowStateError):
+        C.stop()
+
+
+def test_eight_threads_100k_ranges_each(tmp_path):
+    n_threads, per_thread = 8, 100_000
+    barrier = threading.Barrier(n_threads)
+
+    def work(i):
+        barrier.wait()
+        outer = cprof.range(f"thread{i}")
+        inner = cprof.range("inner")
+        for _ in range(per_thread // 2):
+            with outer:
+                with inner:
+                    pass
+
+    def body():
+        threads = [threading.Thread(target=work, args=(i,), name=f"worker-{i}")
+                   for i in range(n_threads)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    snap = collect(body)
+    assert snap.ranges == n_threads * per_thread and snap.dropped == 0
+    by_tid = {}
+    for tid, name, _cat, b, e, depth, trunc in snap.records():
+        by_tid.setdefault(tid, []).append((name, b, e, depth))
+    assert len(by_tid) == n_threads
+    for recs in by_tid.values():
+        assert len(recs) == per_thread
+        outer_name = recs[0][0]
+        for j in range(0, per_thread, 2):
+            (on, ob, oe, od), (iname, ib, ie, idp) = recs[j], recs[j + 1]
+            assert on == outer_name and od == 0 and iname == "inner" and idp == 1
+            assert ob <= ib <= ie <= oe
+    path, *_ = snap.write(str(tmp_path / "threads"), ".trace.json", gzip=0)
+    t = load_trace(path)
+    assert len(ranges_of(t)) == n_threads * per_thread
+    thread_names = {e["args"]["name"] for e in t["traceEvents"] if e["name"] == "thread_name"}
+    # threads that ended before stop keep cprof's default names; all are present
+    assert len(thread_names) == n_threads
+
+
+def test_thread_names_from_threading(tmp_path):
+    ready, done = threading.Event(), threading.Event()
+
+    def work():
+        with cprof.range("in named thread"):
+            ready.set()
+            done.wait()
+
+    t = threading.Thread(target=work, name="data-loader")
+    C.start()
+    t.start()
+    ready.wait()
+    snap = C.stop()
+    snap.rename_threads({th.ident: th.name for th in threading.enumerate()})
+    done.set()
+    t.join()
+    path, *_ = snap.write(str(tmp_path / "names"), ".trace.json", gzip=0)
+    tr = load_trace(path)
+    names = {e["args"]["name"] for e in tr["traceEvents"] if e["name"] == "thread_name"}
+    assert "data-loader" in names
+
+
+def test_no_allocation_after_warmup():
+    r = cprof.range("hot")
+
+    def loop(n):
+        for _ in range(n):
+            with cprof.range("hot"):
+                pass
+            cprof.push("hot")
+            cprof.pop()
+            with r:
+                pass
+
+    C.start()
+    try:
+        loop(5000)  # warm-up: chunk allocation, freelists, caches
+        tracemalloc.start()
+        snap0 = tracemalloc.take_snapshot()
+        loop(500)
+        snap1 = tracemalloc.take_snapshot()
+        tracemalloc.stop()
+    finally:
+        C.stop().close()
+    growth = sum(s.size_diff for s in snap1.compare_to(snap0, "filename")
+                 if s.size_diff > 0 and "tracemalloc" not in str(s.traceback))
+    assert growth < 1024, snap1.compare_to(snap0, "lineno")[:5]
+
+
+def test_memory_cap_counts_drops_and_trace_stays_valid(tmp_path):
+    chunk = C.memory()["chunk_bytes"]
+    C.set_buffer_cap(chunk * 2)  # room for 2048 ranges
+    try:
+        C.start()
+        for _ in range(5000):
+            with cprof.range("x"):
+                pass
+        stored, dropped = C.counts()
+        snap = C.stop()
+    finally:
+        C.set_buffer_cap(256 << 20)
+    assert stored == 2048 and dropped == 5000 - 2048
+    assert snap.ranges == 2048 and snap.dropped == 2952
+    path, *_ = snap.write(str(tmp_path / "capped"), ".trace.json", gzip=0)
+    t = load_trace(path)
+    assert t["cprof"]["dropped"]["cpu_ranges"] == 2952
+    assert len(ranges_of(t)) == 2048
+
+
+def test_drops_warn_through_context(tmp_path):
+    with pytest.warns(RuntimeWarning, match="dropped"):
+        with cprof.ProfilerContext(output_dir=tmp_path, profile_name="cap", activities=["CPU"],
+                                   buffer_size_mb=0.1, verbose=False) as p:
+            for _ in range(3000):
+                with cprof.range("x"):
+                    pass
+    t = load_trace(p.trace_path)
+    assert t["cprof"]["dropped"]["cpu_ranges"] > 0
+
+
+def test_set_cap_rejected_while_open():
+    C.start()
+    try:
+        with pytest.raises(cprof.WindowStateError):
+            C.set_buffer_cap(1 << 20)
+    finally:
+        C.stop()
+    with pytest.raises(ValueError):
+        C.set_buffer_cap(10)
