@@ -4,4 +4,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh >/dev/null
 PY=${PYTHON:-python3}
-exec $PY examples/train_mlp.py "$@"
+PYTHONPATH="$(pwd)${PYTHONPATH:+:$PYTHONPATH}" exec $PY examples/train_mlp.py "$@"

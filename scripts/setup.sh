@@ -30,6 +30,10 @@ fi
 
 # build the extension in place (warnings are errors), and install the package + `cprof`
 CPROF_WERROR=1 $PY setup.py -q build_ext --inplace >/dev/null
-$PY -c "import cprof" 2>/dev/null && $PY -m pip show -q cprof >/dev/null 2>&1 \
-  || pip_install --no-build-isolation --no-deps -e .
-$PY -c "import cprof; print('setup: cprof', cprof.__version__, 'ready')"
+# (re)install if the importable cprof is not this checkout's (another clone's editable install)
+here=$(pwd)
+where=$(cd / && $PY -c "import cprof, os; print(os.path.dirname(os.path.dirname(os.path.realpath(cprof.__file__))))" 2>/dev/null || true)
+if [ "$where" != "$(realpath "$here")" ]; then
+  pip_install --no-build-isolation --no-deps -e . >/dev/null
+fi
+(cd / && $PY -c "import cprof; print('setup: cprof', cprof.__version__, 'ready at', cprof.__file__)")
