@@ -214,8 +214,11 @@ typedef struct cprof_write_stats {
     size_t replaced_chars;       /* invalid UTF-8 sequences replaced in names */
 } cprof_write_stats;
 
-/* Streams the snapshot as a trace into sink. Pure C: call with the GIL released. */
-int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap, const cprof_trace_meta *meta,
+struct cprof_gpu_snapshot; /* gpu.h */
+/* Streams the snapshot as a trace into sink, with the GPU activity of the same window when gpu
+ * is not NULL (linked to the ranges here). Pure C: call with the GIL released. */
+int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap,
+                      const struct cprof_gpu_snapshot *gpu, const cprof_trace_meta *meta,
                       cprof_write_stats *stats);
 
 /* ---- meta.c: the "cprof" metadata object of a trace (cJSON) ---- */

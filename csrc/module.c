@@ -13,17 +13,21 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cprof.h"
+#include "cuda_loader.h"
+#include "gpu.h"
 
 typedef struct {
     PyObject *CprofError;
     PyObject *NoOpenRangeError;
     PyObject *WindowStateError;
     PyObject *TraceWriteError;
+    PyObject *GpuUnavailableError;
+    PyObject *CuptiBusyError;
     PyObject *name_cache;   /* str -> int id */
     PyObject *decorate;     /* cprof's Python helper that turns a range into a decorator */
     PyTypeObject *RangeType;
     PyTypeObject *SnapshotType;
+    PyTypeObject *GpuSnapshotType;
     uint32_t full_name_id;  /* used when the name table is full */
 } module_state;
 
@@ -48,7 +52,20 @@ static PyObject *raise_core_error(module_state *st, int code, const char *what, 
     case CPROF_E_EXISTS:
         type = st->TraceWriteError;
         break;
+    case CPROF_E_CUPTI_BUSY:
+        type = st->CuptiBusyError;
+        break;
+    case CPROF_E_UNAVAILABLE:
+    case CPROF_E_NO_DEVICE:
+    case CPROF_E_CUPTI_PRIVILEGES:
+        type = st->GpuUnavailableError;
+        break;
     default: break;
+    }
+    if (code <= CPROF_E_CUPTI_BUSY || code == CPROF_E_UNAVAILABLE) {
+        /* the collector's message already says what happened and what to do */
+        PyErr_Format(type, "cprof: %s", what && *what ? what : cprof_strerror(code));
+        return NULL;
     }
     if (code == CPROF_E_IO && err_no) {
         PyObject *args = Py_BuildValue("(is)", err_no, what ? what : strerror(err_no));
@@ -276,6 +293,104 @@ static PyType_Spec range_spec = {
     .slots = range_slots,
 };
 
+/* ---- GPU snapshots: what CUPTI collected in a window, decoded ---- */
+
+typedef struct {
+    PyObject_HEAD
+    cprof_gpu_snapshot *snap;
+} GpuSnapshotObject;
+
+static void gpu_snapshot_dealloc(GpuSnapshotObject *self) {
+    PyTypeObject *tp = Py_TYPE(self);
+    cprof_gpu_snapshot_free(self->snap);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static const char *const gpu_kind_names[CPROF_GPU_KIND_COUNT] = {
+    "kernel", "memcpy", "memset", "runtime", "driver", "sync", "overhead", "memory", "marker"};
+
+static PyObject *gpu_snapshot_counts(GpuSnapshotObject *self, PyObject *unused) {
+    if (!self->snap) Py_RETURN_NONE;
+    cprof_gpu_snapshot *g = self->snap;
+    PyObject *kinds = PyDict_New();
+    for (int k = 0; kinds && k < CPROF_GPU_KIND_COUNT; k++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(g->per_kind[k]);
+        if (!v || PyDict_SetItemString(kinds, gpu_kind_names[k], v) < 0) Py_CLEAR(kinds);
+        Py_XDECREF(v);
+    }
+    if (!kinds) return NULL;
+    return Py_BuildValue("{sNsKs{sKsKsKsK}sKsK}", "records", kinds, "total",
+                         (unsigned long long)g->nrecords, "dropped", "cupti",
+                         (unsigned long long)g->dropped_cupti, "incomplete",
+                         (unsigned long long)g->dropped_incomplete, "outside_window",
+                         (unsigned long long)g->dropped_outside, "decode",
+                         (unsigned long long)g->dropped_decode, "cupti_overhead_ns",
+                         (unsigned long long)g->overhead_ns, "buffers",
+                         (unsigned long long)g->buffers);
+}
+
+/* records(): every decoded record as a dict (tests, small windows). */
+static PyObject *gpu_snapshot_records(GpuSnapshotObject *self, PyObject *unused) {
+    PyObject *list = PyList_New(0);
+    if (!list || !self->snap) return list;
+    for (cprof_gpu_chunk *c = self->snap->chunks; c; c = c->next) {
+        for (uint32_t k = 0; k < c->count; k++) {
+            cprof_gpu_record *r = &c->rec[k];
+            size_t len, alen;
+            const char *s = cprof_names_get(r->name_id, &len);
+            const char *a = cprof_names_get(r->aux_id, &alen);
+            PyObject *item = Py_BuildValue(
+                "{sssNsKsKsIsIsIsIsIsNsK}", "kind",
+                gpu_kind_names[r->kind < CPROF_GPU_KIND_COUNT ? r->kind : 0], "name",
+                PyUnicode_DecodeUTF8(s, (Py_ssize_t)len, "replace"), "start_ns",
+                (unsigned long long)r->start_ns, "end_ns", (unsigned long long)r->end_ns,
+                "correlation", r->correlation, "device", r->device, "stream", r->stream, "tid",
+                r->tid, "sub", (unsigned)r->sub, "aux",
+                (r->kind == CPROF_GPU_KERNEL || r->kind == CPROF_GPU_MARKER)
+                    ? PyUnicode_DecodeUTF8(a, (Py_ssize_t)alen, "replace")
+                    : PyLong_FromUnsignedLong(r->aux_id),
+                "bytes",
+                (unsigned long long)((r->kind == CPROF_GPU_MEMCPY || r->kind == CPROF_GPU_MEMSET)
+                                         ? r->u.m.bytes : 0));
+            if (!item || PyList_Append(list, item) < 0) {
+                Py_XDECREF(item);
+                Py_DECREF(list);
+                return NULL;
+            }
+            Py_DECREF(item);
+        }
+    }
+    return list;
+}
+
+static PyObject *gpu_snapshot_close(GpuSnapshotObject *self, PyObject *unused) {
+    cprof_gpu_snapshot_free(self->snap);
+    self->snap = NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef gpu_snapshot_methods[] = {
+    {"counts", (PyCFunction)gpu_snapshot_counts, METH_NOARGS, "Records per kind and drops."},
+    {"records", (PyCFunction)gpu_snapshot_records, METH_NOARGS, "All records as dicts."},
+    {"close", (PyCFunction)gpu_snapshot_close, METH_NOARGS, "Releases the memory now."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot gpu_snapshot_slots[] = {
+    {Py_tp_doc, "What CUPTI collected in one window, decoded (held in C memory)."},
+    {Py_tp_dealloc, gpu_snapshot_dealloc},
+    {Py_tp_methods, gpu_snapshot_methods},
+    {0, NULL},
+};
+
+static PyType_Spec gpu_snapshot_spec = {
+    .name = "cprof._C.GpuSnapshot",
+    .basicsize = sizeof(GpuSnapshotObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = gpu_snapshot_slots,
+};
+
 /* ---- snapshots: what a window collected, written to a file with the GIL released ---- */
 
 typedef struct {
@@ -322,17 +437,30 @@ static PyObject *snapshot_close(SnapshotObject *self, PyObject *unused) {
 static PyObject *snapshot_write(SnapshotObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"stem",    "suffix",      "gzip",     "pid",
                              "process_name", "rank",   "world_size", "backend",
-                             "extra_json",   "device_props_json", "replace", NULL};
+                             "extra_json",   "device_props_json", "replace", "gpu", NULL};
     const char *stem, *suffix, *process_name = "python", *backend = NULL, *extra = NULL,
                                 *devprops = NULL;
     int gzip = 6, rank = 0, world = 1, replace = 0;
     long long pid = getpid();
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "ss|$iLsiizzzp", kwlist, &stem, &suffix, &gzip,
+    PyObject *gpu_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "ss|$iLsiizzzpO", kwlist, &stem, &suffix, &gzip,
                                      &pid, &process_name, &rank, &world, &backend, &extra,
-                                     &devprops, &replace))
+                                     &devprops, &replace, &gpu_obj))
         return NULL;
     if (snapshot_check(self) < 0) return NULL;
     module_state *st = PyType_GetModuleState(Py_TYPE(self));
+    const cprof_gpu_snapshot *gpu = NULL;
+    if (gpu_obj != Py_None) {
+        if (!PyObject_TypeCheck(gpu_obj, st->GpuSnapshotType)) {
+            PyErr_SetString(PyExc_TypeError, "gpu must be a GpuSnapshot or None");
+            return NULL;
+        }
+        gpu = ((GpuSnapshotObject *)gpu_obj)->snap;
+        if (!gpu) {
+            PyErr_SetString(st->WindowStateError, "the GPU snapshot was released with close()");
+            return NULL;
+        }
+    }
     if (gzip < 0 || gzip > 9) {
         PyErr_SetString(PyExc_ValueError, "gzip level must be 0 (plain) to 9");
         return NULL;
@@ -375,7 +503,7 @@ static PyObject *snapshot_write(SnapshotObject *self, PyObject *args, PyObject *
     for (attempt = 1; !replace && access(path, F_OK) == 0 && attempt < 100000; attempt++)
         snprintf(path, cap, "%s-%d%s", stem, attempt, suffix);
     rc = cprof_sink_open(&sink, path, gzip, &err_no);
-    if (!rc) rc = cprof_trace_write(sink, self->snap, &m, &stats);
+    if (!rc) rc = cprof_trace_write(sink, self->snap, gpu, &m, &stats);
     if (!rc) rc = cprof_sink_finish(sink, &err_no);
     else if (sink && !err_no) cprof_sink_finish(sink, &err_no); /* fetch the sink's errno */
     while (!rc) {
@@ -721,6 +849,81 @@ static PyObject *mod_build_info(PyObject *module, PyObject *unused) {
                          (Py_ssize_t)sizeof(cprof_record));
 }
 
+/* gpu_start(memory=False, nvtx=True, buffer_bytes=0, pool_bytes=0): opens GPU collection. */
+static PyObject *mod_gpu_start(PyObject *module, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"memory", "nvtx", "buffer_bytes", "pool_bytes", NULL};
+    int memory = 0, nvtx = 1;
+    unsigned long long buffer_bytes = 0, pool_bytes = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|ppKK", kwlist, &memory, &nvtx, &buffer_bytes,
+                                     &pool_bytes))
+        return NULL;
+    cprof_gpu_config cfg = {memory, nvtx, buffer_bytes, pool_bytes};
+    int rc;
+    uint64_t now = cprof_clock_now_ns();
+    Py_BEGIN_ALLOW_THREADS rc = cprof_cupti_start(&cfg, now);
+    Py_END_ALLOW_THREADS
+    if (rc) return raise_core_error(get_state(module), rc, cprof_cupti_last_error(), 0);
+    Py_RETURN_NONE;
+}
+
+/* gpu_stop() -> GpuSnapshot: flushes CUPTI and decodes (GIL released). */
+static PyObject *mod_gpu_stop(PyObject *module, PyObject *unused) {
+    module_state *st = get_state(module);
+    cprof_gpu_snapshot *snap = NULL;
+    int rc;
+    uint64_t now = cprof_clock_now_ns();
+    Py_BEGIN_ALLOW_THREADS rc = cprof_cupti_stop(now, &snap);
+    Py_END_ALLOW_THREADS
+    if (rc) return raise_core_error(st, rc, cprof_cupti_last_error(), 0);
+    GpuSnapshotObject *obj = PyObject_New(GpuSnapshotObject, st->GpuSnapshotType);
+    if (!obj) {
+        cprof_gpu_snapshot_free(snap);
+        return NULL;
+    }
+    obj->snap = snap;
+    return (PyObject *)obj;
+}
+
+static PyObject *mod_gpu_active(PyObject *module, PyObject *unused) {
+    return PyBool_FromLong(cprof_cupti_active());
+}
+
+/* cuda_info(): what the loader found, without starting anything. */
+static PyObject *mod_cuda_info(PyObject *module, PyObject *unused) {
+    int cupti_rc, driver_rc;
+    Py_BEGIN_ALLOW_THREADS cupti_rc = cprof_cuda_load_cupti(NULL);
+    driver_rc = cprof_cuda_load_driver(NULL);
+    Py_END_ALLOW_THREADS
+    const char *cp = cprof_cupti_path(), *cs = cprof_cupti_source(), *dp = cprof_libcuda_path();
+    return Py_BuildValue("{s{sOszszszsi}s{sOszsisz}}", "cupti", "loaded",
+                         cupti_rc == 0 ? Py_True : Py_False, "path", cp, "source", cs, "error",
+                         cupti_rc == 0 ? NULL : cprof_cupti_error(), "version",
+                         cprof_cupti_version(), "driver", "loaded",
+                         driver_rc == 0 ? Py_True : Py_False, "path", dp, "version",
+                         cprof_cuda_driver_version(), "error",
+                         driver_rc == 0 ? NULL : cprof_cuda_driver_error());
+}
+
+static PyObject *mod_cuda_add_search_dir(PyObject *module, PyObject *arg) {
+    PyObject *b = NULL;
+    if (!PyUnicode_FSConverter(arg, &b)) return NULL;
+    int rc = cprof_cuda_loader_add_search_dir(PyBytes_AS_STRING(b));
+    Py_DECREF(b);
+    if (rc == CPROF_E_STATE) Py_RETURN_FALSE; /* CUPTI was already looked up */
+    if (rc) return raise_core_error(get_state(module), rc, "cuda_add_search_dir", 0);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *mod_device_props_json(PyObject *module, PyObject *unused) {
+    char *s;
+    Py_BEGIN_ALLOW_THREADS s = cprof_cuda_device_props_json();
+    Py_END_ALLOW_THREADS
+    if (!s) Py_RETURN_NONE;
+    PyObject *r = PyUnicode_FromString(s);
+    free(s);
+    return r;
+}
+
 static PyMethodDef module_methods[] = {
     {"push", (PyCFunction)mod_push, METH_O, "push(name): opens a range on this thread."},
     {"pop", (PyCFunction)mod_pop, METH_NOARGS, "pop(): closes this thread's innermost range."},
@@ -740,6 +943,15 @@ static PyMethodDef module_methods[] = {
     {"_set_decorator", (PyCFunction)mod_set_decorator, METH_O, "Internal."},
     {"json_escape", (PyCFunction)mod_json_escape, METH_O, "The writer's JSON string escaping."},
     {"build_info", (PyCFunction)mod_build_info, METH_NOARGS, "How this extension was built."},
+    {"gpu_start", (PyCFunction)(void (*)(void))mod_gpu_start, METH_VARARGS | METH_KEYWORDS,
+     "Opens GPU collection (CUPTI)."},
+    {"gpu_stop", (PyCFunction)mod_gpu_stop, METH_NOARGS, "Closes GPU collection; GpuSnapshot."},
+    {"gpu_active", (PyCFunction)mod_gpu_active, METH_NOARGS, "True while collecting GPU work."},
+    {"cuda_info", (PyCFunction)mod_cuda_info, METH_NOARGS, "What the CUDA loader found."},
+    {"cuda_add_search_dir", (PyCFunction)mod_cuda_add_search_dir, METH_O,
+     "A directory to look for libcupti in (before CUDA_HOME)."},
+    {"device_props_json", (PyCFunction)mod_device_props_json, METH_NOARGS,
+     "deviceProperties from the driver, as JSON text, or None."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -769,6 +981,13 @@ static int module_exec(PyObject *m) {
                            "The trace could not be written; the data is kept in memory.");
     Py_DECREF(bases);
     if (rc < 0) return -1;
+    if (add_exception(m, &st->GpuUnavailableError, "GpuUnavailableError", st->CprofError,
+                      "GPU activity cannot be collected here (no CUPTI, driver, GPU or "
+                      "permission); the message says which and what to do.") < 0)
+        return -1;
+    if (add_exception(m, &st->CuptiBusyError, "CuptiBusyError", st->CprofError,
+                      "Another profiler (torch.profiler, Nsight) holds CUPTI.") < 0)
+        return -1;
     st->name_cache = PyDict_New();
     if (!st->name_cache) return -1;
     st->RangeType = (PyTypeObject *)PyType_FromModuleAndSpec(m, &range_spec, NULL);
@@ -778,6 +997,9 @@ static int module_exec(PyObject *m) {
     st->SnapshotType = (PyTypeObject *)PyType_FromModuleAndSpec(m, &snapshot_spec, NULL);
     if (!st->SnapshotType) return -1;
     if (PyModule_AddObjectRef(m, "Snapshot", (PyObject *)st->SnapshotType) < 0) return -1;
+    st->GpuSnapshotType = (PyTypeObject *)PyType_FromModuleAndSpec(m, &gpu_snapshot_spec, NULL);
+    if (!st->GpuSnapshotType) return -1;
+    if (PyModule_AddObjectRef(m, "GpuSnapshot", (PyObject *)st->GpuSnapshotType) < 0) return -1;
     static const char full_marker[] = "[cprof: name table full]";
     if (cprof_names_intern(full_marker, sizeof full_marker - 1, &st->full_name_id)) {
         PyErr_NoMemory();
@@ -799,10 +1021,13 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg) {
     Py_VISIT(st->NoOpenRangeError);
     Py_VISIT(st->WindowStateError);
     Py_VISIT(st->TraceWriteError);
+    Py_VISIT(st->GpuUnavailableError);
+    Py_VISIT(st->CuptiBusyError);
     Py_VISIT(st->name_cache);
     Py_VISIT(st->decorate);
     Py_VISIT(st->RangeType);
     Py_VISIT(st->SnapshotType);
+    Py_VISIT(st->GpuSnapshotType);
     return 0;
 }
 
@@ -812,10 +1037,13 @@ static int module_clear(PyObject *m) {
     Py_CLEAR(st->NoOpenRangeError);
     Py_CLEAR(st->WindowStateError);
     Py_CLEAR(st->TraceWriteError);
+    Py_CLEAR(st->GpuUnavailableError);
+    Py_CLEAR(st->CuptiBusyError);
     Py_CLEAR(st->name_cache);
     Py_CLEAR(st->decorate);
     Py_CLEAR(st->RangeType);
     Py_CLEAR(st->SnapshotType);
+    Py_CLEAR(st->GpuSnapshotType);
     return 0;
 }
 

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cprof.h"
+#include "gpu.h"
 
 #define FLUSH_AT (256u << 10)
 
@@ -137,8 +137,11 @@ static void range_event(writer *w, const cprof_trace_meta *m, const cprof_snapsh
     maybe_flush(w);
 }
 
-int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap, const cprof_trace_meta *m,
-                      cprof_write_stats *stats) {
+static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapshot *snap,
+                        const cprof_gpu_snapshot *gpu);
+
+int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap, const cprof_gpu_snapshot *gpu,
+                      const cprof_trace_meta *m, cprof_write_stats *stats) {
     if (!sink || !snap || !m) return CPROF_E_ARG;
     writer w;
     memset(&w, 0, sizeof w);
@@ -155,7 +158,9 @@ int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap, const cprof_
     cprof_buf *b = &w.b;
 
     cprof_buf_puts(b, "{\n\"schemaVersion\":1,\n\"deviceProperties\":");
-    cprof_buf_puts(b, m->device_props_json ? m->device_props_json : "[]");
+    const char *props = m->device_props_json;
+    if (!props && gpu && gpu->device_props_json) props = gpu->device_props_json;
+    cprof_buf_puts(b, props ? props : "[]");
     cprof_buf_puts(b, ",\n\"distributedInfo\":{\"backend\":");
     if (m->backend) put_str(&w, m->backend);
     else cprof_buf_puts(b, "null");
@@ -197,6 +202,8 @@ int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap, const cprof_
                 range_event(&w, m, snap, t, &c->rec[k], ++external_id);
     }
 
+    if (gpu && !w.err) gpu_section(&w, m, snap, gpu);
+
     /* the window itself, as the span Kineto writes for a profiler session */
     int64_t to_base = snap->unix_offset_ns - m->base_time_ns;
     cprof_buf_puts(b, "{\"ph\":\"X\",\"cat\":\"Trace\",\"name\":\"cprof window ");
@@ -223,4 +230,320 @@ int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap, const cprof_
     cprof_buf_free(&w.names_esc);
     cprof_buf_free(&w.b);
     return w.err;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * GPU activity: kernels, copies and sets on (device, stream) tracks; runtime / driver calls,
+ * syncs, CUPTI overhead and NVTX ranges on the host thread; ac2g flows from each launch to its
+ * GPU work; gpu_user_annotation spans projecting cprof ranges onto streams; a memory counter.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    const cprof_gpu_record *r;
+    size_t idx;
+} gpu_ref;
+
+static void kv_u64(cprof_buf *b, const char *key, uint64_t v) {
+    cprof_buf_puts(b, ",\"");
+    cprof_buf_puts(b, key);
+    cprof_buf_puts(b, "\":");
+    cprof_buf_u64(b, v);
+}
+
+static void kv_i64(cprof_buf *b, const char *key, int64_t v) {
+    cprof_buf_puts(b, ",\"");
+    cprof_buf_puts(b, key);
+    cprof_buf_puts(b, "\":");
+    cprof_buf_i64(b, v);
+}
+
+static void event_head(writer *w, const char *cat, uint32_t name_id, int64_t pid, uint64_t tid,
+                       int64_t ts_ns, int64_t dur_ns) {
+    cprof_buf *b = &w->b;
+    cprof_buf_puts(b, "{\"ph\":\"X\",\"cat\":\"");
+    cprof_buf_puts(b, cat);
+    cprof_buf_puts(b, "\",\"name\":");
+    put_name(w, name_id);
+    cprof_buf_puts(b, ",\"pid\":");
+    cprof_buf_i64(b, pid);
+    cprof_buf_puts(b, ",\"tid\":");
+    cprof_buf_u64(b, tid);
+    cprof_buf_puts(b, ",\"ts\":");
+    cprof_buf_us3(b, ts_ns);
+    cprof_buf_puts(b, ",\"dur\":");
+    cprof_buf_us3(b, dur_ns > 0 ? dur_ns : 0);
+    cprof_buf_puts(b, ",\"args\":{");
+}
+
+static void event_tail(writer *w) {
+    cprof_buf_puts(&w->b, "}},\n");
+    w->events++;
+    maybe_flush(w);
+}
+
+static void flow(writer *w, const char *ph, uint32_t id, int64_t pid, uint64_t tid, int64_t ts) {
+    cprof_buf *b = &w->b;
+    cprof_buf_puts(b, "{\"ph\":\"");
+    cprof_buf_puts(b, ph);
+    cprof_buf_puts(b, "\",\"id\":");
+    cprof_buf_u64(b, id);
+    cprof_buf_puts(b, ",\"pid\":");
+    cprof_buf_i64(b, pid);
+    cprof_buf_puts(b, ",\"tid\":");
+    cprof_buf_u64(b, tid);
+    cprof_buf_puts(b, ",\"ts\":");
+    cprof_buf_us3(b, ts);
+    cprof_buf_puts(b, ph[0] == 'f' ? ",\"cat\":\"ac2g\",\"name\":\"ac2g\",\"bp\":\"e\"},\n"
+                                   : ",\"cat\":\"ac2g\",\"name\":\"ac2g\"},\n");
+    w->events++;
+    maybe_flush(w);
+}
+
+static int is_gpu_work(const cprof_gpu_record *r) {
+    return r->kind == CPROF_GPU_KERNEL || r->kind == CPROF_GPU_MEMCPY ||
+           r->kind == CPROF_GPU_MEMSET;
+}
+
+static int by_device_stream(const void *a, const void *b) {
+    const cprof_gpu_record *x = ((const gpu_ref *)a)->r, *y = ((const gpu_ref *)b)->r;
+    if (x->device != y->device) return x->device < y->device ? -1 : 1;
+    if (x->stream != y->stream) return x->stream < y->stream ? -1 : 1;
+    return 0;
+}
+
+static int by_time(const void *a, const void *b) {
+    const cprof_gpu_record *x = ((const gpu_ref *)a)->r, *y = ((const gpu_ref *)b)->r;
+    return x->start_ns < y->start_ns ? -1 : x->start_ns > y->start_ns;
+}
+
+typedef struct {
+    uint64_t ext;
+    uint32_t device, stream;
+    uint64_t start, end;
+} span;
+
+static int by_span_key(const void *a, const void *b) {
+    const span *x = a, *y = b;
+    if (x->ext != y->ext) return x->ext < y->ext ? -1 : 1;
+    if (x->device != y->device) return x->device < y->device ? -1 : 1;
+    if (x->stream != y->stream) return x->stream < y->stream ? -1 : 1;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapshot *snap,
+                        const cprof_gpu_snapshot *gpu) {
+    cprof_links links;
+    if (cprof_links_build(snap, gpu, &links) != CPROF_OK) {
+        w->err = CPROF_E_NOMEM;
+        return;
+    }
+    size_t n = links.n;
+    gpu_ref *refs = malloc((n ? n : 1) * sizeof *refs);
+    span *spans = malloc((n ? n : 1) * sizeof *spans);
+    const cprof_record **by_ext = calloc(snap->nrecords + 1, sizeof *by_ext);
+    if (!refs || !spans || !by_ext) {
+        w->err = CPROF_E_NOMEM;
+        goto out;
+    }
+    size_t i = 0;
+    for (const cprof_gpu_chunk *c = gpu->chunks; c; c = c->next)
+        for (uint32_t k = 0; k < c->count && i < n; k++, i++) refs[i] = (gpu_ref){&c->rec[k], i};
+    n = i;
+    uint64_t e = 0;
+    for (size_t t = 0; t < snap->nthreads; t++)
+        for (const cprof_chunk *c = snap->threads[t].chunks; c; c = c->next)
+            for (uint32_t k = 0; k < c->count && e < snap->nrecords; k++) by_ext[++e] = &c->rec[k];
+
+    int64_t to_base = snap->unix_offset_ns - m->base_time_ns;
+    char num[64];
+    cprof_buf nb;
+
+    /* stream metadata: one process per device, a thread per stream */
+    qsort(refs, n, sizeof *refs, by_device_stream);
+    int64_t last_dev = -1, last_stream = -1;
+    for (i = 0; i < n && !w->err; i++) {
+        const cprof_gpu_record *r = refs[i].r;
+        if (!is_gpu_work(r)) continue;
+        if ((int64_t)r->device != last_dev) {
+            last_dev = r->device;
+            last_stream = -1;
+            nb = (cprof_buf){num, 0, sizeof num, 0};
+            cprof_buf_puts(&nb, "\"GPU ");
+            cprof_buf_u64(&nb, r->device);
+            cprof_buf_puts(&nb, "\"");
+            meta_event(w, "process_name", r->device, 0, "name", num, nb.len);
+            meta_event(w, "process_labels", r->device, 0, "labels", num, nb.len);
+            nb = (cprof_buf){num, 0, sizeof num, 0};
+            cprof_buf_u64(&nb, 5000000 + (uint64_t)r->device);
+            meta_event(w, "process_sort_index", r->device, 0, "sort_index", num, nb.len);
+        }
+        if ((int64_t)r->stream != last_stream) {
+            last_stream = r->stream;
+            nb = (cprof_buf){num, 0, sizeof num, 0};
+            cprof_buf_puts(&nb, "\"stream ");
+            cprof_buf_u64(&nb, r->stream);
+            cprof_buf_puts(&nb, "\"");
+            meta_event(w, "thread_name", r->device, r->stream, "name", num, nb.len);
+            nb = (cprof_buf){num, 0, sizeof num, 0};
+            cprof_buf_u64(&nb, r->stream);
+            meta_event(w, "thread_sort_index", r->device, r->stream, "sort_index", num, nb.len);
+        }
+    }
+
+    /* events, in time order */
+    qsort(refs, n, sizeof *refs, by_time);
+    size_t nspans = 0;
+    int64_t mem_total[64] = {0};
+    for (i = 0; i < n && !w->err; i++) {
+        const cprof_gpu_record *r = refs[i].r;
+        size_t idx = refs[i].idx;
+        uint64_t ext = links.external_id[idx];
+        int64_t ts = (int64_t)r->start_ns + to_base, dur = (int64_t)(r->end_ns - r->start_ns);
+        cprof_buf *b = &w->b;
+        const cprof_gpu_record *launch = NULL;
+        if (links.launch_of[idx]) {
+            for (size_t j = 0; j < n; j++) /* resolved below through idx map */
+                if (refs[j].idx == links.launch_of[idx] - 1) {
+                    launch = refs[j].r;
+                    break;
+                }
+        }
+        switch (r->kind) {
+        case CPROF_GPU_KERNEL:
+            event_head(w, "kernel", r->name_id, r->device, r->stream, ts, dur);
+            cprof_buf_puts(b, "\"External id\":");
+            cprof_buf_u64(b, ext);
+            kv_u64(b, "device", r->device);
+            kv_u64(b, "context", r->context);
+            kv_u64(b, "stream", r->stream);
+            kv_u64(b, "correlation", r->correlation);
+            kv_u64(b, "registers per thread", r->u.k.regs);
+            kv_i64(b, "shared memory", (int64_t)r->u.k.smem_static + r->u.k.smem_dynamic);
+            cprof_buf_puts(b, ",\"grid\":[");
+            cprof_buf_i64(b, r->u.k.grid[0]);
+            cprof_buf_puts(b, ",");
+            cprof_buf_i64(b, r->u.k.grid[1]);
+            cprof_buf_puts(b, ",");
+            cprof_buf_i64(b, r->u.k.grid[2]);
+            cprof_buf_puts(b, "],\"block\":[");
+            cprof_buf_i64(b, r->u.k.block[0]);
+            cprof_buf_puts(b, ",");
+            cprof_buf_i64(b, r->u.k.block[1]);
+            cprof_buf_puts(b, ",");
+            cprof_buf_i64(b, r->u.k.block[2]);
+            cprof_buf_puts(b, "],\"queued\":");
+            cprof_buf_us3(b, r->u.k.queued_ns && r->u.k.queued_ns <= r->start_ns
+                                 ? (int64_t)(r->start_ns - r->u.k.queued_ns) : 0);
+            if (r->u.k.graph_id) {
+                kv_u64(b, "graph id", r->u.k.graph_id);
+                kv_u64(b, "graph node id", r->u.k.graph_node_id);
+            }
+            if (r->aux_id != r->name_id) {
+                cprof_buf_puts(b, ",\"mangled name\":");
+                put_name(w, r->aux_id);
+            }
+            event_tail(w);
+            break;
+        case CPROF_GPU_MEMCPY:
+        case CPROF_GPU_MEMSET:
+            event_head(w, r->kind == CPROF_GPU_MEMCPY ? "gpu_memcpy" : "gpu_memset", r->name_id,
+                       r->device, r->stream, ts, dur);
+            cprof_buf_puts(b, "\"External id\":");
+            cprof_buf_u64(b, ext);
+            kv_u64(b, "device", r->device);
+            kv_u64(b, "context", r->context);
+            kv_u64(b, "stream", r->stream);
+            kv_u64(b, "correlation", r->correlation);
+            kv_u64(b, "bytes", r->u.m.bytes);
+            cprof_buf_puts(b, ",\"memory bandwidth (GB/s)\":");
+            cprof_buf_f3(b, dur > 0 ? (double)r->u.m.bytes / (double)dur : 0.0);
+            if (r->u.m.graph_id) {
+                kv_u64(b, "graph id", r->u.m.graph_id);
+                kv_u64(b, "graph node id", r->u.m.graph_node_id);
+            }
+            event_tail(w);
+            break;
+        case CPROF_GPU_RUNTIME:
+        case CPROF_GPU_DRIVER:
+            event_head(w, r->kind == CPROF_GPU_RUNTIME ? "cuda_runtime" : "cuda_driver",
+                       r->name_id, m->pid, r->tid, ts, dur);
+            cprof_buf_puts(b, "\"External id\":");
+            cprof_buf_u64(b, ext);
+            kv_u64(b, "cbid", r->aux_id);
+            kv_u64(b, "correlation", r->correlation);
+            if (r->u.api.ret) kv_u64(b, "return code", r->u.api.ret);
+            event_tail(w);
+            break;
+        case CPROF_GPU_SYNC:
+            event_head(w, "cuda_sync", r->name_id, m->pid, launch ? launch->tid : 0, ts, dur);
+            cprof_buf_puts(b, "\"External id\":");
+            cprof_buf_u64(b, ext);
+            kv_u64(b, "correlation", r->correlation);
+            kv_u64(b, "context", r->context);
+            if (r->stream != 0xFFFFFFFFu) kv_u64(b, "stream", r->stream);
+            event_tail(w);
+            break;
+        case CPROF_GPU_OVERHEAD:
+            event_head(w, "overhead", r->name_id, m->pid, r->tid, ts, dur);
+            cprof_buf_puts(b, "\"cprof\":\"CUPTI's own cost\"");
+            event_tail(w);
+            break;
+        case CPROF_GPU_MARKER:
+            event_head(w, "user_annotation", r->name_id, m->pid, r->tid, ts, dur);
+            cprof_buf_puts(b, "\"nvtx\":1");
+            if (r->aux_id) {
+                cprof_buf_puts(b, ",\"domain\":");
+                put_name(w, r->aux_id);
+            }
+            event_tail(w);
+            break;
+        case CPROF_GPU_MEMORY: {
+            uint32_t d = r->device < 64 ? r->device : 63;
+            mem_total[d] += r->u.mem.bytes;
+            cprof_buf_puts(b, "{\"ph\":\"C\",\"name\":\"GPU memory (CUPTI)\",\"pid\":");
+            cprof_buf_u64(b, r->device);
+            cprof_buf_puts(b, ",\"tid\":0,\"ts\":");
+            cprof_buf_us3(b, ts);
+            cprof_buf_puts(b, ",\"args\":{\"allocated bytes\":");
+            cprof_buf_i64(b, mem_total[d]);
+            cprof_buf_puts(b, "}},\n");
+            w->events++;
+            maybe_flush(w);
+            break;
+        }
+        default: break;
+        }
+        if (is_gpu_work(r) && launch) {
+            /* ac2g: launch call -> GPU work, matched on the CUPTI correlation id */
+            flow(w, "s", r->correlation, m->pid, launch->tid,
+                 (int64_t)launch->start_ns + to_base);
+            flow(w, "f", r->correlation, r->device, r->stream, ts);
+        }
+        if (is_gpu_work(r) && ext && ext <= snap->nrecords)
+            spans[nspans++] = (span){ext, r->device, r->stream, r->start_ns, r->end_ns};
+    }
+
+    /* gpu_user_annotation: each range's GPU work, per stream, from first start to last end */
+    qsort(spans, nspans, sizeof *spans, by_span_key);
+    for (i = 0; i < nspans && !w->err;) {
+        size_t j = i;
+        uint64_t end = spans[i].end;
+        while (j + 1 < nspans && spans[j + 1].ext == spans[i].ext &&
+               spans[j + 1].device == spans[i].device && spans[j + 1].stream == spans[i].stream) {
+            j++;
+            if (spans[j].end > end) end = spans[j].end;
+        }
+        const cprof_record *owner = by_ext[spans[i].ext];
+        event_head(w, "gpu_user_annotation", owner->name_id, spans[i].device, spans[i].stream,
+                   (int64_t)spans[i].start + to_base, (int64_t)(end - spans[i].start));
+        cprof_buf_puts(&w->b, "\"External id\":");
+        cprof_buf_u64(&w->b, spans[i].ext);
+        event_tail(w);
+        i = j + 1;
+    }
+out:
+    free(refs);
+    free(spans);
+    free(by_ext);
+    cprof_links_free(&links);
 }

@@ -1,0 +1,59 @@
+/* deviceProperties for the trace, read from the driver (cuDeviceGet*), as Kineto writes them.
+ * Any thread; calls cuInit (idempotent). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_loader.h"
+#include "gpu.h"
+
+static int attr(const cprof_cuda_api *a, CUdevice dev, CUdevice_attribute what) {
+    int v = 0;
+    return a->cuDeviceGetAttribute(&v, what, dev) == CUDA_SUCCESS ? v : 0;
+}
+
+char *cprof_cuda_device_props_json(void) {
+    const cprof_cuda_api *a = NULL;
+    if (cprof_cuda_load_driver(&a) != CPROF_OK || a->cuInit(0) != CUDA_SUCCESS) return NULL;
+    int count = 0;
+    if (a->cuDeviceGetCount(&count) != CUDA_SUCCESS || count <= 0) return NULL;
+    cprof_buf b;
+    cprof_buf_init(&b);
+    cprof_buf_puts(&b, "[");
+    for (int i = 0; i < count; i++) {
+        CUdevice dev;
+        if (a->cuDeviceGet(&dev, i) != CUDA_SUCCESS) continue;
+        char name[256] = "";
+        a->cuDeviceGetName(name, sizeof name - 1, dev);
+        size_t mem = 0;
+        a->cuDeviceTotalMem(&mem, dev);
+        char item[1024];
+        snprintf(item, sizeof item,
+                 "%s{\"id\": %d, \"totalGlobalMem\": %zu, \"computeMajor\": %d, "
+                 "\"computeMinor\": %d, \"maxThreadsPerBlock\": %d, \"maxThreadsPerMultiprocessor\": %d, "
+                 "\"regsPerBlock\": %d, \"regsPerMultiprocessor\": %d, \"warpSize\": %d, "
+                 "\"sharedMemPerBlock\": %d, \"sharedMemPerMultiprocessor\": %d, \"numSms\": %d, "
+                 "\"l2CacheSize\": %d, \"name\": ",
+                 i ? ", " : "", i, mem, attr(a, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+                 attr(a, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
+                 attr(a, dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK),
+                 attr(a, dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR),
+                 attr(a, dev, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK),
+                 attr(a, dev, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR),
+                 attr(a, dev, CU_DEVICE_ATTRIBUTE_WARP_SIZE),
+                 attr(a, dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK),
+                 attr(a, dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR),
+                 attr(a, dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
+                 attr(a, dev, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE));
+        cprof_buf_puts(&b, item);
+        cprof_buf_json_str(&b, name, strlen(name));
+        cprof_buf_puts(&b, "}");
+    }
+    cprof_buf_puts(&b, "]");
+    cprof_buf_put(&b, "", 1); /* NUL */
+    if (b.oom) {
+        cprof_buf_free(&b);
+        return NULL;
+    }
+    return b.data;
+}

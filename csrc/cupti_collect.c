@@ -1,0 +1,719 @@
+/* GPU activity collection with CUPTI: the subscriber (held only while a window is open), the
+ * bounded pool of activity buffers, the kinds and API ids enabled, and the decoding of completed
+ * buffers into cprof_gpu_records after the window closes.
+ * Threads: start/stop from one thread at a time (the binding). CUPTI calls the buffer callbacks
+ * from any thread, the application's included: they only move a buffer pointer between two
+ * arrays under a mutex, allocate nothing and make no CUPTI call while holding it. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda_loader.h"
+#include "cupti_cbids.h"
+#include "gpu.h"
+
+#define DEFAULT_BUFFER_BYTES (8ull << 20)
+#define DEFAULT_POOL_CAP (128ull << 20)
+
+typedef struct {
+    uint8_t *buf;
+    size_t valid;
+} completed_buf;
+
+static const cprof_cuda_api *api;
+static int callbacks_registered;   /* buffer + timestamp callbacks: once per process */
+static int timestamp_callback_ok;  /* CUPTI stamps with cprof_clock_now_ns */
+static int64_t cupti_clock_offset; /* cprof clock = CUPTI clock - offset (when no callback) */
+static CUpti_SubscriberHandle subscriber;
+static int active;
+static uint64_t window_start_ns;
+static cprof_gpu_config config;
+static int per_api_enable;         /* cuptiActivityEnableRuntimeApi/DriverApi used */
+static int kinds_enabled[64];
+static char last_error[512];
+
+/* the buffer pool */
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint8_t **pool_all;         /* every buffer we own */
+static size_t pool_n;
+static uint64_t pool_buffer_bytes;
+static uint8_t **pool_free;
+static size_t pool_free_n;
+static completed_buf *pool_done;
+static size_t pool_done_n;
+static _Atomic uint64_t dropped_cupti;
+static _Atomic uint64_t no_buffer_requests;
+static _Atomic uint64_t buffers_used;
+
+const char *cprof_cupti_last_error(void) { return last_error; }
+
+static void set_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+}
+
+static const char *cupti_str(CUptiResult r) {
+    const char *s = NULL;
+    if (api && api->cuptiGetResultString) api->cuptiGetResultString(r, &s);
+    return s ? s : "unknown CUPTI error";
+}
+
+/* ---- callbacks (any thread) ---- */
+
+static uint64_t timestamp_cb(void) { return cprof_clock_now_ns(); }
+
+static void buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
+    uint8_t *b = NULL;
+    pthread_mutex_lock(&pool_lock);
+    if (pool_free_n) b = pool_free[--pool_free_n];
+    pthread_mutex_unlock(&pool_lock);
+    *max_records = 0;
+    if (!b) {
+        /* CUPTI drops what it cannot store and counts it; we count the refusals too */
+        atomic_fetch_add(&no_buffer_requests, 1);
+        *buffer = NULL;
+        *size = 0;
+        return;
+    }
+    atomic_fetch_add(&buffers_used, 1);
+    *buffer = b;
+    *size = pool_buffer_bytes;
+}
+
+static void buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t size,
+                             size_t valid) {
+    (void)size;
+    size_t dropped = 0;
+    if (api && api->cuptiActivityGetNumDroppedRecords &&
+        api->cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS && dropped)
+        atomic_fetch_add(&dropped_cupti, dropped);
+    if (!buffer) return;
+    pthread_mutex_lock(&pool_lock);
+    if (pool_done_n < pool_n) pool_done[pool_done_n++] = (completed_buf){buffer, valid};
+    pthread_mutex_unlock(&pool_lock);
+}
+
+static void subscriber_cb(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                          const void *data) {
+    /* cprof subscribes only to hold CUPTI (and detect other clients); it enables no callback */
+    (void)userdata, (void)domain, (void)cbid, (void)data;
+}
+
+/* ---- the pool ---- */
+
+static void pool_free_all(void) {
+    for (size_t i = 0; i < pool_n; i++) free(pool_all[i]);
+    free(pool_all);
+    free(pool_free);
+    free(pool_done);
+    pool_all = pool_free = NULL;
+    pool_done = NULL;
+    pool_n = pool_free_n = pool_done_n = 0;
+}
+
+/* Allocates the whole pool up front (malloc'd pages cost nothing until CUPTI writes them), so
+ * the request callback never allocates. Kept across windows while the sizes stay the same. */
+static int pool_setup(uint64_t buffer_bytes, uint64_t cap) {
+    size_t n = (size_t)(cap / buffer_bytes);
+    if (n < 2) n = 2;
+    if (pool_n == n && pool_buffer_bytes == buffer_bytes) {
+        pthread_mutex_lock(&pool_lock);
+        pool_free_n = 0;
+        for (size_t i = 0; i < pool_n; i++) pool_free[pool_free_n++] = pool_all[i];
+        pool_done_n = 0; /* anything delivered after the last window is discarded */
+        pthread_mutex_unlock(&pool_lock);
+        return CPROF_OK;
+    }
+    pool_free_all();
+    pool_all = calloc(n, sizeof *pool_all);
+    pool_free = calloc(n, sizeof *pool_free);
+    pool_done = calloc(n, sizeof *pool_done);
+    if (!pool_all || !pool_free || !pool_done) goto oom;
+    for (size_t i = 0; i < n; i++) {
+        /* CUPTI needs 8-byte alignment; use a page so records never straddle a cache line */
+        if (posix_memalign((void **)&pool_all[i], 4096, buffer_bytes)) goto oom;
+        pool_n = i + 1;
+        pool_free[i] = pool_all[i];
+    }
+    pool_free_n = n;
+    pool_done_n = 0;
+    pool_buffer_bytes = buffer_bytes;
+    return CPROF_OK;
+oom:
+    pool_free_all();
+    set_error("cannot allocate %zu CUPTI buffers of %llu bytes", n,
+              (unsigned long long)buffer_bytes);
+    return CPROF_E_NOMEM;
+}
+
+/* ---- enabling ---- */
+
+typedef struct {
+    CUpti_ActivityKind kind;
+    int required;
+    const char *name;
+} kind_spec;
+
+static int map_cupti_error(CUptiResult r, const char *what) {
+    if (r == CUPTI_ERROR_INSUFFICIENT_PRIVILEGES) {
+        set_error("%s: CUPTI_ERROR_INSUFFICIENT_PRIVILEGES: this user may not profile the GPU. "
+                  "Run as root, or set the driver option NVreg_RestrictProfilingToAdminUsers=0 "
+                  "(see NVIDIA's ERR_NVGPUCTRPERM page)", what);
+        return CPROF_E_CUPTI_PRIVILEGES;
+    }
+    if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED ||
+        r == CUPTI_ERROR_NOT_COMPATIBLE) {
+        set_error("%s: %s: another profiler holds CUPTI in this process (likely torch.profiler / "
+                  "Kineto, or Nsight Systems / Nsight Compute if the program runs under one). "
+                  "Close the other profiler's session first, or use cprof with strict=False to "
+                  "record CPU activity only", what, cupti_str(r));
+        return CPROF_E_CUPTI_BUSY;
+    }
+    if (r == CUPTI_ERROR_NOT_INITIALIZED || r == CUPTI_ERROR_INVALID_DEVICE) {
+        set_error("%s: %s: no usable GPU or driver", what, cupti_str(r));
+        return CPROF_E_NO_DEVICE;
+    }
+    set_error("%s: %s (CUPTI error %d)", what, cupti_str(r), (int)r);
+    return CPROF_E_CUPTI;
+}
+
+static void disable_all(void) {
+    if (!api) return;
+    if (per_api_enable) {
+        for (size_t i = 0; i < CPROF_N_RUNTIME_CBIDS; i++)
+            api->cuptiActivityEnableRuntimeApi(cprof_runtime_cbids[i].cbid, 0);
+        for (size_t i = 0; i < CPROF_N_DRIVER_CBIDS; i++)
+            api->cuptiActivityEnableDriverApi(cprof_driver_cbids[i].cbid, 0);
+        per_api_enable = 0;
+    }
+    for (int k = 0; k < 64; k++) {
+        if (kinds_enabled[k]) api->cuptiActivityDisable((CUpti_ActivityKind)k);
+        kinds_enabled[k] = 0;
+    }
+}
+
+static int enable_kinds(void) {
+    kind_spec kinds[] = {
+        {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, 1, "CONCURRENT_KERNEL"},
+        {CUPTI_ACTIVITY_KIND_MEMCPY, 1, "MEMCPY"},
+        {CUPTI_ACTIVITY_KIND_MEMSET, 1, "MEMSET"},
+        {CUPTI_ACTIVITY_KIND_MEMCPY2, 0, "MEMCPY2"},
+        {CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, 0, "SYNCHRONIZATION"},
+        {CUPTI_ACTIVITY_KIND_OVERHEAD, 0, "OVERHEAD"},
+        {config.memory ? CUPTI_ACTIVITY_KIND_MEMORY2 : CUPTI_ACTIVITY_KIND_INVALID, 0, "MEMORY2"},
+        {config.memory ? CUPTI_ACTIVITY_KIND_MEMORY_POOL : CUPTI_ACTIVITY_KIND_INVALID, 0,
+         "MEMORY_POOL"},
+        {config.nvtx ? CUPTI_ACTIVITY_KIND_MARKER : CUPTI_ACTIVITY_KIND_INVALID, 0, "MARKER"},
+    };
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        if (kinds[i].kind == CUPTI_ACTIVITY_KIND_INVALID) continue;
+        CUptiResult r = api->cuptiActivityEnable(kinds[i].kind);
+        if (r == CUPTI_SUCCESS) {
+            kinds_enabled[kinds[i].kind] = 1;
+            continue;
+        }
+        if (kinds[i].required || r == CUPTI_ERROR_INSUFFICIENT_PRIVILEGES) {
+            char what[64];
+            snprintf(what, sizeof what, "enabling CUPTI activity kind %s", kinds[i].name);
+            return map_cupti_error(r, what);
+        }
+    }
+    /* Only the runtime and driver calls that matter: enabling all of KIND_RUNTIME records a
+     * dozen calls per kernel (cudaGetDevice and friends). Older CUPTIs lack the per-id switch:
+     * then the whole kinds are enabled and decoding keeps only the ids in cupti_cbids.h. */
+    if (api->cuptiActivityEnableRuntimeApi && api->cuptiActivityEnableDriverApi) {
+        per_api_enable = 1;
+        for (size_t i = 0; i < CPROF_N_RUNTIME_CBIDS; i++) {
+            CUptiResult r = api->cuptiActivityEnableRuntimeApi(cprof_runtime_cbids[i].cbid, 1);
+            if (r != CUPTI_SUCCESS && r != CUPTI_ERROR_INVALID_PARAMETER)
+                return map_cupti_error(r, "enabling CUDA runtime API records");
+        }
+        for (size_t i = 0; i < CPROF_N_DRIVER_CBIDS; i++) {
+            CUptiResult r = api->cuptiActivityEnableDriverApi(cprof_driver_cbids[i].cbid, 1);
+            if (r != CUPTI_SUCCESS && r != CUPTI_ERROR_INVALID_PARAMETER)
+                return map_cupti_error(r, "enabling CUDA driver API records");
+        }
+    } else {
+        CUptiResult r = api->cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME);
+        if (r != CUPTI_SUCCESS) return map_cupti_error(r, "enabling CUDA runtime API records");
+        kinds_enabled[CUPTI_ACTIVITY_KIND_RUNTIME] = 1;
+        r = api->cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER);
+        if (r != CUPTI_SUCCESS) return map_cupti_error(r, "enabling CUDA driver API records");
+        kinds_enabled[CUPTI_ACTIVITY_KIND_DRIVER] = 1;
+    }
+    return CPROF_OK;
+}
+
+int cprof_cupti_active(void) { return active; }
+
+int cprof_cupti_start(const cprof_gpu_config *cfg, uint64_t start_ns) {
+    last_error[0] = '\0';
+    if (active) {
+        set_error("GPU collection is already active");
+        return CPROF_E_STATE;
+    }
+    if (cprof_cuda_load_cupti(&api) != CPROF_OK) {
+        set_error("CUPTI is not available: %s", cprof_cupti_error());
+        return CPROF_E_UNAVAILABLE;
+    }
+    config = *cfg;
+    if (!config.buffer_bytes) config.buffer_bytes = DEFAULT_BUFFER_BYTES;
+    if (!config.pool_cap_bytes) config.pool_cap_bytes = DEFAULT_POOL_CAP;
+    if (config.buffer_bytes < (64u << 10) || config.buffer_bytes % 8) {
+        set_error("the CUPTI buffer size must be a multiple of 8 bytes, at least 64 KiB");
+        return CPROF_E_ARG;
+    }
+
+    /* Hold CUPTI for the window. Another subscriber (torch.profiler, Nsight) makes this fail:
+     * better a clear error now than a trace silently missing GPU events. */
+    CUptiResult r;
+    char holder[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 1] = "";
+    if (api->cuptiSubscribe_v2) {
+        CUpti_SubscriberParams params = {CUpti_SubscriberParams_STRUCT_SIZE, "cprof", holder,
+                                         sizeof holder - 1};
+        r = api->cuptiSubscribe_v2(&subscriber, subscriber_cb, NULL, &params);
+    } else {
+        r = api->cuptiSubscribe(&subscriber, subscriber_cb, NULL);
+    }
+    if (r != CUPTI_SUCCESS) {
+        int rc = map_cupti_error(r, "subscribing to CUPTI");
+        if (rc == CPROF_E_CUPTI_BUSY && holder[0]) {
+            char msg[sizeof last_error];
+            snprintf(msg, sizeof msg, "%s [CUPTI names the holder: %s]", last_error, holder);
+            memcpy(last_error, msg, sizeof last_error);
+        }
+        subscriber = NULL;
+        return rc;
+    }
+
+    if (!callbacks_registered) {
+        /* once per process, before the first kind is enabled: CUPTI then stamps records with
+         * cprof's clock, so CPU and GPU events share one time base with no conversion */
+        if (api->cuptiSetThreadIdType) api->cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
+        timestamp_callback_ok =
+            api->cuptiActivityRegisterTimestampCallback &&
+            api->cuptiActivityRegisterTimestampCallback(timestamp_cb) == CUPTI_SUCCESS;
+        r = api->cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+        if (r != CUPTI_SUCCESS) {
+            int rc = map_cupti_error(r, "registering CUPTI buffer callbacks");
+            api->cuptiUnsubscribe(subscriber);
+            subscriber = NULL;
+            return rc;
+        }
+        callbacks_registered = 1;
+    }
+    int rc = pool_setup(config.buffer_bytes, config.pool_cap_bytes);
+    if (rc == CPROF_OK) {
+        atomic_store(&dropped_cupti, 0);
+        atomic_store(&no_buffer_requests, 0);
+        atomic_store(&buffers_used, 0);
+        if (!timestamp_callback_ok) {
+            uint64_t t = 0;
+            uint64_t a = cprof_clock_now_ns();
+            api->cuptiGetTimestamp(&t);
+            uint64_t b = cprof_clock_now_ns();
+            cupti_clock_offset = (int64_t)t - (int64_t)(a + (b - a) / 2);
+        }
+        window_start_ns = start_ns;
+        rc = enable_kinds();
+    }
+    if (rc != CPROF_OK) {
+        disable_all();
+        api->cuptiUnsubscribe(subscriber);
+        subscriber = NULL;
+        return rc;
+    }
+    active = 1;
+    return CPROF_OK;
+}
+
+/* ---- decoding (after stop, GIL released) ---- */
+
+typedef char *(*cxa_demangle_fn)(const char *, char *, size_t *, int *);
+
+typedef struct {
+    cprof_gpu_snapshot *snap;
+    cprof_gpu_chunk *tail;
+    uint64_t stop_ns;
+    cxa_demangle_fn demangle;
+    uint32_t *demangled_of; /* mangled name id -> demangled id + 1 */
+    uint32_t demangled_cap;
+    /* NVTX ranges open (START seen, END not yet) */
+    struct open_marker {
+        uint32_t id, name_id, domain_id, tid, pid;
+        uint64_t start;
+    } *markers;
+    size_t nmarkers, markers_cap;
+} decoder;
+
+static cprof_gpu_record *new_record(decoder *d) {
+    if (!d->tail || d->tail->count == CPROF_GPU_CHUNK_RECORDS) {
+        cprof_gpu_chunk *c = malloc(sizeof *c);
+        if (!c) return NULL;
+        c->next = NULL;
+        c->count = 0;
+        if (d->tail) d->tail->next = c;
+        else d->snap->chunks = c;
+        d->tail = c;
+    }
+    cprof_gpu_record *r = &d->tail->rec[d->tail->count++];
+    memset(r, 0, sizeof *r);
+    return r;
+}
+
+static uint64_t to_cprof(uint64_t t) {
+    return timestamp_callback_ok || !t ? t : (uint64_t)((int64_t)t - cupti_clock_offset);
+}
+
+static uint32_t intern(const char *s) {
+    uint32_t id = CPROF_NAME_INVALID;
+    if (s) cprof_names_intern(s, strlen(s), &id);
+    return id;
+}
+
+/* Kernel names arrive mangled; traces show them demangled (as Kineto does) with the mangled
+ * one kept in args. Each distinct name is demangled once per decode. */
+static void kernel_names(decoder *d, const char *mangled, uint32_t *name, uint32_t *aux) {
+    uint32_t mid = intern(mangled ? mangled : "<unnamed kernel>");
+    *name = *aux = mid;
+    if (!mangled || mangled[0] != '_' || mangled[1] != 'Z' || !d->demangle) return;
+    if (mid >= d->demangled_cap) {
+        uint32_t ncap = d->demangled_cap ? d->demangled_cap : 1024;
+        while (ncap <= mid) ncap *= 2;
+        uint32_t *n = realloc(d->demangled_of, ncap * sizeof *n);
+        if (!n) return;
+        memset(n + d->demangled_cap, 0, (ncap - d->demangled_cap) * sizeof *n);
+        d->demangled_of = n;
+        d->demangled_cap = ncap;
+    }
+    if (!d->demangled_of[mid]) {
+        int status = 0;
+        char *dem = d->demangle(mangled, NULL, NULL, &status);
+        d->demangled_of[mid] = (status == 0 && dem ? intern(dem) : mid) + 1;
+        free(dem);
+    }
+    *name = d->demangled_of[mid] - 1;
+}
+
+static const char *const copy_kind_names[] = {"Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA",
+                                              "AtoD",    "DtoA", "DtoD", "HtoH", "PtoP"};
+static const char *const mem_kind_names[] = {"Unknown", "Pageable", "Pinned", "Device", "Array",
+                                             "Managed", "Device Static", "Managed Static"};
+
+static const char *copy_kind_name(unsigned k) { return k < 11 ? copy_kind_names[k] : "Unknown"; }
+static const char *mem_kind_name(unsigned k) { return k < 8 ? mem_kind_names[k] : "Unknown"; }
+
+static int outside(decoder *d, uint64_t start, uint64_t end) {
+    return end < window_start_ns || start > d->stop_ns;
+}
+
+static void decode_one(decoder *d, const CUpti_Activity *a) {
+    cprof_gpu_snapshot *s = d->snap;
+    char name[160];
+    cprof_gpu_record *r;
+    switch (a->kind) {
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+        const cprof_cupti_kernel_t *k = (const void *)a;
+        uint64_t st = to_cprof(k->start), en = to_cprof(k->end);
+        if (!k->end || en < st) { s->dropped_incomplete++; return; }
+        if (outside(d, st, en)) { s->dropped_outside++; return; }
+        if (!(r = new_record(d))) { s->dropped_decode++; return; }
+        r->kind = CPROF_GPU_KERNEL;
+        r->start_ns = st;
+        r->end_ns = en;
+        kernel_names(d, k->name, &r->name_id, &r->aux_id);
+        r->correlation = k->correlationId;
+        r->device = k->deviceId;
+        r->context = k->contextId;
+        r->stream = k->streamId;
+        r->u.k.grid[0] = k->gridX, r->u.k.grid[1] = k->gridY, r->u.k.grid[2] = k->gridZ;
+        r->u.k.block[0] = k->blockX, r->u.k.block[1] = k->blockY, r->u.k.block[2] = k->blockZ;
+        r->u.k.smem_static = k->staticSharedMemory;
+        r->u.k.smem_dynamic = k->dynamicSharedMemory;
+        r->u.k.regs = k->registersPerThread;
+        r->u.k.graph_id = k->graphId;
+        r->u.k.graph_node_id = k->graphNodeId;
+        r->u.k.queued_ns = k->queued && k->queued != (uint64_t)CUPTI_TIMESTAMP_UNKNOWN
+                               ? to_cprof(k->queued) : 0;
+        break;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMCPY: {
+        const cprof_cupti_memcpy_t *m = (const void *)a;
+        uint64_t st = to_cprof(m->start), en = to_cprof(m->end);
+        if (!m->end || en < st) { s->dropped_incomplete++; return; }
+        if (outside(d, st, en)) { s->dropped_outside++; return; }
+        if (!(r = new_record(d))) { s->dropped_decode++; return; }
+        snprintf(name, sizeof name, "Memcpy %s (%s -> %s)", copy_kind_name(m->copyKind),
+                 mem_kind_name(m->srcKind), mem_kind_name(m->dstKind));
+        r->kind = CPROF_GPU_MEMCPY;
+        r->sub = m->copyKind;
+        r->src_kind = m->srcKind;
+        r->dst_kind = m->dstKind;
+        r->start_ns = st;
+        r->end_ns = en;
+        r->name_id = intern(name);
+        r->correlation = m->correlationId;
+        r->device = m->deviceId;
+        r->context = m->contextId;
+        r->stream = m->streamId;
+        r->u.m.bytes = m->bytes;
+        r->u.m.graph_id = m->graphId;
+        r->u.m.graph_node_id = m->graphNodeId;
+        r->u.m.src_device = r->u.m.dst_device = m->deviceId;
+        break;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMCPY2: {
+        const cprof_cupti_memcpy_p2p_t *m = (const void *)a;
+        uint64_t st = to_cprof(m->start), en = to_cprof(m->end);
+        if (!m->end || en < st) { s->dropped_incomplete++; return; }
+        if (outside(d, st, en)) { s->dropped_outside++; return; }
+        if (!(r = new_record(d))) { s->dropped_decode++; return; }
+        snprintf(name, sizeof name, "Memcpy PtoP (%s -> %s)", mem_kind_name(m->srcKind),
+                 mem_kind_name(m->dstKind));
+        r->kind = CPROF_GPU_MEMCPY;
+        r->sub = CUPTI_ACTIVITY_MEMCPY_KIND_PTOP;
+        r->src_kind = m->srcKind;
+        r->dst_kind = m->dstKind;
+        r->start_ns = st;
+        r->end_ns = en;
+        r->name_id = intern(name);
+        r->correlation = m->correlationId;
+        r->device = m->deviceId;
+        r->context = m->contextId;
+        r->stream = m->streamId;
+        r->u.m.bytes = m->bytes;
+        r->u.m.graph_id = m->graphId;
+        r->u.m.graph_node_id = m->graphNodeId;
+        r->u.m.src_device = m->srcDeviceId;
+        r->u.m.dst_device = m->dstDeviceId;
+        break;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMSET: {
+        const cprof_cupti_memset_t *m = (const void *)a;
+        uint64_t st = to_cprof(m->start), en = to_cprof(m->end);
+        if (!m->end || en < st) { s->dropped_incomplete++; return; }
+        if (outside(d, st, en)) { s->dropped_outside++; return; }
+        if (!(r = new_record(d))) { s->dropped_decode++; return; }
+        snprintf(name, sizeof name, "Memset (%s)", mem_kind_name(m->memoryKind));
+        r->kind = CPROF_GPU_MEMSET;
+        r->dst_kind = (uint8_t)m->memoryKind;
+        r->start_ns = st;
+        r->end_ns = en;
+        r->name_id = intern(name);
+        r->correlation = m->correlationId;
+        r->device = m->deviceId;
+        r->context = m->contextId;
+        r->stream = m->streamId;
+        r->u.m.bytes = m->bytes;
+        r->u.m.graph_id = m->graphId;
+        r->u.m.graph_node_id = m->graphNodeId;
+        break;
+    }
+    case CUPTI_ACTIVITY_KIND_RUNTIME:
+    case CUPTI_ACTIVITY_KIND_DRIVER: {
+        const cprof_cupti_api_t *p = (const void *)a;
+        int is_driver = a->kind == CUPTI_ACTIVITY_KIND_DRIVER;
+        const cprof_cbid_info *info = cprof_cbid_lookup(is_driver, p->cbid);
+        if (!info) return; /* an id cprof does not record (whole-kind fallback) */
+        uint64_t st = to_cprof(p->start), en = to_cprof(p->end);
+        if (en < st) { s->dropped_incomplete++; return; }
+        if (outside(d, st, en)) { s->dropped_outside++; return; }
+        if (!(r = new_record(d))) { s->dropped_decode++; return; }
+        r->kind = is_driver ? CPROF_GPU_DRIVER : CPROF_GPU_RUNTIME;
+        r->sub = info->cat;
+        r->start_ns = st;
+        r->end_ns = en;
+        r->name_id = intern(info->name);
+        r->aux_id = p->cbid;
+        r->correlation = p->correlationId;
+        r->tid = p->threadId;
+        r->pid = p->processId;
+        r->u.api.ret = p->returnValue;
+        break;
+    }
+    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
+        static const char *const sync_names[] = {"Unknown Sync", "Event Sync", "Stream Wait Event",
+                                                 "Stream Sync", "Context Sync"};
+        const cprof_cupti_sync_t *y = (const void *)a;
+        uint64_t st = to_cprof(y->start), en = to_cprof(y->end);
+        if (!y->end || en < st) { s->dropped_incomplete++; return; }
+        if (outside(d, st, en)) { s->dropped_outside++; return; }
+        if (!(r = new_record(d))) { s->dropped_decode++; return; }
+        r->kind = CPROF_GPU_SYNC;
+        r->sub = (uint8_t)(y->type < 5 ? y->type : 0);
+        r->start_ns = st;
+        r->end_ns = en;
+        r->name_id = intern(sync_names[r->sub]);
+        r->correlation = y->correlationId;
+        r->context = y->contextId;
+        r->stream = y->streamId;
+        break;
+    }
+    case CUPTI_ACTIVITY_KIND_OVERHEAD: {
+        const cprof_cupti_overhead_t *o = (const void *)a;
+        uint64_t st = to_cprof(o->start), en = to_cprof(o->end);
+        if (en < st) { s->dropped_incomplete++; return; }
+        s->overhead_ns += en - st;
+        if (outside(d, st, en)) { s->dropped_outside++; return; }
+        if (!(r = new_record(d))) { s->dropped_decode++; return; }
+        const char *what = "CUPTI overhead";
+        switch ((unsigned)o->overheadKind) {
+        case CUPTI_ACTIVITY_OVERHEAD_DRIVER_COMPILER: what = "Driver compiler"; break;
+        case CUPTI_ACTIVITY_OVERHEAD_CUPTI_BUFFER_FLUSH: what = "CUPTI buffer flush"; break;
+        case CUPTI_ACTIVITY_OVERHEAD_CUPTI_INSTRUMENTATION: what = "CUPTI instrumentation"; break;
+        case CUPTI_ACTIVITY_OVERHEAD_CUPTI_RESOURCE: what = "CUPTI resource"; break;
+        case CUPTI_ACTIVITY_OVERHEAD_LAZY_FUNCTION_LOADING: what = "Lazy function loading"; break;
+        case CUPTI_ACTIVITY_OVERHEAD_COMMAND_BUFFER_FULL: what = "Command buffer full"; break;
+        case CUPTI_ACTIVITY_OVERHEAD_ACTIVITY_BUFFER_REQUEST: what = "CUPTI buffer request"; break;
+        default: break;
+        }
+        r->kind = CPROF_GPU_OVERHEAD;
+        r->start_ns = st;
+        r->end_ns = en;
+        r->name_id = intern(what);
+        r->correlation = o->correlationId;
+        if (o->objectKind == CUPTI_ACTIVITY_OBJECT_THREAD ||
+            o->objectKind == CUPTI_ACTIVITY_OBJECT_PROCESS) {
+            r->pid = o->objectId.pt.processId;
+            r->tid = o->objectId.pt.threadId;
+        }
+        break;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMORY2: {
+        const cprof_cupti_memory_t *m = (const void *)a;
+        uint64_t t = to_cprof(m->timestamp);
+        if (outside(d, t, t)) { s->dropped_outside++; return; }
+        if (!(r = new_record(d))) { s->dropped_decode++; return; }
+        int release = m->memoryOperationType == CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE;
+        r->kind = CPROF_GPU_MEMORY;
+        r->sub = release ? 2 : 1;
+        r->start_ns = r->end_ns = t;
+        r->name_id = intern(release ? "GPU memory release" : "GPU memory allocation");
+        r->correlation = m->correlationId;
+        r->device = m->deviceId;
+        r->context = m->contextId;
+        r->stream = m->streamId;
+        r->pid = m->processId;
+        r->u.mem.bytes = release ? -(int64_t)m->bytes : (int64_t)m->bytes;
+        r->u.mem.address = m->address;
+        r->u.mem.memory_kind = m->memoryKind;
+        break;
+    }
+    case CUPTI_ACTIVITY_KIND_MARKER: {
+        const cprof_cupti_marker_t *m = (const void *)a;
+        uint64_t t = to_cprof(m->timestamp);
+        if (m->flags & CUPTI_ACTIVITY_FLAG_MARKER_START) {
+            if (d->nmarkers == d->markers_cap) {
+                size_t ncap = d->markers_cap ? d->markers_cap * 2 : 64;
+                struct open_marker *n = realloc(d->markers, ncap * sizeof *n);
+                if (!n) { s->dropped_decode++; return; }
+                d->markers = n;
+                d->markers_cap = ncap;
+            }
+            struct open_marker *o = &d->markers[d->nmarkers++];
+            o->id = m->id;
+            o->name_id = intern(m->name ? m->name : "");
+            o->domain_id = m->domain ? intern(m->domain) : CPROF_NAME_INVALID;
+            o->pid = m->objectKind == CUPTI_ACTIVITY_OBJECT_THREAD ? m->objectId.pt.processId : 0;
+            o->tid = m->objectKind == CUPTI_ACTIVITY_OBJECT_THREAD ? m->objectId.pt.threadId : 0;
+            o->start = t;
+        } else if (m->flags & CUPTI_ACTIVITY_FLAG_MARKER_END) {
+            for (size_t i = d->nmarkers; i-- > 0;) {
+                if (d->markers[i].id != m->id) continue;
+                struct open_marker o = d->markers[i];
+                d->markers[i] = d->markers[--d->nmarkers];
+                if (outside(d, o.start, t)) { s->dropped_outside++; return; }
+                if (!(r = new_record(d))) { s->dropped_decode++; return; }
+                r->kind = CPROF_GPU_MARKER;
+                r->start_ns = o.start;
+                r->end_ns = t >= o.start ? t : o.start;
+                r->name_id = o.name_id;
+                r->aux_id = o.domain_id;
+                r->tid = o.tid;
+                r->pid = o.pid;
+                break;
+            }
+        }
+        return; /* counted when paired */
+    }
+    default:
+        return; /* MEMORY_POOL and others: not decoded yet */
+    }
+    s->nrecords++;
+    s->per_kind[r->kind]++;
+}
+
+int cprof_cupti_stop(uint64_t stop_ns, cprof_gpu_snapshot **out) {
+    if (!out) return CPROF_E_ARG;
+    if (!active) {
+        set_error("GPU collection is not active");
+        return CPROF_E_STATE;
+    }
+    /* forced: also the buffers CUPTI is still filling, so nothing of this window is left
+     * behind to leak into the next one */
+    api->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    disable_all();
+    api->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    if (subscriber) api->cuptiUnsubscribe(subscriber);
+    subscriber = NULL;
+    active = 0;
+
+    cprof_gpu_snapshot *snap = calloc(1, sizeof *snap);
+    if (!snap) return CPROF_E_NOMEM;
+    decoder d = {.snap = snap, .stop_ns = stop_ns};
+    d.demangle = (cxa_demangle_fn)dlsym(RTLD_DEFAULT, "__cxa_demangle");
+    if (!d.demangle) {
+        void *h = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_LOCAL);
+        if (h) d.demangle = (cxa_demangle_fn)dlsym(h, "__cxa_demangle");
+    }
+    pthread_mutex_lock(&pool_lock);
+    size_t ndone = pool_done_n;
+    completed_buf *done = malloc((ndone ? ndone : 1) * sizeof *done);
+    if (done) {
+        memcpy(done, pool_done, ndone * sizeof *done);
+        pool_done_n = 0;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    if (!done) {
+        free(snap);
+        return CPROF_E_NOMEM;
+    }
+    for (size_t i = 0; i < ndone; i++) {
+        CUpti_Activity *rec = NULL;
+        while (api->cuptiActivityGetNextRecord(done[i].buf, done[i].valid, &rec) == CUPTI_SUCCESS)
+            decode_one(&d, rec);
+    }
+    /* buffers back to the pool for the next window */
+    pthread_mutex_lock(&pool_lock);
+    for (size_t i = 0; i < ndone; i++)
+        if (pool_free_n < pool_n) pool_free[pool_free_n++] = done[i].buf;
+    pthread_mutex_unlock(&pool_lock);
+    free(done);
+    free(d.demangled_of);
+    snap->dropped_incomplete += d.nmarkers; /* NVTX ranges never closed in the window */
+    free(d.markers);
+    snap->dropped_cupti = atomic_load(&dropped_cupti);
+    snap->buffers = atomic_load(&buffers_used);
+    snap->device_props_json = cprof_cuda_device_props_json();
+    *out = snap;
+    return CPROF_OK;
+}
+
+void cprof_gpu_snapshot_free(cprof_gpu_snapshot *snap) {
+    if (!snap) return;
+    for (cprof_gpu_chunk *c = snap->chunks, *n; c; c = n) {
+        n = c->next;
+        free(c);
+    }
+    free(snap->device_props_json);
+    free(snap);
+}

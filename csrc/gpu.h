@@ -1,0 +1,133 @@
+/* GPU activity: the decoded record layout, the collector's API (cupti_collect.c) and the
+ * linking of GPU work to CPU ranges (link.c). Core header: no Python. */
+#ifndef CPROF_GPU_H
+#define CPROF_GPU_H
+
+#include "cprof.h"
+
+enum cprof_gpu_kind {
+    CPROF_GPU_KERNEL = 0,
+    CPROF_GPU_MEMCPY = 1,
+    CPROF_GPU_MEMSET = 2,
+    CPROF_GPU_RUNTIME = 3,   /* a CUDA runtime call (host side) */
+    CPROF_GPU_DRIVER = 4,    /* a CUDA driver call (host side) */
+    CPROF_GPU_SYNC = 5,      /* CUPTI synchronization record (host side wait) */
+    CPROF_GPU_OVERHEAD = 6,  /* CUPTI's own cost */
+    CPROF_GPU_MEMORY = 7,    /* an allocation or release (MEMORY2 / MEMORY_POOL) */
+    CPROF_GPU_MARKER = 8,    /* an NVTX range (start/end paired at decode) */
+    CPROF_GPU_KIND_COUNT
+};
+
+/* One decoded record, 96 bytes. Times are on the cprof clock (CUPTI's timestamp callback is
+ * cprof_clock_now_ns, or CUPTI's own clock shifted by the offset measured at start). */
+typedef struct cprof_gpu_record {
+    uint64_t start_ns, end_ns;  /* MEMORY: start = end = the event's time */
+    uint32_t name_id;           /* kernel (demangled), API, copy kind or marker name */
+    uint8_t kind;               /* enum cprof_gpu_kind */
+    uint8_t sub;                /* memcpy: CUpti_ActivityMemcpyKind; sync: type; api: cprof_api_cat;
+                                   memory: 1 alloc / 2 release; overhead: kind index */
+    uint8_t src_kind, dst_kind; /* memcpy: CUpti_ActivityMemoryKind of each side */
+    uint32_t correlation;
+    uint32_t device, context, stream;
+    uint32_t tid;               /* host records: the OS thread id (system thread id type) */
+    uint32_t pid;
+    uint32_t aux_id;            /* kernel: mangled name id; api: cbid; marker: domain name id */
+    union {
+        struct {
+            int32_t grid[3], block[3];
+            int32_t smem_static, smem_dynamic;
+            uint16_t regs;
+            uint16_t pad;
+            uint32_t graph_id;
+            uint64_t graph_node_id;
+            uint64_t queued_ns;  /* 0 when CUPTI did not report it */
+        } k;
+        struct {
+            uint64_t bytes;
+            uint32_t graph_id, src_device, dst_device, pad;
+            uint64_t graph_node_id;
+        } m;
+        struct {
+            int64_t bytes;       /* memory: positive for alloc, negative for release */
+            uint64_t address;
+            uint32_t memory_kind;
+        } mem;
+        struct {
+            uint32_t ret;        /* api: return code */
+        } api;
+    } u;
+} cprof_gpu_record;
+
+#define CPROF_GPU_CHUNK_RECORDS 4096u
+typedef struct cprof_gpu_chunk {
+    struct cprof_gpu_chunk *next;
+    uint32_t count;
+    uint32_t pad;
+    cprof_gpu_record rec[CPROF_GPU_CHUNK_RECORDS];
+} cprof_gpu_chunk;
+
+typedef struct cprof_gpu_snapshot {
+    cprof_gpu_chunk *chunks;
+    uint64_t nrecords;
+    uint64_t per_kind[CPROF_GPU_KIND_COUNT];
+    uint64_t dropped_cupti;     /* records CUPTI dropped (no buffer / buffer full) */
+    uint64_t dropped_incomplete;/* records without an end time (work still running at stop) */
+    uint64_t dropped_outside;   /* records entirely outside the window */
+    uint64_t dropped_decode;    /* records cprof could not store (out of memory) */
+    uint64_t overhead_ns;       /* sum of CUPTI overhead records */
+    uint64_t buffers;           /* CUPTI buffers used */
+    char *device_props_json;    /* deviceProperties array (malloc'd), or NULL */
+} cprof_gpu_snapshot;
+
+/* Collector configuration for one window. */
+typedef struct cprof_gpu_config {
+    int memory;                 /* MEMORY2 + MEMORY_POOL */
+    int nvtx;                   /* MARKER */
+    uint64_t buffer_bytes;      /* size of one CUPTI buffer (default 8 MiB) */
+    uint64_t pool_cap_bytes;    /* most memory for CUPTI buffers (default 128 MiB) */
+} cprof_gpu_config;
+
+/* Error codes specific to GPU collection (below the core's). */
+enum {
+    CPROF_E_CUPTI_BUSY = -20,       /* another CUPTI client (profiler) holds the subscriber */
+    CPROF_E_CUPTI_PRIVILEGES = -21, /* CUPTI_ERROR_INSUFFICIENT_PRIVILEGES */
+    CPROF_E_CUPTI = -22,            /* any other CUPTI error: cprof_cupti_last_error() */
+    CPROF_E_NO_DEVICE = -23         /* no driver / no GPU / driver too old */
+};
+
+/* Opens GPU collection for a window: loads CUPTI, registers the timestamp and buffer callbacks
+ * (once per process), subscribes (to detect another CUPTI client) and enables the kinds and API
+ * ids cprof records. On any failure everything done so far is undone.
+ * Returns 0 or a CPROF_E_* code; cprof_cupti_last_error() holds the message. Caller: one
+ * thread at a time (the binding, GIL held). */
+int cprof_cupti_start(const cprof_gpu_config *cfg, uint64_t window_start_ns);
+/* 1 while collecting. */
+int cprof_cupti_active(void);
+/* Flushes, disables every kind, unsubscribes, and decodes what was collected into *out
+ * (records outside [window_start_ns, stop_ns] are dropped and counted). Call with the GIL
+ * released: it waits for CUPTI and decodes. */
+int cprof_cupti_stop(uint64_t stop_ns, cprof_gpu_snapshot **out);
+void cprof_gpu_snapshot_free(cprof_gpu_snapshot *snap);
+/* The last collector error message ("" if none). Per process; read it right after a failure. */
+const char *cprof_cupti_last_error(void);
+/* deviceProperties JSON for every visible device (malloc'd), or NULL when the driver is
+ * unavailable. Calls cuInit. */
+char *cprof_cuda_device_props_json(void);
+
+/* ---- link.c: GPU work -> CPU ranges ---- */
+/* The result of linking: per GPU record index (in chunk order), the External id of the innermost
+ * cprof range open on the launching thread at launch time (0 = none), and per correlation
+ * id the launching API record's index (for ac2g flows). */
+typedef struct cprof_links {
+    uint64_t *external_id;      /* one per GPU record, chunk order */
+    uint64_t *launch_of;        /* one per GPU record: index+1 of its API record, 0 = none */
+    size_t n;
+} cprof_links;
+
+/* Links gpu records to cpu ranges (External ids as trace_writer assigns them: 1 + the global
+ * index of a range in thread, then chunk order). Pure C, GIL released. */
+int cprof_links_build(const cprof_snapshot *cpu, const cprof_gpu_snapshot *gpu,
+                      cprof_links *out);
+void cprof_links_free(cprof_links *l);
+
+#endif /* CPROF_GPU_H */
