@@ -8,7 +8,8 @@
 See docs/usage.md. The C extension cprof._C holds the event store, the clock and the trace
 writer; this package configures, starts, stops and presents."""
 from . import _C
-from ._C import CprofError, NoOpenRangeError, TraceWriteError, WindowStateError
+from ._C import (CprofError, CuptiBusyError, GpuUnavailableError, NoOpenRangeError,
+                 TraceWriteError, WindowStateError)
 from ._features import features
 from ._ranges import pop, push, range  # noqa: A004
 from .args import add_profiler_args, create_profiler_from_args
@@ -18,6 +19,8 @@ __version__ = _C.__version__
 
 __all__ = [
     "CprofError",
+    "CuptiBusyError",
+    "GpuUnavailableError",
     "NoOpenRangeError",
     "ProfilerContext",
     "TraceWriteError",

@@ -1,38 +1,73 @@
 """What this build and this machine can do, and for each thing that is not available, why."""
-import ctypes
+import glob
+import os
+import site
+import sys
 
 from . import _C
 
-_GPU_NOT_BUILT = (
-    "GPU activity collection through CUPTI is not part of cprof " + _C.__version__ + " yet"
-)
+_search_dirs_added = False
 
 
-def _driver_status():
-    """(loaded, reason): whether the NVIDIA driver library can be opened in this process."""
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError as exc:
-        return False, f"no NVIDIA driver: libcuda.so.1 could not be loaded ({exc})"
-    return True, None
+def _add_torch_cupti_dirs():
+    """Tells the loader where PyTorch's own libcupti lives (nvidia/cu13/lib, cuda_cupti/lib),
+    once, before CUPTI is first looked up. A libcupti already mapped (PyTorch maps its own when
+    it initialises CUDA) is still preferred by the loader."""
+    global _search_dirs_added
+    if _search_dirs_added:
+        return
+    _search_dirs_added = True
+    roots = list(getattr(site, "getsitepackages", lambda: [])())
+    user = getattr(site, "getusersitepackages", lambda: None)()
+    if user:
+        roots.append(user)
+    roots += [p for p in sys.path if p.endswith("site-packages")]
+    seen = set()
+    for root in roots:
+        for sub in ("nvidia/cu13/lib", "nvidia/cuda_cupti/lib"):
+            d = os.path.join(root, sub)
+            if d not in seen and glob.glob(os.path.join(d, "libcupti.so*")):
+                seen.add(d)
+                _C.cuda_add_search_dir(d)
+
+
+def cuda_info():
+    _add_torch_cupti_dirs()
+    return _C.cuda_info()
+
+
+def _gpu_status():
+    """(available, reason, details) for GPU activity collection."""
+    info = cuda_info()
+    cupti, driver = info["cupti"], info["driver"]
+    details = {"cupti_path": cupti["path"], "cupti_source": cupti["source"],
+               "cupti_version": cupti["version"], "driver_version": driver["version"]}
+    if not driver["loaded"]:
+        return False, f"no NVIDIA driver: {driver['error']}", details
+    if not cupti["loaded"]:
+        return False, f"CUPTI could not be loaded: {cupti['error']}", details
+    if _C.device_props_json() is None:
+        return False, ("the NVIDIA driver is installed but no GPU is usable (cuInit failed or "
+                       "no device is visible: check CUDA_VISIBLE_DEVICES)"), details
+    return True, None, details
 
 
 def features():
     """Returns a dict: feature name -> {"available": bool, "reason": str or None, ...}.
 
     - ``cpu_ranges``: cprof.range / push / pop and ProfilerContext CPU traces.
-    - ``gpu_activity``: kernels, copies and runtime calls from CUPTI.
+    - ``gpu_activity``: kernels, copies, sets and runtime calls from CUPTI (with which library
+      and version were found).
     - ``cuda_timers``: CUDA-event bucket timers of the Profiler class.
     - ``build``: how the extension was built.
     """
-    driver_ok, driver_reason = _driver_status()
-    gpu_reason = _GPU_NOT_BUILT if driver_ok else f"{driver_reason}; and {_GPU_NOT_BUILT}"
+    gpu_ok, gpu_reason, details = _gpu_status()
     return {
         "cpu_ranges": {"available": True, "reason": None},
-        "gpu_activity": {"available": False, "reason": gpu_reason},
+        "gpu_activity": dict({"available": gpu_ok, "reason": gpu_reason}, **details),
         "cuda_timers": {
             "available": False,
-            "reason": (f"{driver_reason}; and " if driver_reason else "")
+            "reason": (gpu_reason + "; and " if gpu_reason else "")
             + "CUDA-event timers are not part of cprof " + _C.__version__ + " yet",
         },
         "build": dict(_C.build_info()),
@@ -41,5 +76,5 @@ def features():
 
 def gpu_unavailable_reason():
     """None if GPU activity can be collected, else the reason it cannot."""
-    f = features()["gpu_activity"]
-    return None if f["available"] else f["reason"]
+    ok, reason, _ = _gpu_status()
+    return None if ok else reason

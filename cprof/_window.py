@@ -49,9 +49,14 @@ def check_output_dir(path):
 class Window:
     """Start, stop, write. One window at a time per process (the C store enforces it)."""
 
-    def __init__(self, config, buffer_mb=None):
+    def __init__(self, config, buffer_mb=None, gpu=False, memory=False, strict=True):
         self.config = dict(config)
         self.buffer_mb = DEFAULT_BUFFER_MB if buffer_mb is None else buffer_mb
+        self.gpu = gpu
+        self.memory = memory
+        self.strict = strict
+        self.gpu_snapshot = None
+        self.notes = {}
         self.snapshot = None
         self.start_time = None
         self.partial = False
@@ -65,9 +70,38 @@ class Window:
         _C.set_buffer_cap(int(self.buffer_mb * (1 << 20)))
         _C.start()
         self.start_time = time.time()
+        if self.gpu:
+            try:
+                _C.gpu_start(memory=self.memory, nvtx=True)
+            except _C.CuptiBusyError as err:
+                if self.strict:
+                    _C.stop().close()
+                    raise
+                self.gpu = False
+                self.notes["gpu_unavailable"] = str(err)
+                warnings.warn(f"{err} -- recording CPU activity only (strict=False)",
+                              RuntimeWarning, stacklevel=3)
+            except _C.CprofError as err:
+                # no GPU, no driver, no permission: the same fallback as a machine without CUDA
+                self.gpu = False
+                self.notes["gpu_unavailable"] = str(err)
+                warnings.warn(f"{err} -- recording CPU activity only", RuntimeWarning,
+                              stacklevel=3)
+            else:
+                _set_nvtx_injection()
 
     def stop(self, exc_type=None):
         """Closes the window. exc_type: the exception that ended it, if any."""
+        if self.gpu and _C.gpu_active():
+            _sync_cuda()  # let launched work finish, so its records are complete
+            try:
+                self.gpu_snapshot = _C.gpu_stop()
+            except _C.CprofError as err:
+                self.notes["gpu_error"] = str(err)
+                warnings.warn(f"cprof: GPU records of this window are lost: {err}",
+                              RuntimeWarning, stacklevel=3)
+            else:
+                self._check_gpu_drops()
         snap = _C.stop()
         snap.rename_threads(_thread_names())
         self.snapshot = snap
@@ -84,6 +118,16 @@ class Window:
             )
         return snap
 
+    def _check_gpu_drops(self):
+        counts = self.gpu_snapshot.counts()
+        self.notes["gpu"] = counts
+        lost = counts["dropped"]["cupti"] + counts["dropped"]["decode"]
+        if lost:
+            warnings.warn(
+                f"cprof: {lost} GPU activity records were dropped (CUPTI buffers full or out "
+                "of memory); the trace says so in its metadata. Shorten the window or raise "
+                "the CUPTI buffer pool.", RuntimeWarning, stacklevel=4)
+
     def metadata(self, extra=None):
         rank, world, backend = rank_info()
         meta = {
@@ -98,6 +142,11 @@ class Window:
         torch = sys.modules.get("torch")
         if torch is not None:
             meta["torch"] = getattr(torch, "__version__", None)
+        meta.update(self.notes)
+        if self.gpu_snapshot is not None:
+            d = self.notes["gpu"]["dropped"]
+            meta["dropped"] = {"gpu_cupti": d["cupti"], "gpu_decode": d["decode"],
+                               "gpu_incomplete": d["incomplete"]}
         if extra:
             meta.update(extra)
         return meta, rank, world, backend
@@ -119,6 +168,7 @@ class Window:
             backend=backend,
             extra_json=json.dumps(meta, default=str),
             replace=replace,
+            gpu=self.gpu_snapshot,
         )
         return WriteResult(path, events, nbytes, seconds)
 
@@ -126,3 +176,27 @@ class Window:
         if self.snapshot is not None:
             self.snapshot.close()
             self.snapshot = None
+        if self.gpu_snapshot is not None:
+            self.gpu_snapshot.close()
+            self.gpu_snapshot = None
+
+
+def _sync_cuda():
+    """torch.cuda.synchronize() when the program has initialised CUDA through torch."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+    except Exception:  # a broken CUDA context must not lose the CPU trace
+        pass
+
+
+def _set_nvtx_injection():
+    """NVTX sends ranges to CUPTI only if NVTX_INJECTION64_PATH names libcupti when the
+    process makes its first NVTX call. Set it (if unset) once GPU collection works, so NVTX
+    ranges are captured whenever NVTX initialises after this point; `cprof run` sets it before
+    the program starts."""
+    if "NVTX_INJECTION64_PATH" not in os.environ:
+        path = _C.cuda_info()["cupti"]["path"]
+        if path:
+            os.environ["NVTX_INJECTION64_PATH"] = path

@@ -75,6 +75,7 @@ class ProfilerContext:
         gzip=True,
         buffer_size_mb=None,
         verbose=True,
+        strict=True,
     ):
         self.enabled = bool(enabled)
         self.output_dir = None
@@ -101,6 +102,7 @@ class ProfilerContext:
         self.gzip = bool(gzip)
         self.buffer_size_mb = buffer_size_mb
         self.verbose = bool(verbose)
+        self.strict = bool(strict)
         self.collected_activities = None
 
     # -- paths --
@@ -150,8 +152,11 @@ class ProfilerContext:
             "record_shapes": self.record_shapes,
             "gzip": self.gzip,
             "buffer_size_mb": self.buffer_size_mb,
+            "strict": self.strict,
         }
-        self._window = Window(config, self.buffer_size_mb)
+        self._window = Window(config, self.buffer_size_mb, gpu="GPU" in self.collected_activities,
+                              memory="MEM" in self.activities, strict=self.strict)
+        self._window.notes.update(self._notes)
         self._window.start()
         return self
 
@@ -185,7 +190,7 @@ class ProfilerContext:
             )
             stem = path[: len(path) - len(suffix)] if suffix else path
         gzip = suffix.endswith(".gz") if path is not None else self.gzip
-        result = self._window.write(stem, suffix, gzip=gzip, replace=replace, extra=self._notes)
+        result = self._window.write(stem, suffix, gzip=gzip, replace=replace)
         self.result = result
         self.summary = self._window.snapshot.summary()
         self.trace_path = pathlib.Path(result.path)

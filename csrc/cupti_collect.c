@@ -640,10 +640,12 @@ static void decode_one(decoder *d, const CUpti_Activity *a) {
                 r->aux_id = o.domain_id;
                 r->tid = o.tid;
                 r->pid = o.pid;
+                s->nrecords++;
+                s->per_kind[CPROF_GPU_MARKER]++;
                 break;
             }
         }
-        return; /* counted when paired */
+        return; /* a START alone is counted once its END pairs it */
     }
     default:
         return; /* MEMORY_POOL and others: not decoded yet */

@@ -281,7 +281,7 @@ static void event_tail(writer *w) {
     maybe_flush(w);
 }
 
-static void flow(writer *w, const char *ph, uint32_t id, int64_t pid, uint64_t tid, int64_t ts) {
+static void flow(writer *w, const char *ph, uint64_t id, int64_t pid, uint64_t tid, int64_t ts) {
     cprof_buf *b = &w->b;
     cprof_buf_puts(b, "{\"ph\":\"");
     cprof_buf_puts(b, ph);
@@ -341,7 +341,8 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
     gpu_ref *refs = malloc((n ? n : 1) * sizeof *refs);
     span *spans = malloc((n ? n : 1) * sizeof *spans);
     const cprof_record **by_ext = calloc(snap->nrecords + 1, sizeof *by_ext);
-    if (!refs || !spans || !by_ext) {
+    const cprof_gpu_record **by_index = malloc((n ? n : 1) * sizeof *by_index);
+    if (!refs || !spans || !by_ext || !by_index) {
         w->err = CPROF_E_NOMEM;
         goto out;
     }
@@ -390,24 +391,27 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
         }
     }
 
-    /* events, in time order */
+    /* events, in time order; by_index finds a record from its chunk-order index */
+    for (i = 0; i < n; i++) by_index[refs[i].idx] = refs[i].r;
     qsort(refs, n, sizeof *refs, by_time);
     size_t nspans = 0;
     int64_t mem_total[64] = {0};
+    /* a launch may start several GPU records (a graph launch: one per node); a flow id binds one
+     * start to one finish, so the second and later get ids above any CUPTI correlation id */
+    uint8_t *flow_used = calloc(n ? n : 1, 1);
+    uint64_t extra_flow_id = 1ull << 32;
+    if (!flow_used) {
+        w->err = CPROF_E_NOMEM;
+        goto out;
+    }
     for (i = 0; i < n && !w->err; i++) {
         const cprof_gpu_record *r = refs[i].r;
         size_t idx = refs[i].idx;
         uint64_t ext = links.external_id[idx];
         int64_t ts = (int64_t)r->start_ns + to_base, dur = (int64_t)(r->end_ns - r->start_ns);
         cprof_buf *b = &w->b;
-        const cprof_gpu_record *launch = NULL;
-        if (links.launch_of[idx]) {
-            for (size_t j = 0; j < n; j++) /* resolved below through idx map */
-                if (refs[j].idx == links.launch_of[idx] - 1) {
-                    launch = refs[j].r;
-                    break;
-                }
-        }
+        const cprof_gpu_record *launch =
+            links.launch_of[idx] ? by_index[links.launch_of[idx] - 1] : NULL;
         switch (r->kind) {
         case CPROF_GPU_KERNEL:
             event_head(w, "kernel", r->name_id, r->device, r->stream, ts, dur);
@@ -515,9 +519,11 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
         }
         if (is_gpu_work(r) && launch) {
             /* ac2g: launch call -> GPU work, matched on the CUPTI correlation id */
-            flow(w, "s", r->correlation, m->pid, launch->tid,
-                 (int64_t)launch->start_ns + to_base);
-            flow(w, "f", r->correlation, r->device, r->stream, ts);
+            size_t li = links.launch_of[idx] - 1;
+            uint64_t id = flow_used[li] ? extra_flow_id++ : r->correlation;
+            flow_used[li] = 1;
+            flow(w, "s", id, m->pid, launch->tid, (int64_t)launch->start_ns + to_base);
+            flow(w, "f", id, r->device, r->stream, ts);
         }
         if (is_gpu_work(r) && ext && ext <= snap->nrecords)
             spans[nspans++] = (span){ext, r->device, r->stream, r->start_ns, r->end_ns};
@@ -541,9 +547,11 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
         event_tail(w);
         i = j + 1;
     }
+    free(flow_used);
 out:
     free(refs);
     free(spans);
     free(by_ext);
+    free(by_index);
     cprof_links_free(&links);
 }

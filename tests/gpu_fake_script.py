@@ -1,0 +1,91 @@
+"""Run in a subprocess by test_gpu_fake.py with CPROF_CUPTI_PATH / CPROF_LIBCUDA_PATH pointing
+at the fake library (the CUDA loader resolves once per process). Prints one JSON line."""
+import ctypes
+import json
+import os
+import sys
+import threading
+import time
+import warnings
+
+sys.path.insert(0, os.environ["CPROF_REPO"])
+import cprof  # noqa: E402
+import cprof._C as C  # noqa: E402
+
+fake = ctypes.CDLL(os.environ["CPROF_CUPTI_PATH"])
+fake.fake_cupti_script_basic.argtypes = [ctypes.c_uint64, ctypes.c_uint32]
+fake.fake_cupti_set_error.argtypes = [ctypes.c_char_p, ctypes.c_int]
+fake.fake_cupti_set_other_subscriber.argtypes = [ctypes.c_char_p]
+fake.fake_cupti_set_dropped.argtypes = [ctypes.c_uint64]
+fake.fake_cupti_add_marker.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint32,
+                                       ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint32]
+out_dir = os.environ["CPROF_OUT"]
+scenario = sys.argv[1]
+result = {"warnings": []}
+
+
+def scene(name, **kw):
+    with cprof.ProfilerContext(output_dir=out_dir, profile_name=name, verbose=False, **kw) as p:
+        with cprof.range("step"):
+            with cprof.range("launches"):
+                t0 = C.now_ns() + 1000
+                fake.fake_cupti_script_basic(t0, threading.get_native_id())
+                time.sleep(0.002)  # the scripted activity spans 0.4 ms after t0
+    return p
+
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    if scenario == "basic":
+        p = scene("basic")
+        result["trace"] = str(p.trace_path)
+        result["features"] = cprof.features()["gpu_activity"]
+        result["subscribers_after"] = fake.fake_cupti_subscribers()
+    elif scenario == "busy_strict":
+        fake.fake_cupti_set_other_subscriber(b"Kineto (torch.profiler)")
+        try:
+            scene("busy")
+            result["raised"] = None
+        except cprof.CuptiBusyError as e:
+            result["raised"] = str(e)
+        result["window_open"] = C.active()
+    elif scenario == "busy_lenient":
+        fake.fake_cupti_set_other_subscriber(b"Kineto (torch.profiler)")
+        result["trace"] = str(scene("lenient", strict=False).trace_path)
+    elif scenario == "privileges":
+        fake.fake_cupti_set_error(b"cuptiActivityEnable", 35)  # INSUFFICIENT_PRIVILEGES
+        result["trace"] = str(scene("priv").trace_path)
+    elif scenario == "dropped":
+        fake.fake_cupti_set_dropped(5)
+        result["trace"] = str(scene("dropped").trace_path)
+    elif scenario == "exception":
+        try:
+            with cprof.ProfilerContext(output_dir=out_dir, profile_name="exc", verbose=False) as p:
+                with cprof.range("launches"):
+                    fake.fake_cupti_script_basic(C.now_ns() + 1000, threading.get_native_id())
+                    time.sleep(0.002)
+                    raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            result["trace"] = str(p.trace_path)
+    elif scenario == "windows":
+        traces = []
+        for i in range(20):
+            with cprof.ProfilerContext(output_dir=out_dir, profile_name=f"w{i}",
+                                       verbose=False) as p:
+                with cprof.range(f"window {i}"):
+                    if i % 2 == 0:
+                        fake.fake_cupti_script_basic(C.now_ns() + 1000, threading.get_native_id())
+                    time.sleep(0.002)
+            traces.append(str(p.trace_path))
+            result.setdefault("subscribers", []).append(fake.fake_cupti_subscribers())
+        result["traces"] = traces
+    elif scenario == "nvtx":
+        with cprof.ProfilerContext(output_dir=out_dir, profile_name="nvtx", verbose=False) as p:
+            t0 = C.now_ns() + 1000
+            tid = threading.get_native_id()
+            fake.fake_cupti_add_marker(b"my nvtx range", b"my domain", 1, t0, t0 + 5000, tid)
+            time.sleep(0.001)
+        result["trace"] = str(p.trace_path)
+        result["nvtx_env"] = os.environ.get("NVTX_INJECTION64_PATH")
+result["warnings"] = [str(w.message) for w in caught]
+print("RESULT " + json.dumps(result))

@@ -1,0 +1,203 @@
+"""GPU collection end to end on CI, through tests/fake_cupti (a stand-in for libcupti and
+libcuda producing scripted records): decode -> link -> write, conflicts, drops, lifecycle.
+Each scenario runs in its own process: the CUDA loader resolves once per process."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, load_trace
+
+FAKE_DIR = os.path.join(ROOT, "tests", "fake_cupti")
+FAKE_SO = os.path.join(FAKE_DIR, "libfake_cupti.so")
+
+
+@pytest.fixture(scope="module")
+def fake_so():
+    r = subprocess.run(["bash", os.path.join(FAKE_DIR, "build.sh")], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot build the fake CUPTI library: {r.stderr[-500:]}")
+    return FAKE_SO
+
+
+def run(scenario, tmp_path, fake_so):
+    env = dict(os.environ, CPROF_REPO=ROOT, CPROF_OUT=str(tmp_path),
+               CPROF_CUPTI_PATH=fake_so, CPROF_LIBCUDA_PATH=fake_so)
+    env.pop("NVTX_INJECTION64_PATH", None)
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "gpu_fake_script.py"),
+                        scenario], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):])
+
+
+def events(trace, cat=None, ph="X"):
+    return [e for e in trace["traceEvents"] if e.get("ph") == ph and
+            (cat is None or e.get("cat") == cat)]
+
+
+@pytest.fixture(scope="module")
+def basic(tmp_path_factory, fake_so):
+    res = run("basic", tmp_path_factory.mktemp("basic"), fake_so)
+    return res, load_trace(res["trace"])
+
+
+def test_features_report_the_library(basic):
+    res, _ = basic
+    f = res["features"]
+    assert f["available"] is True and f["reason"] is None
+    assert f["cupti_source"] == "CPROF_CUPTI_PATH" and f["cupti_version"] >= 130000
+
+
+def test_kernels_copies_sets_decoded(basic):
+    _, t = basic
+    kernels = events(t, "kernel")
+    assert len(kernels) == 7
+    names = [k["name"] for k in kernels]
+    assert "triton_poi_fused_add_0" in names
+    assert any(n.startswith("void at::native::vectorized_elementwise_kernel<4") for n in names)
+    demangled = [k for k in kernels if "mangled name" in k["args"]]
+    assert demangled and all(k["args"]["mangled name"].startswith("_Z") for k in demangled)
+    for k in kernels:
+        a = k["args"]
+        for key in ("device", "context", "stream", "correlation", "registers per thread",
+                    "shared memory", "grid", "block", "queued", "External id"):
+            assert key in a, key
+        assert len(a["grid"]) == 3 and len(a["block"]) == 3
+        assert k["pid"] == a["device"] and k["tid"] == a["stream"]
+    graph = [k for k in kernels if "graph id" in k["args"]]
+    assert len(graph) == 2 and {k["args"]["graph node id"] for k in graph} == {100, 101}
+    copies = events(t, "gpu_memcpy")
+    assert {c["name"] for c in copies} == {"Memcpy HtoD (Pageable -> Device)",
+                                            "Memcpy DtoH (Device -> Pinned)"}
+    for c in copies:
+        assert c["args"]["bytes"] > 0
+        expected = c["args"]["bytes"] / (c["dur"] * 1000)
+        assert abs(c["args"]["memory bandwidth (GB/s)"] - expected) < 0.01 * expected
+    (memset,) = events(t, "gpu_memset")
+    assert memset["name"] == "Memset (Device)"
+    assert len(events(t, "cuda_sync")) == 1
+
+
+def test_streams_and_devices_named(basic):
+    _, t = basic
+    meta = events(t, ph="M")
+    assert {"name": "GPU 0"} in [e["args"] for e in meta if e["name"] == "process_name"]
+    streams = {(e["pid"], e["tid"]): e["args"]["name"] for e in meta
+               if e["name"] == "thread_name" and e["pid"] == 0}
+    assert streams == {(0, 7): "stream 7", (0, 13): "stream 13"}
+    (dev,) = t["deviceProperties"]
+    assert dev["name"] == "Fake GPU (cprof tests)" and dev["numSms"] == 132
+
+
+def test_every_gpu_op_has_a_flow_from_its_launch(basic):
+    _, t = basic
+    starts = {e["id"]: e for e in events(t, ph="s")}
+    finishes = {e["id"]: e for e in events(t, ph="f")}
+    assert len(starts) == len(finishes)
+    work = events(t, "kernel") + events(t, "gpu_memcpy") + events(t, "gpu_memset")
+    launches = events(t, "cuda_runtime") + events(t, "cuda_driver")
+    by_corr = {e["args"]["correlation"]: e for e in launches}
+    matched = 0
+    for w in work:
+        f = [f for f in finishes.values() if f["pid"] == w["pid"] and f["tid"] == w["tid"]
+             and f["ts"] == w["ts"]]
+        assert len(f) == 1, w["name"]
+        s = starts[f[0]["id"]]
+        launch = by_corr[w["args"]["correlation"]]
+        assert s["ts"] == launch["ts"] and s["tid"] == launch["tid"]
+        assert launch["ts"] <= w["ts"]  # GPU work never starts before its launch call
+        matched += 1
+    assert matched == len(work) == 10
+
+
+def test_only_selected_api_calls_recorded(basic):
+    _, t = basic
+    names = {e["name"] for e in events(t, "cuda_runtime") + events(t, "cuda_driver")}
+    assert names == {"cudaLaunchKernel", "cudaMemcpyAsync", "cudaMemsetAsync",
+                     "cudaStreamSynchronize", "cudaGraphLaunch", "cuLaunchKernel"}
+
+
+def test_external_ids_link_gpu_work_to_innermost_range(basic):
+    _, t = basic
+    ranges = {e["name"]: e for e in events(t, "user_annotation")}
+    inner = ranges["launches"]["args"]["External id"]
+    assert inner != ranges["step"]["args"]["External id"]
+    for cat in ("cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gpu_memset"):
+        for e in events(t, cat):
+            assert e["args"]["External id"] == inner, (cat, e["name"])
+    ann = events(t, "gpu_user_annotation")
+    assert {(a["name"], a["tid"]) for a in ann} == {("launches", 7), ("launches", 13)}
+    for a in ann:
+        on_stream = [k for k in events(t) if k.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+                     and k["tid"] == a["tid"]]
+        assert a["ts"] == min(k["ts"] for k in on_stream)
+        assert abs(a["ts"] + a["dur"] - max(k["ts"] + k["dur"] for k in on_stream)) < 0.002
+
+
+def test_metadata_counts_and_no_subscriber_left(basic):
+    res, t = basic
+    g = t["cprof"]["gpu"]
+    assert g["records"]["kernel"] == 7 and g["dropped"]["cupti"] == 0
+    assert t["cprof"]["dropped"]["gpu_cupti"] == 0
+    assert t["cprof"]["config"]["collected_activities"] == ["CPU", "GPU"]
+    assert res["subscribers_after"] == 0
+    assert res["warnings"] == []
+
+
+def test_other_cupti_client_is_a_clear_error(tmp_path, fake_so):
+    res = run("busy_strict", tmp_path, fake_so)
+    msg = res["raised"]
+    assert msg and "another profiler holds CUPTI" in msg and "strict=False" in msg
+    assert "Kineto (torch.profiler)" in msg  # cuptiSubscribe_v2 names the holder
+    assert res["window_open"] is False
+
+
+def test_other_cupti_client_lenient_gives_cpu_trace_and_warning(tmp_path, fake_so):
+    res = run("busy_lenient", tmp_path, fake_so)
+    assert any("CPU activity only" in w for w in res["warnings"])
+    t = load_trace(res["trace"])
+    assert not events(t, "kernel") and "gpu_unavailable" in t["cprof"]
+    assert [e["name"] for e in events(t, "user_annotation")] == ["step", "launches"]
+
+
+def test_insufficient_privileges_message(tmp_path, fake_so):
+    res = run("privileges", tmp_path, fake_so)
+    assert any("INSUFFICIENT_PRIVILEGES" in w and "NVreg_RestrictProfilingToAdminUsers" in w
+               for w in res["warnings"])
+    t = load_trace(res["trace"])
+    assert "INSUFFICIENT_PRIVILEGES" in t["cprof"]["gpu_unavailable"]
+
+
+def test_cupti_drops_are_counted_and_warned(tmp_path, fake_so):
+    res = run("dropped", tmp_path, fake_so)
+    assert any("GPU activity records were dropped" in w for w in res["warnings"])
+    t = load_trace(res["trace"])
+    assert t["cprof"]["dropped"]["gpu_cupti"] == 5
+
+
+def test_exception_keeps_gpu_records(tmp_path, fake_so):
+    res = run("exception", tmp_path, fake_so)
+    t = load_trace(res["trace"])
+    assert len(events(t, "kernel")) == 7 and t["cprof"]["end"] == "KeyboardInterrupt"
+
+
+def test_many_windows_no_leak_between_them(tmp_path, fake_so):
+    res = run("windows", tmp_path, fake_so)
+    assert res["subscribers"] == [0] * 20
+    for i, path in enumerate(res["traces"]):
+        t = load_trace(path)
+        assert len(events(t, "kernel")) == (7 if i % 2 == 0 else 0), i
+        assert [e["name"] for e in events(t, "user_annotation")] == [f"window {i}"]
+
+
+def test_nvtx_ranges_and_injection_env(tmp_path, fake_so):
+    res = run("nvtx", tmp_path, fake_so)
+    assert res["nvtx_env"] == fake_so
+    t = load_trace(res["trace"])
+    (m,) = [e for e in events(t, "user_annotation") if e["args"].get("nvtx")]
+    assert m["name"] == "my nvtx range" and m["args"]["domain"] == "my domain"
+    assert abs(m["dur"] - 5.0) < 0.002
