@@ -14,10 +14,29 @@ from ._features import features
 from ._ranges import pop, push, range  # noqa: A004
 from .args import add_profiler_args, create_profiler_from_args
 from .context import ProfilerContext, profile_function
+from .runprof import (ENGINE_BUCKET_ORDER, MODEL_BUCKET_ORDER, NullProfiler, Profiler,
+                      ProfilerConfig, ProfilerStateError, attention_compute_timer,
+                      cpu_bucket_timer, cuda_bucket_timer, generate_run_name,
+                      get_active_profiler, register_active_profiler, release_active_profiler,
+                      rope_compute_timer)
 
 __version__ = _C.__version__
 
 __all__ = [
+    "ENGINE_BUCKET_ORDER",
+    "MODEL_BUCKET_ORDER",
+    "NullProfiler",
+    "Profiler",
+    "ProfilerConfig",
+    "ProfilerStateError",
+    "attention_compute_timer",
+    "cpu_bucket_timer",
+    "cuda_bucket_timer",
+    "generate_run_name",
+    "get_active_profiler",
+    "register_active_profiler",
+    "release_active_profiler",
+    "rope_compute_timer",
     "CprofError",
     "CuptiBusyError",
     "GpuUnavailableError",

@@ -1,0 +1,162 @@
+"""attach_model / attach_engine: wrap module forwards, torch.distributed collectives and engine
+phase methods into bucket timers. Attaching twice never wraps twice (a marker attribute)."""
+import functools
+import re
+import sys
+
+from . import _C
+
+_MARK = "_cprof_bucket"
+
+# (regex on the last part of the qualified name, bucket); first match wins
+_NAME_RULES = [
+    (r"^(embed_tokens|wte|embed|embedding|embeddings|word_embeddings|tok_embeddings)$", "embed"),
+    (r"^(q_norm|k_norm|query_norm|key_norm)$", "attn.qk_norm"),
+    (r"^(rotary_emb|rotary|rope|rotary_embedding|pos_emb)$", "attn.rope"),
+    (r"^(qkv_proj|q_proj|k_proj|v_proj|query_key_value|c_attn|wqkv|wq|wk|wv|query|key|value)$",
+     "attn.qkv_proj"),
+    (r"^(o_proj|out_proj|wo)$", "attn.o_proj"),
+    (r"^(core_attention|attn_core|sdpa|flash_attn|attention_core|attn_fn)$", "attn.compute"),
+    (r"^(gate_up_proj|gate_proj|up_proj|w1|w3|fc1|c_fc|dense_h_to_4h)$", "mlp.gate_up_proj"),
+    (r"^(act_fn|act|silu_and_mul|activation_fn)$", "mlp.silu_and_mul"),
+    (r"^(down_proj|w2|fc2|dense_4h_to_h)$", "mlp.down_proj"),
+    (r"^(lm_head|output|embed_out)$", "lm_head"),
+    (r"(^|_)(norm|layernorm|ln_f|ln_1|ln_2|ln)$", "norm"),
+]
+_TYPE_RULES = [
+    (r"Embedding$", "embed"),
+    (r"(RMSNorm|LayerNorm|GroupNorm)$", "norm"),
+    (r"(SiluAndMul|SiLUAndMul)$", "mlp.silu_and_mul"),
+    (r"(CoreAttention|FlashAttention|ScaledDotProductAttention)$", "attn.compute"),
+    (r"(RotaryEmbedding|RotaryEmbedding\w*)$", "attn.rope"),
+]
+_COLLECTIVES = ("all_reduce", "reduce_scatter_tensor", "all_gather", "broadcast")
+_ENGINE_METHODS = {
+    "prefill": "prefill", "run_prefill": "prefill",
+    "decode": "decode", "run_decode": "decode", "decode_step": "decode",
+    "sample": "sampler", "sampler": "sampler", "sample_tokens": "sampler",
+    "postprocess": "postproc", "postproc": "postproc", "post_process": "postproc",
+    "draft": "draft", "propose": "draft",
+    "verify": "verify",
+    "allocate_kv": "kv.alloc", "alloc_kv": "kv.alloc", "allocate_kv_cache": "kv.alloc",
+    "free_kv": "kv.free", "free_kv_cache": "kv.free",
+    "copy_kv": "kv.copy", "copy_blocks": "kv.copy",
+    "swap_kv": "kv.swap", "swap_in": "kv.swap", "swap_out": "kv.swap",
+    "update_kv": "kv.update", "append_kv": "kv.update",
+}
+
+
+def bucket_for(qualname, module, use_gated_lora=False):
+    """The model bucket of a module, by its name (the last part of its qualified path) and
+    type; None if it is not a known phase. LoRA adapter modules (names containing 'lora') map
+    to '<parent bucket>.lora' when use_gated_lora, else are left alone."""
+    parts = qualname.split(".")
+    leaf = parts[-1].lower() if parts else ""
+    if "lora" in leaf:
+        if not use_gated_lora:
+            return None
+        for p in reversed(parts[:-1]):
+            parent = _match_name(p.lower(), parts)
+            if parent in ("attn.qkv_proj", "attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj"):
+                return parent + ".lora"
+        return None
+    b = _match_name(leaf, parts)
+    if b is None:
+        tname = type(module).__name__
+        for pattern, bucket in _TYPE_RULES:
+            if re.search(pattern, tname):
+                return bucket
+    return b
+
+
+def _match_name(leaf, parts):
+    path = ".".join(parts).lower()
+    if leaf in ("c_proj", "dense"):  # GPT-2 / BERT style: meaning depends on the parent
+        if "mlp" in path or "ffn" in path or "feed_forward" in path:
+            return "mlp.down_proj"
+        if "attn" in path or "attention" in path:
+            return "attn.o_proj"
+        return None
+    for pattern, bucket in _NAME_RULES:
+        if re.search(pattern, leaf):
+            return bucket
+    return None
+
+
+def _wrap_forward(module, bucket, domain=0):
+    if getattr(module, _MARK, None) is not None:
+        return False
+    forward = module.forward
+    timer_name = bucket
+
+    @functools.wraps(forward)
+    def timed_forward(*args, **kwargs):
+        with _C.BucketTimer(timer_name, domain):
+            return forward(*args, **kwargs)
+
+    module.forward = timed_forward
+    setattr(module, _MARK, bucket)
+    return True
+
+
+def attach_model(model, use_gated_lora=False):
+    """Wraps the forward of every module with a known role into its model bucket, and the
+    torch.distributed collectives into communication buckets. Returns {qualname: bucket} of
+    the modules wrapped by this call (empty when already attached)."""
+    wrapped = {}
+    for qualname, module in model.named_modules():
+        if not qualname:
+            continue
+        bucket = bucket_for(qualname, module, use_gated_lora)
+        if bucket and _wrap_forward(module, bucket):
+            wrapped[qualname] = bucket
+    _wrap_collectives()
+    return wrapped
+
+
+def _wrap_collectives():
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        try:
+            import torch.distributed as dist
+        except ImportError:
+            return
+    for name in _COLLECTIVES:
+        fn = getattr(dist, name, None)
+        if fn is None or getattr(fn, _MARK, None) is not None:
+            continue
+        bucket = f"communication.{name}"
+
+        def make(fn=fn, bucket=bucket):
+            @functools.wraps(fn)
+            def timed(*args, **kwargs):
+                with _C.BucketTimer(bucket, 0):
+                    return fn(*args, **kwargs)
+
+            setattr(timed, _MARK, bucket)
+            return timed
+
+        setattr(dist, name, make())
+
+
+def attach_engine(engine):
+    """Wraps the engine's public phase methods (prefill, decode, sample, postprocess, draft,
+    verify, KV operations) into engine buckets (host clock). Returns {method: bucket}."""
+    wrapped = {}
+    for method, bucket in _ENGINE_METHODS.items():
+        fn = getattr(engine, method, None)
+        if fn is None or not callable(fn) or getattr(fn, _MARK, None) is not None:
+            continue
+
+        def make(fn=fn, bucket=bucket):
+            @functools.wraps(fn)
+            def timed(*args, **kwargs):
+                with _C.BucketTimer(bucket, 1):
+                    return fn(*args, **kwargs)
+
+            setattr(timed, _MARK, bucket)
+            return timed
+
+        setattr(engine, method, make())
+        wrapped[method] = bucket
+    return wrapped

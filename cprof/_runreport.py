@@ -1,0 +1,195 @@
+"""summary.json and report.md of the run/step Profiler. The numbers come from the C step store
+(cprof._C.rs_stats / rs_buckets: one call per run, bin or bucket table); this module only
+arranges them. Every undefined value is None (null in JSON), never NaN."""
+import dataclasses
+import math
+import statistics
+
+from . import _C
+
+INF = math.inf
+DOMAINS = {0: "model", 1: "engine"}
+
+
+def _ordered(avgs, order):
+    """Canonical buckets first, in their order, then every other bucket by name."""
+    keys = [b for b in order if b in avgs] + sorted(b for b in avgs if b not in order)
+    return {k: avgs[k] for k in keys}
+
+
+def _bucket_avgs(run_lo, run_hi, steps, kv_lo=-INF, kv_hi=INF):
+    from .runprof import ENGINE_BUCKET_ORDER, MODEL_BUCKET_ORDER
+    model, engine = {}, {}
+    for domain, name, total_ns, _ in _C.rs_buckets(run_lo, run_hi, kv_lo, kv_hi):
+        avg = total_ns / steps / 1e6 if steps else None
+        (model if domain == 0 else engine)[name] = avg
+    return _ordered(model, MODEL_BUCKET_ORDER), _ordered(engine, ENGINE_BUCKET_ORDER)
+
+
+def _stats(run_lo, run_hi, kv_lo=-INF, kv_hi=INF):
+    s = _C.rs_stats(run_lo, run_hi, kv_lo, kv_hi)
+    return {"steps": s["steps"], "mean_ms": s["mean_ms"], "p50_ms": s["p50_ms"],
+            "p90_ms": s["p90_ms"], "p99_ms": s["p99_ms"], "min_ms": s["min_ms"],
+            "max_ms": s["max_ms"], "tok_per_s": s["tok_per_s"], "tokens": s["tokens"],
+            "time_ms": s["time_ms"]}
+
+
+def _bins(cfg, run_lo, run_hi):
+    edges = list(cfg.kv_bins)
+    out = []
+    for i, lo in enumerate(edges):
+        hi = edges[i + 1] if i + 1 < len(edges) else None
+        s = _stats(run_lo, run_hi, lo, hi if hi is not None else INF)
+        label = f"[{lo}, {hi})" if hi is not None else f"[{lo}, inf)"
+        out.append({"lo": lo, "hi": hi, "label": label, **s})
+    return out
+
+
+def _mean_std(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return {"mean": None, "std": None, "n": 0}
+    mean = statistics.fmean(values)
+    std = statistics.stdev(values) if len(values) > 1 else None  # sample std (n - 1)
+    return {"mean": mean, "std": std, "n": len(values)}
+
+
+def build_summary(prof):
+    from .runprof import PERCENTILE_METHOD, _iso
+    cfg = prof.cfg
+    runs = [r for r in prof.runs if r.end_time is not None]
+    measured = [r for r in runs if not r.warmup]
+    first = cfg.warmup_runs
+    last = len(prof.runs)
+    # measured runs are those at index >= warmup_runs: one contiguous selection
+    stats = _stats(first, last)
+    model, engine = _bucket_avgs(first, last, stats["steps"])
+    per_run = []
+    for r in runs:
+        rs = _stats(r.index, r.index + 1)
+        rm, re_ = _bucket_avgs(r.index, r.index + 1, rs["steps"])
+        per_run.append({
+            "meta": {"index": r.index, "label": r.label, "bsz": r.bsz, "warmup": r.warmup,
+                     "start_time": _iso(r.start_time), "end_time": _iso(r.end_time),
+                     "wall_s": r.end_time - r.start_time},
+            "stats": rs,
+            "buckets_model_avg_ms": rm,
+            "buckets_engine_avg_ms": re_,
+            "decode_length_buckets": _bins(cfg, r.index, r.index + 1),
+        })
+    measured_runs = [p for p in per_run if not p["meta"]["warmup"]]
+    agg = {"n_runs": len(measured_runs)}
+    for key in ("mean_ms", "p50_ms", "p90_ms", "p99_ms", "tok_per_s"):
+        agg[key] = _mean_std([p["stats"][key] for p in measured_runs])
+    for dom in ("model", "engine"):
+        names = []
+        for p in measured_runs:
+            names += [n for n in p[f"buckets_{dom}_avg_ms"] if n not in names]
+        agg[f"buckets_{dom}_avg_ms"] = {
+            n: _mean_std([p[f"buckets_{dom}_avg_ms"].get(n, 0.0) for p in measured_runs])
+            for n in names}
+    if not prof.runs:
+        note = "no runs were recorded (begin_run was never called)"
+    elif not measured:
+        note = (f"every run was a warmup run ({len(runs)} run(s), warmup_runs="
+                f"{cfg.warmup_runs}): nothing is aggregated; record more runs or lower "
+                "warmup_runs")
+    else:
+        note = None
+    return {
+        "meta": {
+            "rank": prof.rank, "world_size": prof.world_size,
+            "config": dataclasses.asdict(cfg),
+            "output_dir": prof.output_dir, "run_name": prof.run_name,
+            "start_time": _iso(prof.start_time),
+            "cprof_version": _C.__version__,
+            "timing": "cuda_events" if prof._cuda else "host_clock",
+            "timing_note": prof._timing_note,
+            "percentile_method": PERCENTILE_METHOD,
+            "runs_recorded": len(runs), "runs_measured": len(measured),
+            "warmup_runs": cfg.warmup_runs, "num_total_runs": cfg.num_total_runs,
+            "note": note,
+        },
+        "stats": stats,
+        "buckets_model_avg_ms": model,
+        "buckets_engine_avg_ms": engine,
+        "runs": per_run,
+        "runs_aggregate": agg,
+        "decode_length_buckets": _bins(cfg, first, last),
+    }
+
+
+def _f(v, digits=3):
+    return "—" if v is None else f"{v:.{digits}f}"
+
+
+def _pm(d, digits=3):
+    if d["mean"] is None:
+        return "—"
+    return f"{d['mean']:.{digits}f} ± {d['std']:.{digits}f}" if d["std"] is not None else \
+        f"{d['mean']:.{digits}f}"
+
+
+def _bucket_table(title, avgs, step_mean):
+    lines = [f"## {title}", ""]
+    if not avgs:
+        return lines + ["No bucket was timed (enable the domain's profiling and time regions "
+                        "inside steps).", ""]
+    lines += ["| Bucket | Avg ms/step | Share of step |", "|---|---:|---:|"]
+    for name, v in avgs.items():
+        share = f"{100 * v / step_mean:.1f}%" if v is not None and step_mean else "—"
+        lines.append(f"| `{name}` | {_f(v)} | {share} |")
+    total = sum(v for v in avgs.values() if v is not None)
+    share = f"{100 * total / step_mean:.1f}%" if step_mean else "—"
+    lines += [f"| **total** | {_f(total)} | {share} |", ""]
+    return lines
+
+
+def render_markdown(s):
+    m, st = s["meta"], s["stats"]
+    lines = [f"# Profiler report: {m['run_name']}", "",
+             f"Rank {m['rank']} of {m['world_size']}; {m['runs_recorded']} run(s) recorded, "
+             f"{m['runs_measured']} measured (warmup runs: {m['warmup_runs']}). Timing: "
+             f"{m['timing']}. Started {m['start_time']}.", ""]
+    if m.get("timing_note"):
+        lines += [f"> {m['timing_note']}", ""]
+    if m["note"]:
+        lines += [f"> **Note:** {m['note']}.", ""]
+    lines += ["## Global summary", "",
+              "| Steps | Mean ms | P50 ms | P90 ms | P99 ms | Tok/s | Tokens | Time ms |",
+              "|---:|---:|---:|---:|---:|---:|---:|---:|",
+              f"| {st['steps']} | {_f(st['mean_ms'])} | {_f(st['p50_ms'])} | "
+              f"{_f(st['p90_ms'])} | {_f(st['p99_ms'])} | {_f(st['tok_per_s'], 1)} | "
+              f"{st['tokens']} | {_f(st['time_ms'])} |", "",
+              f"Percentiles: {m['percentile_method']}.", ""]
+    lines += _bucket_table("Model buckets", s["buckets_model_avg_ms"], st["mean_ms"])
+    lines += _bucket_table("Engine buckets", s["buckets_engine_avg_ms"], st["mean_ms"])
+    lines += ["## Per-run overview", "",
+              "| Run | Label | Bsz | Warmup | Steps | Tokens | Mean ms | P90 ms | Tok/s |",
+              "|---:|---|---:|---|---:|---:|---:|---:|---:|"]
+    for r in s["runs"]:
+        rm, rs = r["meta"], r["stats"]
+        lines.append(f"| {rm['index']} | {rm['label'] or ''} | "
+                     f"{'' if rm['bsz'] is None else rm['bsz']} | "
+                     f"{'yes' if rm['warmup'] else 'no'} | {rs['steps']} | {rs['tokens']} | "
+                     f"{_f(rs['mean_ms'])} | {_f(rs['p90_ms'])} | {_f(rs['tok_per_s'], 1)} |")
+    if not s["runs"]:
+        lines.append("| — | | | | | | | | |")
+    a = s["runs_aggregate"]
+    lines += ["", f"## Across runs (mean ± sample std over {a['n_runs']} measured run(s))", "",
+              "| Metric | Mean ± std |", "|---|---:|"]
+    for key, label in (("mean_ms", "Mean ms"), ("p50_ms", "P50 ms"), ("p90_ms", "P90 ms"),
+                       ("p99_ms", "P99 ms"), ("tok_per_s", "Tok/s")):
+        lines.append(f"| {label} | {_pm(a[key], 1 if key == 'tok_per_s' else 3)} |")
+    for dom in ("model", "engine"):
+        b = a[f"buckets_{dom}_avg_ms"]
+        if b:
+            lines += ["", f"| {dom.capitalize()} bucket | Avg ms/step, mean ± std |", "|---|---:|"]
+            lines += [f"| `{n}` | {_pm(v)} |" for n, v in b.items()]
+    lines += ["", "## Decode-length buckets (KV length at step start)", "",
+              "| KV length | Steps | Mean ms | P50 ms | P90 ms | P99 ms | Tok/s |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
+    for b in s["decode_length_buckets"]:
+        lines.append(f"| {b['label']} | {b['steps']} | {_f(b['mean_ms'])} | {_f(b['p50_ms'])} | "
+                     f"{_f(b['p90_ms'])} | {_f(b['p99_ms'])} | {_f(b['tok_per_s'], 1)} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,571 @@
+"""The run/step Profiler of seed 003: runs of steps timed with CUDA events (or the host clock),
+model / engine bucket timers, and summary.json + report.md.
+
+The timing hot path (bucket timers, step records, statistics) is in cprof._C
+(cuda_timers.c, runstats.c); this module holds the run lifecycle, gating, hooks and the
+presentation of the numbers."""
+import dataclasses
+import datetime
+import json
+import math
+import os
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from . import _C
+from ._dist import rank_info
+
+MODEL_BUCKET_ORDER = [
+    "embed",
+    "attn.qkv_proj", "attn.qkv_proj.lora",
+    "attn.qk_norm",
+    "attn.rope",
+    "attn.compute",
+    "attn.o_proj", "attn.o_proj.lora",
+    "mlp.gate_up_proj", "mlp.gate_up_proj.lora",
+    "mlp.silu_and_mul",
+    "mlp.down_proj", "mlp.down_proj.lora",
+    "norm",
+    "lm_head",
+    "communication",
+    "communication.all_reduce", "communication.reduce_scatter_tensor",
+    "communication.all_gather", "communication.broadcast",
+]
+ENGINE_BUCKET_ORDER = [
+    "prefill", "decode", "sampler", "postproc", "draft", "verify",
+    "kv.alloc", "kv.free", "kv.copy", "kv.swap", "kv.update",
+    "communication",
+    "engine.sampling",
+]
+KV_REDUCTIONS = ("mean", "max", "p50", "p90", "sum")
+PERCENTILE_METHOD = ("exact over all measured steps: linear interpolation between the two "
+                     "nearest ranks of the sorted step latencies (numpy's default 'linear')")
+
+
+class ProfilerStateError(_C.CprofError, RuntimeError):
+    """A Profiler call in the wrong order (end_run without begin_run, ...)."""
+
+
+@dataclass
+class ProfilerConfig:
+    output_dir: str = "profiler_out"
+    collect_on_rank0_only: bool = True
+    strict_sync: bool = True
+    dist_barrier: bool = False
+    model_profiling: bool = False
+    engine_profiling: bool = False
+    num_total_runs: int = 10
+    warmup_runs: int = 1
+    print_per_run: bool = True
+    run_name: Optional[str] = None
+    kv_len_reduce: str = "mean"
+    kv_bins: List[int] = field(default_factory=lambda: [0, 512, 1024, 2048, 4096, 8192, 16384])
+
+    def __post_init__(self):
+        if self.kv_len_reduce not in KV_REDUCTIONS:
+            raise ValueError(f"cprof: kv_len_reduce={self.kv_len_reduce!r} is not one of "
+                             f"{', '.join(KV_REDUCTIONS)}")
+        bins = list(self.kv_bins)
+        if not bins or any(not isinstance(b, (int, float)) or isinstance(b, bool) for b in bins):
+            raise ValueError("cprof: kv_bins must be a non-empty list of numbers, e.g. "
+                             "[0, 512, 1024]")
+        if any(b >= c for b, c in zip(bins, bins[1:])):
+            raise ValueError(f"cprof: kv_bins must be strictly increasing, got {bins}; "
+                             "sort them and remove duplicates")
+        self.kv_bins = bins
+        if int(self.warmup_runs) < 0:
+            raise ValueError("cprof: warmup_runs must be 0 or more")
+        if int(self.num_total_runs) < 0:
+            raise ValueError("cprof: num_total_runs must be 0 or more")
+
+    @classmethod
+    def from_args(cls, args, prefix="prof_"):
+        """Per field: args.<prefix><field>, then (engine_profiling) args.backend_profiling,
+        then args.<field>, then the default. An attribute set to None counts as absent."""
+        values = {}
+        for f in dataclasses.fields(cls):
+            candidates = [prefix + f.name]
+            if f.name == "engine_profiling":
+                candidates.append("backend_profiling")
+            candidates.append(f.name)
+            for name in candidates:
+                v = getattr(args, name, None)
+                if v is not None:
+                    values[f.name] = v
+                    break
+        return cls(**values)
+
+
+def generate_run_name(prefix="run"):
+    """A unique, sortable run directory name: <prefix>_<YYYYmmdd-HHMMSS>_<pid>."""
+    return f"{prefix}_{time.strftime('%Y%m%d-%H%M%S')}_{os.getpid()}"
+
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+def _cuda_ready():
+    t = _torch()
+    try:
+        return t is not None and t.cuda.is_available() and t.cuda.is_initialized()
+    except Exception:
+        return False
+
+
+def _current_stream():
+    """The CUstream of torch's current stream (0, the legacy default stream, without torch
+    CUDA). Looked up once per step, not per timer."""
+    return int(_torch().cuda.current_stream().cuda_stream) if _cuda_ready() else 0
+
+
+def _sync():
+    if _cuda_ready():
+        _torch().cuda.synchronize()
+
+
+def _barrier():
+    t = _torch()
+    dist = sys.modules.get("torch.distributed")
+    if t is not None and dist is not None and dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def _finite(v):
+    return v if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+
+class _StepContext:
+    __slots__ = ("prof", "step", "t0", "region", "range")
+
+    def __init__(self, prof):
+        self.prof = prof
+
+    def __enter__(self):
+        self.prof._step_enter(self)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.prof._step_exit(self, exc_type)
+        return False
+
+
+class _RunInfo:
+    def __init__(self, index, bsz, label, warmup):
+        self.index, self.bsz, self.label, self.warmup = index, bsz, label, warmup
+        self.start_time = time.time()
+        self.end_time = None
+        self.steps = 0
+        self.pending_kv = []  # (step index, device scalar tensor): resolved at end_run
+
+
+class Profiler:
+    """Runs of timed steps, bucket breakdowns and reports (seed 003's API)."""
+
+    def __init__(self, args=None, *, timing="auto", **overrides):
+        """args: a ProfilerConfig, or any namespace (ProfilerConfig.from_args reads it; its
+        attributes are kept as the runner args for save_config). timing: "auto" (CUDA events
+        when torch has initialised CUDA, else the host clock), "cuda" (CUDA events through the
+        driver whenever a context is current) or "host". Other keywords override fields."""
+        if timing not in ("auto", "cuda", "host"):
+            raise ValueError(f"cprof: timing must be 'auto', 'cuda' or 'host', got {timing!r}")
+        self._timing = timing
+        if isinstance(args, ProfilerConfig):
+            cfg = dataclasses.replace(args, **overrides) if overrides else args
+            self.runner_args = {}
+        else:
+            cfg = ProfilerConfig.from_args(args) if args is not None else ProfilerConfig()
+            if overrides:
+                cfg = dataclasses.replace(cfg, **overrides)
+            self.runner_args = dict(vars(args)) if args is not None and hasattr(
+                args, "__dict__") else {}
+        self.cfg = cfg
+        self.rank, self.world_size, _ = rank_info()
+        self.enabled = not (cfg.collect_on_rank0_only and self.rank != 0)
+        self.run_name = cfg.run_name or generate_run_name()
+        self.output_dir = os.path.join(cfg.output_dir, self.run_name)
+        self.start_time = time.time()
+        self.runs = []
+        self._run = None
+        self._step = None
+        self._tokens = 0
+        self._kv = None
+        self._cuda = None  # decided at the first run: CUDA events or host clock
+        self._timing_note = None
+        self._attached_models = set()
+        _C.rs_reset()
+
+    # -- timing mode --
+    def _decide_timing(self):
+        if self._cuda is not None:
+            return
+        if self._timing == "host":
+            self._cuda = False
+            return
+        if self._timing == "cuda" or _cuda_ready():
+            ok, reason = _C.timers_cuda_init()
+        else:
+            ok, reason = False, "CUDA is not available or not initialised in this process"
+        self._cuda = ok
+        if not ok and (self.cfg.model_profiling or _torch() is not None):
+            self._timing_note = f"CUDA timers fall back to host timing: {reason}"
+            if self.enabled and not getattr(Profiler, "_notice_given", False):
+                Profiler._notice_given = True
+                print(f"cprof: {self._timing_note}", file=sys.stderr)
+
+    # -- runs --
+    def begin_run(self, bsz=None, label=None):
+        if self._run is not None:
+            raise ProfilerStateError(
+                f"cprof: begin_run called while run {self._run.index} is open; call end_run() "
+                "first")
+        self._decide_timing()
+        index = len(self.runs)
+        self._run = _RunInfo(index, bsz, label, warmup=index < self.cfg.warmup_runs)
+        self.runs.append(self._run)
+        return self._run.index
+
+    def end_run(self):
+        run = self._run
+        if run is None:
+            raise ProfilerStateError("cprof: end_run called without begin_run; call "
+                                     "begin_run(bsz=..., label=...) first")
+        if self._step is not None:
+            raise ProfilerStateError("cprof: end_run called inside step_timing_ctx; leave "
+                                     "the step first")
+        if self.cfg.dist_barrier:
+            _barrier()
+        if self.enabled:
+            _C.timers_resolve()
+            self._resolve_kv(run)
+        run.end_time = time.time()
+        self._run = None
+        if self.enabled and self.cfg.print_per_run:
+            s = _C.rs_stats(run.index, run.index + 1, -math.inf, math.inf)
+            tag = " (warmup, not aggregated)" if run.warmup else ""
+            mean = s["mean_ms"] if s["mean_ms"] is not None else float("nan")
+            tps = s["tok_per_s"] if s["tok_per_s"] is not None else float("nan")
+            print(f"cprof: run {run.index}{' ' + run.label if run.label else ''}{tag}: "
+                  f"{s['steps']} steps, mean {mean:.3f} ms, p90 "
+                  f"{(s['p90_ms'] or float('nan')):.3f} ms, {tps:.1f} tok/s, "
+                  f"{s['tokens']} tokens")
+
+    def _resolve_kv(self, run):
+        if not run.pending_kv:
+            return
+        t = _torch()
+        values = t.stack([v.reshape(()).double() for _, v in run.pending_kv]).cpu().tolist()
+        for (step, _), v in zip(run.pending_kv, values):
+            _C.step_set_kv(step, float(v))
+        run.pending_kv = []
+
+    # -- steps --
+    def step_timing_ctx(self):
+        """Context manager timing one step; bucket timers inside it record."""
+        return _StepContext(self)
+
+    def _step_enter(self, ctx):
+        if self.cfg.dist_barrier:
+            _barrier()  # outside timing, on every rank (gated ranks too: barriers stay symmetric)
+        ctx.step = None
+        ctx.range = None
+        if not self.enabled:
+            return
+        run = self._run
+        if run is None:
+            raise ProfilerStateError("cprof: step_timing_ctx used outside a run; call "
+                                     "begin_run() first")
+        if self._step is not None:
+            raise ProfilerStateError("cprof: step_timing_ctx is already open; steps do not nest")
+        strict = self.cfg.strict_sync
+        if strict:
+            _sync()
+        ctx.step = _C.step_begin(run.index)
+        self._step = ctx.step
+        self._tokens = 0
+        self._kv = None
+        stream = _current_stream() if self._cuda else 0
+        measured = not run.warmup
+        # model buckets time on the GPU (CUDA events) when possible; engine buckets on the host
+        _C.timers_gate(measured and self.cfg.model_profiling,
+                       measured and self.cfg.engine_profiling, bool(self._cuda), False, stream,
+                       ctx.step)
+        if _C.active():
+            ctx.range = _C.range(f"step[{run.label}]" if run.label else "step")
+            ctx.range.__enter__()
+        ctx.region = None
+        if self._cuda and not strict:
+            ctx.region = (_C.timer_begin(True, stream), stream)
+        ctx.t0 = _C.now_ns()
+
+    def _step_exit(self, ctx, exc_type):
+        if ctx.step is None:
+            return
+        t1 = _C.now_ns()
+        strict = self.cfg.strict_sync
+        latency = None
+        if ctx.region is not None:
+            slot, stream = ctx.region
+            _C.timer_end(slot, stream, 255, ctx.step)  # 255: the step's own region
+        if strict:
+            _sync()
+            t1 = _C.now_ns()
+        if ctx.region is None:
+            latency = t1 - ctx.t0
+        _C.timers_gate(False, False, False, False, 0, 0)
+        if ctx.range is not None:
+            ctx.range.__exit__(None, None, None)
+        self._step = None
+        if exc_type is not None:
+            _C.step_abort(ctx.step)  # a step that raised is not a measurement
+            return
+        kv = self._kv
+        if kv is not None and not isinstance(kv, float):
+            self._run.pending_kv.append((ctx.step, kv))
+            kv = None
+        _C.step_end(ctx.step, latency, int(self._tokens), kv)
+        self._run.steps += 1
+        if strict:
+            _C.timers_resolve()
+
+    def set_step_tokens(self, n):
+        if not self.enabled:
+            return
+        if isinstance(n, bool) or not isinstance(n, int):
+            try:
+                n = int(n)
+            except (TypeError, ValueError):
+                raise TypeError(f"cprof: set_step_tokens takes an int, got {type(n).__name__}")
+        if n < 0:
+            raise ValueError(f"cprof: set_step_tokens got {n}; accepted tokens cannot be "
+                             "negative")
+        if self._step is None:
+            raise ProfilerStateError("cprof: set_step_tokens outside a step; call it inside "
+                                     "step_timing_ctx()")
+        self._tokens = n
+
+    def set_step_seq_len(self, x):
+        """KV length of the step: int, list, numpy array or tensor, reduced per kv_len_reduce.
+        A CUDA tensor is reduced on the device and copied once per run, not once per step."""
+        if not self.enabled:
+            return
+        if self._step is None:
+            raise ProfilerStateError("cprof: set_step_seq_len outside a step; call it inside "
+                                     "step_timing_ctx()")
+        self._kv = self._reduce(x)
+
+    def _reduce(self, x):
+        how = self.cfg.kv_len_reduce
+        t = _torch()
+        if t is not None and isinstance(x, t.Tensor):
+            v = x.detach().double().reshape(-1)
+            if v.numel() == 0:
+                return None
+            if how == "mean":
+                r = v.mean()
+            elif how == "max":
+                r = v.max()
+            elif how == "sum":
+                r = v.sum()
+            else:
+                r = t.quantile(v, 0.5 if how == "p50" else 0.9)
+            return float(r) if r.device.type == "cpu" else r
+        if isinstance(x, (int, float)) and not isinstance(x, bool):
+            return float(x)
+        try:
+            values = [float(v) for v in (x.tolist() if hasattr(x, "tolist") else x)]
+        except TypeError:
+            raise TypeError(f"cprof: set_step_seq_len takes an int, a list, an array or a "
+                            f"tensor, got {type(x).__name__}") from None
+        if not values:
+            return None
+        values.sort()
+        if how == "mean":
+            return sum(values) / len(values)
+        if how == "max":
+            return values[-1]
+        if how == "sum":
+            return float(sum(values))
+        p = 0.5 if how == "p50" else 0.9
+        h = (len(values) - 1) * p
+        lo = math.floor(h)
+        hi = min(lo + 1, len(values) - 1)
+        return values[lo] + (h - lo) * (values[hi] - values[lo])
+
+    # -- hooks --
+    def attach_model(self, model, use_gated_lora=False):
+        from ._hooks import attach_model
+        return attach_model(model, use_gated_lora=use_gated_lora)
+
+    def attach_engine(self, engine):
+        from ._hooks import attach_engine
+        return attach_engine(engine)
+
+    # -- reports --
+    def _measured_runs(self):
+        return [r for r in self.runs if not r.warmup]
+
+    def summary(self):
+        """The summary.json document as a dict (no NaN/Infinity: undefined values are None)."""
+        from ._runreport import build_summary
+        return build_summary(self)
+
+    def save_config(self):
+        """Writes {output_dir}/{run_name}/config.json: the config and the runner's arguments.
+        Returns the path (None on a gated rank)."""
+        if not self.enabled:
+            return None
+        os.makedirs(self.output_dir, exist_ok=True)
+        doc = {
+            "config": dataclasses.asdict(self.cfg),
+            "runner_args": _jsonable(self.runner_args),
+            "meta": {"rank": self.rank, "world_size": self.world_size,
+                     "run_name": self.run_name, "cprof_version": _C.__version__,
+                     "created": _iso(time.time())},
+        }
+        path = os.path.join(self.output_dir, "config.json")
+        _write_text(path, json.dumps(doc, indent=2, allow_nan=False) + "\n")
+        return path
+
+    def save_all(self):
+        """Writes summary.json and report.md under {output_dir}/{run_name}/. Returns their
+        paths (None on a gated rank)."""
+        if not self.enabled:
+            return None
+        if self._run is not None:
+            warnings.warn(f"cprof: save_all with run {self._run.index} still open: it is not "
+                          "in the report; call end_run() first", RuntimeWarning, stacklevel=2)
+        from ._runreport import render_markdown
+        os.makedirs(self.output_dir, exist_ok=True)
+        summary = self.summary()
+        sp = os.path.join(self.output_dir, "summary.json")
+        _write_text(sp, json.dumps(summary, indent=2, allow_nan=False) + "\n")
+        rp = os.path.join(self.output_dir, "report.md")
+        _write_text(rp, render_markdown(summary))
+        return sp, rp
+
+
+class NullProfiler:
+    """What get_active_profiler returns when none is registered: every call is a no-op."""
+
+    enabled = False
+    runs = ()
+
+    def begin_run(self, *a, **k):
+        return None
+
+    def end_run(self, *a, **k):
+        return None
+
+    def step_timing_ctx(self):
+        return _NULL_CTX
+
+    def set_step_tokens(self, *a, **k):
+        return None
+
+    def set_step_seq_len(self, *a, **k):
+        return None
+
+    def save_config(self, *a, **k):
+        return None
+
+    def save_all(self, *a, **k):
+        return None
+
+    def attach_model(self, *a, **k):
+        return None
+
+    def attach_engine(self, *a, **k):
+        return None
+
+
+class _NullCtx:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NULL_CTX = _NullCtx()
+_NULL = NullProfiler()
+_active = None
+
+
+def register_active_profiler(prof):
+    global _active
+    _active = prof
+    return prof
+
+
+def get_active_profiler():
+    return _active if _active is not None else _NULL
+
+
+def release_active_profiler():
+    global _active
+    _active = None
+
+
+# -- timers (C objects: outside a step, in warmup runs or with the domain off, one check) --
+
+def cuda_bucket_timer(bucket):
+    """Model-domain timer: CUDA events on the step's stream (host clock without CUDA)."""
+    return _C.BucketTimer(bucket, 0)
+
+
+def cpu_bucket_timer(bucket, sync=False):
+    """Engine-domain timer on the host clock; sync=True synchronises the device around it."""
+    t = _C.BucketTimer(bucket, 1)
+    return _SyncedTimer(t) if sync else t
+
+
+def attention_compute_timer():
+    return _C.BucketTimer("attn.compute", 0)
+
+
+def rope_compute_timer():
+    return _C.BucketTimer("attn.rope", 0)
+
+
+class _SyncedTimer:
+    __slots__ = ("t",)
+
+    def __init__(self, t):
+        self.t = t
+
+    def __enter__(self):
+        _sync()
+        return self.t.__enter__()
+
+    def __exit__(self, *exc):
+        _sync()
+        return self.t.__exit__(*exc)
+
+
+def _iso(ts):
+    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).isoformat()
+
+
+def _jsonable(obj):
+    try:
+        json.dumps(obj, allow_nan=False)
+        return obj
+    except (TypeError, ValueError):
+        if isinstance(obj, dict):
+            return {str(k): _jsonable(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return [_jsonable(v) for v in obj]
+        if isinstance(obj, float):
+            return None
+        return repr(obj)
+
+
+def _write_text(path, text):
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)

@@ -1,0 +1,175 @@
+/* Bucket timers: a region is two CUDA events (driver API) recorded on a stream, or two host
+ * clock reads when CUDA is not usable. Events come from a pool that only grows while warming
+ * up; ended regions are resolved in batch at step end (cprof_timers_resolve), never with a sync
+ * per timer. Callers hold the GIL (begin/end/counts); resolve runs with it released but while
+ * the Profiler blocks other timer calls (it is called at step end, from the timing thread). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_loader.h"
+#include "runstats.h"
+
+#define SLOT_INDEX_BITS 20u
+#define SLOT_INDEX_MASK ((1u << SLOT_INDEX_BITS) - 1)
+
+typedef struct {
+    CUevent a, b;
+    uint64_t host_a, host_b;
+    uint64_t step;
+    uint32_t bucket;
+    uint8_t cuda, domain, state; /* state: 1 open, 2 ended */
+} region;
+
+static const cprof_cuda_api *api;
+static int cuda_state = -1;        /* -1 unknown, 0 unusable, 1 usable */
+static char err[256];
+static region *regions;
+static uint32_t nregions, regions_cap, nopen;
+static uint32_t generation;        /* bumps at each resolve: stale slots are ignored */
+static CUevent *pool;
+static uint32_t npool, pool_cap, pool_total;
+
+const char *cprof_timers_error(void) { return err; }
+
+int cprof_timers_cuda_init(void) {
+    if (cprof_cuda_load_driver(&api) != CPROF_OK) {
+        snprintf(err, sizeof err, "no CUDA driver (%s)", cprof_cuda_driver_error());
+        cuda_state = 0;
+        return CPROF_E_UNAVAILABLE;
+    }
+    CUcontext ctx = NULL;
+    if (api->cuInit(0) != CUDA_SUCCESS || api->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) {
+        snprintf(err, sizeof err,
+                 "no CUDA context is current on this thread (initialise CUDA first, e.g. by "
+                 "putting a tensor on the GPU)");
+        cuda_state = 0;
+        return CPROF_E_UNAVAILABLE;
+    }
+    err[0] = '\0';
+    cuda_state = 1;
+    return CPROF_OK;
+}
+
+static int event_get(CUevent *e) {
+    if (npool) {
+        *e = pool[--npool];
+        return CPROF_OK;
+    }
+    /* warm-up only: the pool keeps every event it ever made */
+    if (api->cuEventCreate(e, CU_EVENT_DEFAULT) != CUDA_SUCCESS) return CPROF_E_UNAVAILABLE;
+    pool_total++;
+    return CPROF_OK;
+}
+
+static void event_put(CUevent e) {
+    if (npool == pool_cap) {
+        uint32_t ncap = pool_cap ? pool_cap * 2 : 64;
+        CUevent *np = realloc(pool, ncap * sizeof *np);
+        if (!np) { /* cannot keep it: give it back to the driver */
+            api->cuEventDestroy(e);
+            pool_total--;
+            return;
+        }
+        pool = np;
+        pool_cap = ncap;
+    }
+    pool[npool++] = e;
+}
+
+int cprof_timer_begin(int cuda, uintptr_t stream, uint32_t *slot) {
+    if (cuda && cuda_state != 1) return CPROF_E_UNAVAILABLE;
+    if (nregions > SLOT_INDEX_MASK) return CPROF_E_FULL;
+    if (nregions == regions_cap) {
+        uint32_t ncap = regions_cap ? regions_cap * 2 : 256;
+        region *nr = realloc(regions, ncap * sizeof *nr);
+        if (!nr) return CPROF_E_NOMEM;
+        regions = nr;
+        regions_cap = ncap;
+    }
+    region *r = &regions[nregions];
+    memset(r, 0, sizeof *r);
+    r->cuda = (uint8_t)(cuda != 0);
+    if (cuda) {
+        if (event_get(&r->a) || event_get(&r->b)) return CPROF_E_UNAVAILABLE;
+        if (api->cuEventRecord(r->a, (CUstream)stream) != CUDA_SUCCESS) {
+            event_put(r->a);
+            event_put(r->b);
+            return CPROF_E_UNAVAILABLE;
+        }
+    } else {
+        r->host_a = cprof_clock_now_ns();
+    }
+    r->state = 1;
+    nopen++;
+    *slot = ((generation & 0xFFFu) << SLOT_INDEX_BITS) | nregions;
+    nregions++;
+    return CPROF_OK;
+}
+
+int cprof_timer_end(uint32_t slot, uintptr_t stream, uint8_t domain, uint32_t bucket_id,
+                    uint64_t step) {
+    uint32_t idx = slot & SLOT_INDEX_MASK;
+    if ((slot >> SLOT_INDEX_BITS) != (generation & 0xFFFu) || idx >= nregions ||
+        regions[idx].state != 1)
+        return CPROF_E_STATE; /* resolved (or abandoned) since it began */
+    region *r = &regions[idx];
+    if (r->cuda) {
+        if (api->cuEventRecord(r->b, (CUstream)stream) != CUDA_SUCCESS) return CPROF_E_UNAVAILABLE;
+    } else {
+        r->host_b = cprof_clock_now_ns();
+    }
+    r->domain = domain;
+    r->bucket = bucket_id;
+    r->step = step;
+    r->state = 2;
+    nopen--;
+    return CPROF_OK;
+}
+
+uint32_t cprof_timers_open(void) { return nopen; }
+
+int cprof_timers_resolve(void) {
+    int rc = CPROF_OK;
+    for (uint32_t i = 0; i < nregions; i++) {
+        region *r = &regions[i];
+        if (r->state == 2) {
+            uint64_t ns = 0;
+            if (r->cuda) {
+                float ms = 0.0f;
+                /* in record order: after the first wait the rest are already complete */
+                if (api->cuEventSynchronize(r->b) == CUDA_SUCCESS &&
+                    api->cuEventElapsedTime(&ms, r->a, r->b) == CUDA_SUCCESS && ms >= 0.0f)
+                    ns = (uint64_t)llround((double)ms * 1e6);
+                else
+                    rc = CPROF_E_UNAVAILABLE;
+            } else {
+                ns = r->host_b - r->host_a;
+            }
+            if (r->domain == CPROF_DOMAIN_STEP) cprof_rs_set_latency(r->step, ns);
+            else cprof_rs_add_bucket(r->step, r->domain, r->bucket, ns);
+        }
+        /* an open region (its timer raised before ending) is abandoned: its events return
+         * to the pool and a late end() sees a stale slot */
+        if (r->cuda) {
+            event_put(r->a);
+            event_put(r->b);
+        }
+    }
+    nregions = 0;
+    nopen = 0;
+    generation++;
+    return rc;
+}
+
+void cprof_timers_counts(uint32_t *pool_events, uint32_t *pending) {
+    if (pool_events) *pool_events = pool_total;
+    if (pending) *pending = nregions;
+}
+
+int cprof_timers_sync_stream(uintptr_t stream) {
+    if (cuda_state != 1) return CPROF_E_UNAVAILABLE;
+    return api->cuStreamSynchronize((CUstream)stream) == CUDA_SUCCESS ? CPROF_OK
+                                                                      : CPROF_E_UNAVAILABLE;
+}

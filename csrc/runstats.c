@@ -1,0 +1,162 @@
+/* The step store of the run/step Profiler: one record per measured step (run, latency, tokens,
+ * KV length) and the bucket times filed under it, turned into exact statistics on request.
+ * Callers hold the GIL; nothing here blocks or touches CUDA. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runstats.h"
+
+typedef struct {
+    uint32_t run;
+    uint8_t done;       /* step_end was called */
+    uint64_t latency_ns; /* UINT64_MAX while pending */
+    int64_t tokens;
+    double kv_len;
+} step_rec;
+
+typedef struct {
+    uint64_t step; /* index of its step */
+    uint64_t ns;
+    uint32_t bucket;
+    uint8_t domain;
+} bucket_rec;
+
+static step_rec *steps;
+static uint64_t nsteps, steps_cap;
+static bucket_rec *buckets;
+static uint64_t nbuckets, buckets_cap;
+
+static int grow(void **arr, uint64_t *cap, size_t elem) {
+    uint64_t ncap = *cap ? *cap * 2 : 1024;
+    void *n = realloc(*arr, ncap * elem);
+    if (!n) return CPROF_E_NOMEM;
+    *arr = n;
+    *cap = ncap;
+    return CPROF_OK;
+}
+
+int cprof_rs_step_begin(uint32_t run, uint64_t *step) {
+    if (nsteps == steps_cap && grow((void **)&steps, &steps_cap, sizeof *steps))
+        return CPROF_E_NOMEM;
+    steps[nsteps] = (step_rec){run, 0, UINT64_MAX, 0, NAN};
+    *step = nsteps++;
+    return CPROF_OK;
+}
+
+void cprof_rs_step_abort(uint64_t step) {
+    if (step + 1 != nsteps) return; /* only the last step can be taken back */
+    while (nbuckets && buckets[nbuckets - 1].step == step) nbuckets--;
+    nsteps--;
+}
+
+int cprof_rs_step_end(uint64_t step, uint64_t latency_ns, int64_t tokens, double kv_len) {
+    if (step >= nsteps || steps[step].done) return CPROF_E_STATE;
+    steps[step].done = 1;
+    if (latency_ns != UINT64_MAX) steps[step].latency_ns = latency_ns;
+    steps[step].tokens = tokens;
+    steps[step].kv_len = kv_len;
+    return CPROF_OK;
+}
+
+void cprof_rs_set_latency(uint64_t step, uint64_t latency_ns) {
+    if (step < nsteps) steps[step].latency_ns = latency_ns;
+}
+
+void cprof_rs_set_kv(uint64_t step, double kv_len) {
+    if (step < nsteps) steps[step].kv_len = kv_len;
+}
+
+void cprof_rs_add_bucket(uint64_t step, uint8_t domain, uint32_t bucket_id, uint64_t ns) {
+    if (step >= nsteps) return;
+    if (nbuckets == buckets_cap && grow((void **)&buckets, &buckets_cap, sizeof *buckets))
+        return;
+    buckets[nbuckets++] = (bucket_rec){step, ns, bucket_id, domain};
+}
+
+void cprof_rs_reset(void) { nsteps = nbuckets = 0; }
+
+uint64_t cprof_rs_nsteps(void) { return nsteps; }
+
+static int selected(const step_rec *s, uint32_t run_lo, uint32_t run_hi, double kv_lo,
+                    double kv_hi) {
+    /* a step without a KV length (NaN) belongs to no bin, but to every unbinned query */
+    int kv_ok = (isinf(kv_lo) && kv_lo < 0 && isinf(kv_hi)) ||
+                (!isnan(s->kv_len) && s->kv_len >= kv_lo && s->kv_len < kv_hi);
+    return s->done && s->latency_ns != UINT64_MAX && s->run >= run_lo && s->run < run_hi && kv_ok;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Linear interpolation between closest ranks: rank h = (n - 1) * p. */
+static double percentile(const uint64_t *sorted, uint64_t n, double p) {
+    double h = (double)(n - 1) * p;
+    uint64_t lo = (uint64_t)floor(h);
+    uint64_t hi = lo + 1 < n ? lo + 1 : lo;
+    return (double)sorted[lo] + (h - (double)lo) * ((double)sorted[hi] - (double)sorted[lo]);
+}
+
+int cprof_rs_stats(uint32_t run_lo, uint32_t run_hi, double kv_lo, double kv_hi,
+                   cprof_step_stats *out) {
+    memset(out, 0, sizeof *out);
+    uint64_t *lat = malloc((nsteps ? nsteps : 1) * sizeof *lat);
+    if (!lat) return CPROF_E_NOMEM;
+    uint64_t n = 0, total = 0;
+    int64_t tokens = 0;
+    for (uint64_t i = 0; i < nsteps; i++) {
+        if (!selected(&steps[i], run_lo, run_hi, kv_lo, kv_hi)) continue;
+        lat[n++] = steps[i].latency_ns;
+        total += steps[i].latency_ns;
+        tokens += steps[i].tokens;
+    }
+    out->steps = n;
+    out->tokens = tokens;
+    out->time_ms = (double)total / 1e6;
+    out->tok_per_s = total ? (double)tokens / ((double)total / 1e9) : NAN;
+    if (n == 0) {
+        out->mean_ms = out->p50_ms = out->p90_ms = out->p99_ms = out->min_ms = out->max_ms = NAN;
+        free(lat);
+        return CPROF_OK;
+    }
+    qsort(lat, n, sizeof *lat, cmp_u64);
+    out->mean_ms = (double)total / (double)n / 1e6;
+    out->p50_ms = percentile(lat, n, 0.50) / 1e6;
+    out->p90_ms = percentile(lat, n, 0.90) / 1e6;
+    out->p99_ms = percentile(lat, n, 0.99) / 1e6;
+    out->min_ms = (double)lat[0] / 1e6;
+    out->max_ms = (double)lat[n - 1] / 1e6;
+    free(lat);
+    return CPROF_OK;
+}
+
+int cprof_rs_buckets(uint32_t run_lo, uint32_t run_hi, double kv_lo, double kv_hi,
+                     cprof_bucket_total *rows, size_t cap, size_t *n) {
+    *n = 0;
+    size_t count = 0;
+    uint64_t *last_step = malloc((cap ? cap : 1) * sizeof *last_step);
+    if (!last_step) return CPROF_E_NOMEM;
+    for (uint64_t i = 0; i < nbuckets; i++) {
+        const bucket_rec *b = &buckets[i];
+        if (b->step >= nsteps || !selected(&steps[b->step], run_lo, run_hi, kv_lo, kv_hi))
+            continue;
+        size_t k = 0;
+        while (k < count && (rows[k].domain != b->domain || rows[k].bucket_id != b->bucket)) k++;
+        if (k == count) {
+            if (count == cap) continue; /* more distinct buckets than rows: caller sized it */
+            rows[k] = (cprof_bucket_total){b->domain, b->bucket, 0, 0};
+            last_step[k] = UINT64_MAX;
+            count++;
+        }
+        rows[k].total_ns += b->ns;
+        if (last_step[k] != b->step) {
+            rows[k].steps++;
+            last_step[k] = b->step;
+        }
+    }
+    free(last_step);
+    *n = count;
+    return CPROF_OK;
+}

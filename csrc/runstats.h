@@ -1,0 +1,81 @@
+/* The run/step Profiler's C side: bucket timers (CUDA events through the driver API, or the
+ * host clock) and the per-step store that turns steps into exact statistics.
+ * Core header: no Python. Callers hold the GIL (the Profiler is driven from Python). */
+#ifndef CPROF_RUNSTATS_H
+#define CPROF_RUNSTATS_H
+
+#include "cprof.h"
+
+enum cprof_domain {
+    CPROF_DOMAIN_MODEL = 0,
+    CPROF_DOMAIN_ENGINE = 1,
+    CPROF_DOMAIN_COUNT,
+    CPROF_DOMAIN_STEP = 255 /* a region timing a whole step: sets the step's latency */
+};
+
+/* ---- cuda_timers.c ---- */
+/* Loads the driver and checks a context is current. 0, or CPROF_E_UNAVAILABLE with the reason
+ * in cprof_timers_error(); then callers use host timing. */
+int cprof_timers_cuda_init(void);
+const char *cprof_timers_error(void);
+/* Opens a timed region on stream (a CUstream as an integer; 0 = the legacy default stream):
+ * two events from the pool, the first recorded now. cuda=0 uses the host clock instead.
+ * *slot identifies the region for cprof_timer_end. No sync. */
+int cprof_timer_begin(int cuda, uintptr_t stream, uint32_t *slot);
+/* Records the region's end and files it under (domain, bucket) of step (an index from
+ * cprof_rs_step_begin); CPROF_DOMAIN_STEP makes it the step's latency. */
+int cprof_timer_end(uint32_t slot, uintptr_t stream, uint8_t domain, uint32_t bucket_id,
+                    uint64_t step);
+/* Regions begun and not ended (a timer left open by an exception). */
+uint32_t cprof_timers_open(void);
+/* Resolves every ended region (waits for its end event: one wait for the last event of each
+ * stream in practice) and files its time in the step store. Events go back to the pool.
+ * Call with the GIL released. */
+int cprof_timers_resolve(void);
+/* Events held by the pool, and regions pending resolution (tests, leak checks). */
+void cprof_timers_counts(uint32_t *pool_events, uint32_t *pending);
+/* Records one event on stream and waits for it (a sync of that stream only). */
+int cprof_timers_sync_stream(uintptr_t stream);
+
+/* ---- runstats.c ---- */
+typedef struct cprof_step_stats {
+    uint64_t steps;
+    double mean_ms, p50_ms, p90_ms, p99_ms, min_ms, max_ms;
+    double time_ms;        /* sum of step latencies */
+    int64_t tokens;
+    double tok_per_s;      /* tokens / time; NaN when time is 0 */
+} cprof_step_stats;
+
+/* Appends a step of run `run`; *step is its index. Its latency is pending until set. */
+int cprof_rs_step_begin(uint32_t run, uint64_t *step);
+/* Completes step: latency (UINT64_MAX: pending, a CUDA region sets it later), tokens, KV
+ * length (NaN: none). */
+int cprof_rs_step_end(uint64_t step, uint64_t latency_ns, int64_t tokens, double kv_len);
+/* Sets a pending latency. */
+void cprof_rs_set_latency(uint64_t step, uint64_t latency_ns);
+/* Sets a step's KV length later (a device tensor reduced at run end, one copy per run). */
+void cprof_rs_set_kv(uint64_t step, double kv_len);
+/* Drops step (the last one begun) and its bucket times: it raised, or was not completed. */
+void cprof_rs_step_abort(uint64_t step);
+/* Adds ns to (domain, bucket) of step. */
+void cprof_rs_add_bucket(uint64_t step, uint8_t domain, uint32_t bucket_id, uint64_t ns);
+/* Forgets every step (a new Profiler). */
+void cprof_rs_reset(void);
+uint64_t cprof_rs_nsteps(void);
+/* Statistics over the completed steps whose run is in [run_lo, run_hi) and kv_len in
+ * [kv_lo, kv_hi) (use -INFINITY / INFINITY for open ends). Percentiles are exact: linear interpolation
+ * between the two nearest ranks of the sorted latencies (numpy's default). */
+int cprof_rs_stats(uint32_t run_lo, uint32_t run_hi, double kv_lo, double kv_hi,
+                   cprof_step_stats *out);
+/* Per-bucket totals over the same step selection: fills up to cap (domain, bucket, total_ns,
+ * steps_with_it) rows, returns the number of rows in *n. */
+typedef struct cprof_bucket_total {
+    uint8_t domain;
+    uint32_t bucket_id;
+    uint64_t total_ns;
+    uint64_t steps;
+} cprof_bucket_total;
+int cprof_rs_buckets(uint32_t run_lo, uint32_t run_hi, double kv_lo, double kv_hi,
+                     cprof_bucket_total *rows, size_t cap, size_t *n);
+
+#endif /* CPROF_RUNSTATS_H */

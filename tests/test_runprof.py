@@ -1,0 +1,407 @@
+"""The run/step Profiler of seed 003 (cprof.Profiler and friends)."""
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import pytest
+
+import cprof
+import cprof._C as C
+from conftest import ROOT, load_trace
+
+
+@pytest.fixture(autouse=True)
+def _registry_clean():
+    cprof.release_active_profiler()
+    yield
+    cprof.release_active_profiler()
+
+
+def make(tmp_path, **kw):
+    kw.setdefault("run_name", "t")
+    kw.setdefault("print_per_run", False)
+    cfg = cprof.ProfilerConfig(output_dir=str(tmp_path), **kw)
+    return cprof.Profiler(cfg, timing="host")
+
+
+def run_steps(prof, latencies_ms, label="decode", tokens=1, kv=None, bsz=4, buckets=()):
+    """Steps of controlled latency: sleep inside the step."""
+    prof.begin_run(bsz=bsz, label=label)
+    for i, ms in enumerate(latencies_ms):
+        with prof.step_timing_ctx():
+            for b in buckets:
+                with cprof.cuda_bucket_timer(b):
+                    pass
+            time.sleep(ms / 1000)
+            prof.set_step_tokens(tokens)
+            if kv is not None:
+                prof.set_step_seq_len(kv[i])
+    prof.end_run()
+
+
+def test_config_defaults_match_the_seed():
+    c = cprof.ProfilerConfig()
+    assert (c.output_dir, c.collect_on_rank0_only, c.strict_sync, c.dist_barrier,
+            c.model_profiling, c.engine_profiling, c.num_total_runs, c.warmup_runs,
+            c.print_per_run, c.run_name, c.kv_len_reduce) == (
+        "profiler_out", True, True, False, False, False, 10, 1, True, None, "mean")
+    assert c.kv_bins == [0, 512, 1024, 2048, 4096, 8192, 16384]
+
+
+def test_from_args_precedence():
+    a = SimpleNamespace(prof_model_profiling=True, model_profiling=False, warmup_runs=3,
+                        backend_profiling=True, prof_run_name=None, run_name="plain")
+    c = cprof.ProfilerConfig.from_args(a)
+    assert c.model_profiling is True  # prefixed wins
+    assert c.warmup_runs == 3  # unprefixed
+    assert c.engine_profiling is True  # backend_profiling maps to engine_profiling
+    assert c.run_name == "plain"  # None counts as absent
+    assert c.num_total_runs == 10  # default
+    b = SimpleNamespace(prof_engine_profiling=False, backend_profiling=True)
+    assert cprof.ProfilerConfig.from_args(b).engine_profiling is False
+    c2 = cprof.ProfilerConfig.from_args(SimpleNamespace(x_warmup_runs=0), prefix="x_")
+    assert c2.warmup_runs == 0
+
+
+@pytest.mark.parametrize("kw,needle", [
+    ({"kv_len_reduce": "median"}, "mean, max, p50, p90, sum"),
+    ({"kv_bins": [0, 512, 256]}, "strictly increasing"),
+    ({"kv_bins": [0, 0, 1]}, "strictly increasing"),
+    ({"kv_bins": []}, "non-empty"),
+    ({"warmup_runs": -1}, "warmup_runs"),
+])
+def test_bad_config_names_the_fix(kw, needle):
+    with pytest.raises(ValueError, match=needle):
+        cprof.ProfilerConfig(**kw)
+
+
+def test_seed_end_to_end_example(tmp_path):
+    args = SimpleNamespace(run_name="demo", model_profiling=True, engine_profiling=True,
+                           warmup_runs=1, num_total_runs=2, output_dir=str(tmp_path),
+                           print_per_run=False)
+    prof = cprof.Profiler(args)
+    cprof.register_active_profiler(prof)
+    assert cprof.get_active_profiler() is prof
+    for _ in range(2):
+        prof.begin_run(bsz=32, label="decode")
+        for _ in range(10):
+            with prof.step_timing_ctx():
+                with cprof.attention_compute_timer():
+                    time.sleep(0.0005)
+                with cprof.cuda_bucket_timer("attn.rope"):
+                    pass
+                with cprof.cpu_bucket_timer("engine.sampling"):
+                    pass
+                prof.set_step_seq_len(4096)
+                prof.set_step_tokens(1)
+        prof.end_run()
+    cfg_path = prof.save_config()
+    sp, rp = prof.save_all()
+    cprof.release_active_profiler()
+    assert isinstance(cprof.get_active_profiler(), cprof.NullProfiler)
+    assert sp == os.path.join(str(tmp_path), "demo", "summary.json")
+    conf = json.load(open(cfg_path))
+    assert conf["config"]["model_profiling"] is True and conf["runner_args"]["run_name"] == "demo"
+    s = json.loads(open(sp).read())
+    assert set(s) == {"meta", "stats", "buckets_model_avg_ms", "buckets_engine_avg_ms", "runs",
+                      "runs_aggregate", "decode_length_buckets"}
+    st = s["stats"]
+    assert st["steps"] == 10 and st["tokens"] == 10  # warmup run excluded
+    for k in ("mean_ms", "p50_ms", "p90_ms", "p99_ms", "tok_per_s", "time_ms"):
+        assert st[k] > 0
+    assert list(s["buckets_model_avg_ms"]) == ["attn.rope", "attn.compute"]
+    assert s["buckets_model_avg_ms"]["attn.compute"] >= 0.4
+    assert list(s["buckets_engine_avg_ms"]) == ["engine.sampling"]
+    assert [r["meta"]["warmup"] for r in s["runs"]] == [True, False]
+    assert s["runs"][1]["meta"]["bsz"] == 32 and s["runs"][1]["meta"]["label"] == "decode"
+    assert s["runs_aggregate"]["n_runs"] == 1 and s["runs_aggregate"]["mean_ms"]["std"] is None
+    bins = {b["label"]: b["steps"] for b in s["decode_length_buckets"]}
+    assert bins["[4096, 8192)"] == 10 and bins["[16384, inf)"] == 0
+    md = open(rp).read()
+    for heading in ("Global summary", "Model buckets", "Engine buckets", "Per-run overview",
+                    "Across runs", "Decode-length buckets"):
+        assert heading in md
+    assert "NaN" not in open(sp).read() and "Infinity" not in open(sp).read()
+
+
+def test_percentiles_and_bins_hand_checked(tmp_path):
+    prof = make(tmp_path, warmup_runs=0, kv_bins=[0, 100, 200])
+    # latencies are set exactly through the C store (sleep-based ones are not exact)
+    prof.begin_run(bsz=1, label="x")
+    lat_ms = [1, 2, 3, 4, 10]
+    kvs = [50, 150, 150, 250, 90]
+    for ms, kv in zip(lat_ms, kvs):
+        step = C.step_begin(0)
+        C.step_end(step, ms * 1_000_000, 2, float(kv))
+    prof.runs[0].steps = len(lat_ms)
+    prof.end_run()
+    s = prof.summary()
+    st = s["stats"]
+    # sorted [1,2,3,4,10]: p50 = 3; p90: h = 4*0.9 = 3.6 -> 4 + 0.6*6 = 7.6; p99: 4+0.96*6
+    assert st["p50_ms"] == pytest.approx(3.0)
+    assert st["p90_ms"] == pytest.approx(7.6)
+    assert st["p99_ms"] == pytest.approx(9.76)
+    assert st["mean_ms"] == pytest.approx(4.0)
+    assert st["time_ms"] == pytest.approx(20.0)
+    assert st["tokens"] == 10 and st["tok_per_s"] == pytest.approx(500.0)
+    bins = s["decode_length_buckets"]
+    assert [(b["lo"], b["hi"], b["steps"]) for b in bins] == [(0, 100, 2), (100, 200, 2),
+                                                               (200, None, 1)]
+    assert bins[0]["mean_ms"] == pytest.approx(5.5)  # steps of 1 and 10 ms
+    assert bins[1]["p50_ms"] == pytest.approx(2.5)
+    assert bins[2]["p99_ms"] == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("how,expected", [("mean", 25.0), ("max", 40.0), ("sum", 100.0),
+                                          ("p50", 25.0), ("p90", 37.0)])
+def test_seq_len_reductions(tmp_path, how, expected):
+    np = pytest.importorskip("numpy")
+    torch = pytest.importorskip("torch")
+    for x in ([10, 20, 30, 40], np.array([10, 20, 30, 40]), torch.tensor([10, 20, 30, 40])):
+        prof = make(tmp_path, kv_len_reduce=how, warmup_runs=0)
+        prof.begin_run()
+        with prof.step_timing_ctx():
+            prof.set_step_seq_len(x)
+            assert prof._kv == pytest.approx(expected)
+        prof.end_run()
+
+
+def test_bad_calls_are_clear_errors(tmp_path):
+    prof = make(tmp_path)
+    with pytest.raises(cprof.ProfilerStateError, match="begin_run"):
+        prof.end_run()
+    prof.begin_run()
+    with pytest.raises(cprof.ProfilerStateError, match="end_run"):
+        prof.begin_run()
+    with prof.step_timing_ctx():
+        with pytest.raises(ValueError, match="negative"):
+            prof.set_step_tokens(-1)
+        with pytest.raises(TypeError):
+            prof.set_step_seq_len(object())
+    with pytest.raises(cprof.ProfilerStateError, match="inside step_timing_ctx"):
+        prof.set_step_tokens(1)
+    prof.end_run()
+    assert isinstance(cprof.ProfilerStateError("x"), cprof.CprofError)
+
+
+def test_all_warmup_and_no_runs_give_valid_reports(tmp_path):
+    prof = make(tmp_path, warmup_runs=5, run_name="warm")
+    run_steps(prof, [0.1, 0.1])
+    sp, rp = prof.save_all()
+    s = json.load(open(sp))
+    assert s["stats"]["steps"] == 0 and s["stats"]["mean_ms"] is None
+    assert "every run was a warmup run" in s["meta"]["note"]
+    assert "every run was a warmup run" in open(rp).read()
+    empty = make(tmp_path, run_name="empty")
+    sp2, rp2 = empty.save_all()
+    s2 = json.load(open(sp2))
+    assert s2["runs"] == [] and "no runs were recorded" in s2["meta"]["note"]
+
+
+def test_across_run_sample_std(tmp_path):
+    prof = make(tmp_path, warmup_runs=0)
+    for run, ms in enumerate([2.0, 4.0, 6.0]):
+        prof.begin_run(label=f"r{run}")
+        step = C.step_begin(run)
+        C.step_end(step, int(ms * 1e6), 1, None)
+        prof.end_run()
+    agg = prof.summary()["runs_aggregate"]
+    assert agg["n_runs"] == 3
+    assert agg["mean_ms"]["mean"] == pytest.approx(4.0)
+    assert agg["mean_ms"]["std"] == pytest.approx(2.0)  # sample std of 2, 4, 6
+
+
+def test_gating(tmp_path):
+    prof = make(tmp_path, warmup_runs=1, model_profiling=True, engine_profiling=False)
+    # outside any step: nothing recorded
+    with cprof.cuda_bucket_timer("outside"):
+        pass
+    run_steps(prof, [0.1], buckets=["in.warmup"])   # warmup run: timers gated
+    run_steps(prof, [0.1], buckets=["measured"])
+    prof.begin_run()
+    with prof.step_timing_ctx():
+        with cprof.cpu_bucket_timer("engine.off"):  # engine domain off
+            pass
+    prof.end_run()
+    s = prof.summary()
+    assert list(s["buckets_model_avg_ms"]) == ["measured"]
+    assert s["buckets_engine_avg_ms"] == {}
+    assert C.timers_counts()["pending"] == 0
+
+
+def test_unknown_buckets_kept_after_canonical(tmp_path):
+    prof = make(tmp_path, warmup_runs=0, model_profiling=True)
+    run_steps(prof, [0.1], buckets=["zzz.custom", "mlp.down_proj", "embed", "aaa.custom"])
+    assert list(prof.summary()["buckets_model_avg_ms"]) == ["embed", "mlp.down_proj",
+                                                             "aaa.custom", "zzz.custom"]
+
+
+def test_disabled_rank_is_a_noop(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    prof = make(tmp_path, model_profiling=True, run_name="r1")
+    assert prof.enabled is False
+    run_steps(prof, [0.1], buckets=["x"])
+    prof.set_step_tokens(5)  # safe outside a step too
+    assert prof.save_config() is None and prof.save_all() is None
+    assert not (tmp_path / "r1").exists()
+
+
+def test_step_that_raises_is_not_measured(tmp_path):
+    prof = make(tmp_path, warmup_runs=0, model_profiling=True)
+    prof.begin_run()
+    with prof.step_timing_ctx():
+        prof.set_step_tokens(1)
+    with pytest.raises(RuntimeError):
+        with prof.step_timing_ctx():
+            with cprof.cuda_bucket_timer("lost"):
+                raise RuntimeError("boom")
+    prof.end_run()
+    s = prof.summary()
+    assert s["stats"]["steps"] == 1 and "lost" not in s["buckets_model_avg_ms"]
+    assert C.timers_counts()["open"] == 0
+
+
+def test_steps_and_buckets_appear_in_cprof_trace(tmp_path):
+    prof = make(tmp_path, warmup_runs=0, model_profiling=True)
+    with cprof.ProfilerContext(output_dir=tmp_path, profile_name="both", activities=["CPU"],
+                               verbose=False) as ctx:
+        run_steps(prof, [0.1, 0.1], label="decode", buckets=["attn.compute"])
+    names = [e["name"] for e in load_trace(ctx.trace_path)["traceEvents"] if e["ph"] == "X"]
+    assert names.count("step[decode]") == 2 and names.count("attn.compute") == 2
+
+
+def test_disabled_timer_costs_little():
+    t = cprof.cuda_bucket_timer("off")
+    n = 20000
+    t0 = time.perf_counter()
+    for _ in range(n):
+        with t:
+            pass
+    assert (time.perf_counter() - t0) / n < 20e-6  # ~0.1 us in practice (benchmarks/)
+
+
+def test_null_profiler_calls_are_safe():
+    p = cprof.get_active_profiler()
+    p.begin_run(bsz=1, label="x")
+    with p.step_timing_ctx():
+        p.set_step_tokens(1)
+        p.set_step_seq_len([1, 2])
+    p.end_run()
+    assert p.save_all() is None and p.save_config() is None
+    assert p.attach_model(object()) is None
+
+
+def test_generate_run_name_unique_prefix():
+    a = cprof.generate_run_name()
+    assert a.startswith("run_") and str(os.getpid()) in a
+    assert cprof.generate_run_name("decode").startswith("decode_")
+
+
+def test_attach_model_buckets_and_idempotent(tmp_path):
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    class Attn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv_proj = nn.Linear(8, 24)
+            self.o_proj = nn.Linear(8, 8)
+
+        def forward(self, x):
+            q, k, v = self.qkv_proj(x).chunk(3, -1)
+            return self.o_proj(torch.softmax(q @ k.T, -1) @ v)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed_tokens = nn.Embedding(10, 8)
+            self.input_layernorm = nn.LayerNorm(8)
+            self.self_attn = Attn()
+            self.gate_up_proj = nn.Linear(8, 16)
+            self.down_proj = nn.Linear(16, 8)
+            self.lm_head = nn.Linear(8, 10)
+
+        def forward(self, ids):
+            x = self.input_layernorm(self.embed_tokens(ids))
+            x = x + self.self_attn(x)
+            x = x + self.down_proj(torch.relu(self.gate_up_proj(x)))
+            return self.lm_head(x)
+
+    model = Block()
+    prof = make(tmp_path, warmup_runs=0, model_profiling=True)
+    wrapped = prof.attach_model(model)
+    assert wrapped == {"embed_tokens": "embed", "input_layernorm": "norm",
+                       "self_attn.qkv_proj": "attn.qkv_proj", "self_attn.o_proj": "attn.o_proj",
+                       "gate_up_proj": "mlp.gate_up_proj", "down_proj": "mlp.down_proj",
+                       "lm_head": "lm_head"}
+    assert prof.attach_model(model) == {}  # attaching twice never wraps twice
+    ids = torch.tensor([1, 2, 3])
+    prof.begin_run()
+    with prof.step_timing_ctx():
+        model(ids)
+    prof.end_run()
+    got = prof.summary()["buckets_model_avg_ms"]
+    assert set(got) == set(wrapped.values())
+    assert list(got)[:3] == ["embed", "attn.qkv_proj", "attn.o_proj"]
+    import torch.distributed as dist
+    assert getattr(dist.all_reduce, "_cprof_bucket") == "communication.all_reduce"
+
+
+def test_attach_engine(tmp_path):
+    class Engine:
+        def prefill(self, x):
+            return x + 1
+
+        def decode(self, x):
+            return x * 2
+
+        def helper(self):
+            return 0
+
+    eng = Engine()
+    prof = make(tmp_path, warmup_runs=0, engine_profiling=True)
+    assert prof.attach_engine(eng) == {"prefill": "prefill", "decode": "decode"}
+    assert prof.attach_engine(eng) == {}
+    prof.begin_run()
+    with prof.step_timing_ctx():
+        assert eng.decode(eng.prefill(1)) == 4
+    prof.end_run()
+    assert list(prof.summary()["buckets_engine_avg_ms"]) == ["prefill", "decode"]
+
+
+def test_cuda_timers_through_fake_driver(tmp_path):
+    """The CUDA-event path (pool, record, batch resolution) against tests/fake_cupti, whose
+    events stamp the host clock; in its own process because the driver loads once."""
+    fake_dir = os.path.join(ROOT, "tests", "fake_cupti")
+    if subprocess.run(["bash", os.path.join(fake_dir, "build.sh")]).returncode != 0:
+        pytest.skip("cannot build the fake library")
+    so = os.path.join(fake_dir, "libfake_cupti.so")
+    code = f"""
+import json, sys, time
+sys.path.insert(0, {ROOT!r})
+import cprof, cprof._C as C
+prof = cprof.Profiler(cprof.ProfilerConfig(output_dir={str(tmp_path)!r}, run_name="cuda",
+                      warmup_runs=0, model_profiling=True, print_per_run=False), timing="cuda")
+prof.begin_run()
+for _ in range(5):
+    with prof.step_timing_ctx():
+        with cprof.cuda_bucket_timer("attn.compute"):
+            time.sleep(0.002)
+prof.end_run()
+s = prof.summary()
+print(json.dumps({{"timing": s["meta"]["timing"], "b": s["buckets_model_avg_ms"],
+                   "counts": C.timers_counts()}}))
+"""
+    env = dict(os.environ, CPROF_LIBCUDA_PATH=so, CPROF_CUPTI_PATH=so)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["timing"] == "cuda_events"
+    assert 1.5 <= out["b"]["attn.compute"] <= 50
+    assert out["counts"]["pending"] == 0 and out["counts"]["events"] == 2  # pooled, reused
