@@ -65,13 +65,20 @@ def features():
     return {
         "cpu_ranges": {"available": True, "reason": None},
         "gpu_activity": dict({"available": gpu_ok, "reason": gpu_reason}, **details),
-        "cuda_timers": {
-            "available": False,
-            "reason": (gpu_reason + "; and " if gpu_reason else "")
-            + "CUDA-event timers are not part of cprof " + _C.__version__ + " yet",
-        },
+        "cuda_timers": _timers_status(),
         "build": dict(_C.build_info()),
     }
+
+
+def _timers_status():
+    info = cuda_info()["driver"]
+    if not info["loaded"]:
+        return {"available": False,
+                "reason": f"no NVIDIA driver: {info['error']}; the Profiler's CUDA bucket "
+                          "timers fall back to host timing"}
+    return {"available": True, "reason": None,
+            "note": "CUDA-event timers need a CUDA context current on the timing thread "
+                    "(torch initialises one when it first uses the GPU)"}
 
 
 def gpu_unavailable_reason():
