@@ -415,6 +415,30 @@ static int outside(decoder *d, uint64_t start, uint64_t end) {
     return end < window_start_ns || start > d->stop_ns;
 }
 
+/* The checks every timed record goes through: an end time, inside the window, room to store
+ * it. Returns the record to fill (times set) or NULL after counting why not. */
+static cprof_gpu_record *timed_record(decoder *d, uint64_t raw_start, uint64_t raw_end,
+                                      int need_end) {
+    cprof_gpu_snapshot *s = d->snap;
+    uint64_t st = to_cprof(raw_start), en = to_cprof(raw_end);
+    if ((need_end && !raw_end) || en < st) {
+        s->dropped_incomplete++;
+        return NULL;
+    }
+    if (outside(d, st, en)) {
+        s->dropped_outside++;
+        return NULL;
+    }
+    cprof_gpu_record *r = new_record(d);
+    if (!r) {
+        s->dropped_decode++;
+        return NULL;
+    }
+    r->start_ns = st;
+    r->end_ns = en;
+    return r;
+}
+
 static void decode_one(decoder *d, const CUpti_Activity *a) {
     cprof_gpu_snapshot *s = d->snap;
     char name[160];
@@ -423,13 +447,8 @@ static void decode_one(decoder *d, const CUpti_Activity *a) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         const cprof_cupti_kernel_t *k = (const void *)a;
-        uint64_t st = to_cprof(k->start), en = to_cprof(k->end);
-        if (!k->end || en < st) { s->dropped_incomplete++; return; }
-        if (outside(d, st, en)) { s->dropped_outside++; return; }
-        if (!(r = new_record(d))) { s->dropped_decode++; return; }
+        if (!(r = timed_record(d, k->start, k->end, 1))) return;
         r->kind = CPROF_GPU_KERNEL;
-        r->start_ns = st;
-        r->end_ns = en;
         kernel_names(d, k->name, &r->name_id, &r->aux_id);
         r->correlation = k->correlationId;
         r->device = k->deviceId;
@@ -448,18 +467,13 @@ static void decode_one(decoder *d, const CUpti_Activity *a) {
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
         const cprof_cupti_memcpy_t *m = (const void *)a;
-        uint64_t st = to_cprof(m->start), en = to_cprof(m->end);
-        if (!m->end || en < st) { s->dropped_incomplete++; return; }
-        if (outside(d, st, en)) { s->dropped_outside++; return; }
-        if (!(r = new_record(d))) { s->dropped_decode++; return; }
+        if (!(r = timed_record(d, m->start, m->end, 1))) return;
         snprintf(name, sizeof name, "Memcpy %s (%s -> %s)", copy_kind_name(m->copyKind),
                  mem_kind_name(m->srcKind), mem_kind_name(m->dstKind));
         r->kind = CPROF_GPU_MEMCPY;
         r->sub = m->copyKind;
         r->src_kind = m->srcKind;
         r->dst_kind = m->dstKind;
-        r->start_ns = st;
-        r->end_ns = en;
         r->name_id = intern(name);
         r->correlation = m->correlationId;
         r->device = m->deviceId;
@@ -473,18 +487,13 @@ static void decode_one(decoder *d, const CUpti_Activity *a) {
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY2: {
         const cprof_cupti_memcpy_p2p_t *m = (const void *)a;
-        uint64_t st = to_cprof(m->start), en = to_cprof(m->end);
-        if (!m->end || en < st) { s->dropped_incomplete++; return; }
-        if (outside(d, st, en)) { s->dropped_outside++; return; }
-        if (!(r = new_record(d))) { s->dropped_decode++; return; }
+        if (!(r = timed_record(d, m->start, m->end, 1))) return;
         snprintf(name, sizeof name, "Memcpy PtoP (%s -> %s)", mem_kind_name(m->srcKind),
                  mem_kind_name(m->dstKind));
         r->kind = CPROF_GPU_MEMCPY;
         r->sub = CUPTI_ACTIVITY_MEMCPY_KIND_PTOP;
         r->src_kind = m->srcKind;
         r->dst_kind = m->dstKind;
-        r->start_ns = st;
-        r->end_ns = en;
         r->name_id = intern(name);
         r->correlation = m->correlationId;
         r->device = m->deviceId;
@@ -499,15 +508,10 @@ static void decode_one(decoder *d, const CUpti_Activity *a) {
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
         const cprof_cupti_memset_t *m = (const void *)a;
-        uint64_t st = to_cprof(m->start), en = to_cprof(m->end);
-        if (!m->end || en < st) { s->dropped_incomplete++; return; }
-        if (outside(d, st, en)) { s->dropped_outside++; return; }
-        if (!(r = new_record(d))) { s->dropped_decode++; return; }
+        if (!(r = timed_record(d, m->start, m->end, 1))) return;
         snprintf(name, sizeof name, "Memset (%s)", mem_kind_name(m->memoryKind));
         r->kind = CPROF_GPU_MEMSET;
         r->dst_kind = (uint8_t)m->memoryKind;
-        r->start_ns = st;
-        r->end_ns = en;
         r->name_id = intern(name);
         r->correlation = m->correlationId;
         r->device = m->deviceId;
@@ -524,14 +528,9 @@ static void decode_one(decoder *d, const CUpti_Activity *a) {
         int is_driver = a->kind == CUPTI_ACTIVITY_KIND_DRIVER;
         const cprof_cbid_info *info = cprof_cbid_lookup(is_driver, p->cbid);
         if (!info) return; /* an id cprof does not record (whole-kind fallback) */
-        uint64_t st = to_cprof(p->start), en = to_cprof(p->end);
-        if (en < st) { s->dropped_incomplete++; return; }
-        if (outside(d, st, en)) { s->dropped_outside++; return; }
-        if (!(r = new_record(d))) { s->dropped_decode++; return; }
+        if (!(r = timed_record(d, p->start, p->end, 0))) return;
         r->kind = is_driver ? CPROF_GPU_DRIVER : CPROF_GPU_RUNTIME;
         r->sub = info->cat;
-        r->start_ns = st;
-        r->end_ns = en;
         r->name_id = intern(info->name);
         r->aux_id = p->cbid;
         r->correlation = p->correlationId;
@@ -544,14 +543,9 @@ static void decode_one(decoder *d, const CUpti_Activity *a) {
         static const char *const sync_names[] = {"Unknown Sync", "Event Sync", "Stream Wait Event",
                                                  "Stream Sync", "Context Sync"};
         const cprof_cupti_sync_t *y = (const void *)a;
-        uint64_t st = to_cprof(y->start), en = to_cprof(y->end);
-        if (!y->end || en < st) { s->dropped_incomplete++; return; }
-        if (outside(d, st, en)) { s->dropped_outside++; return; }
-        if (!(r = new_record(d))) { s->dropped_decode++; return; }
+        if (!(r = timed_record(d, y->start, y->end, 1))) return;
         r->kind = CPROF_GPU_SYNC;
         r->sub = (uint8_t)(y->type < 5 ? y->type : 0);
-        r->start_ns = st;
-        r->end_ns = en;
         r->name_id = intern(sync_names[r->sub]);
         r->correlation = y->correlationId;
         r->context = y->contextId;
@@ -561,10 +555,8 @@ static void decode_one(decoder *d, const CUpti_Activity *a) {
     case CUPTI_ACTIVITY_KIND_OVERHEAD: {
         const cprof_cupti_overhead_t *o = (const void *)a;
         uint64_t st = to_cprof(o->start), en = to_cprof(o->end);
-        if (en < st) { s->dropped_incomplete++; return; }
-        s->overhead_ns += en - st;
-        if (outside(d, st, en)) { s->dropped_outside++; return; }
-        if (!(r = new_record(d))) { s->dropped_decode++; return; }
+        if (en >= st) s->overhead_ns += en - st; /* CUPTI's whole cost, in the window or not */
+        if (!(r = timed_record(d, o->start, o->end, 0))) return;
         const char *what = "CUPTI overhead";
         switch ((unsigned)o->overheadKind) {
         case CUPTI_ACTIVITY_OVERHEAD_DRIVER_COMPILER: what = "Driver compiler"; break;
@@ -577,8 +569,6 @@ static void decode_one(decoder *d, const CUpti_Activity *a) {
         default: break;
         }
         r->kind = CPROF_GPU_OVERHEAD;
-        r->start_ns = st;
-        r->end_ns = en;
         r->name_id = intern(what);
         r->correlation = o->correlationId;
         if (o->objectKind == CUPTI_ACTIVITY_OBJECT_THREAD ||

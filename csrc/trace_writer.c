@@ -299,6 +299,16 @@ static void flow(writer *w, const char *ph, uint64_t id, int64_t pid, uint64_t t
     maybe_flush(w);
 }
 
+/* The args every GPU-side event starts with, as Kineto writes them. */
+static void gpu_common_args(cprof_buf *b, const cprof_gpu_record *r, uint64_t ext) {
+    cprof_buf_puts(b, "\"External id\":");
+    cprof_buf_u64(b, ext);
+    kv_u64(b, "device", r->device);
+    kv_u64(b, "context", r->context);
+    kv_u64(b, "stream", r->stream);
+    kv_u64(b, "correlation", r->correlation);
+}
+
 static int is_gpu_work(const cprof_gpu_record *r) {
     return r->kind == CPROF_GPU_KERNEL || r->kind == CPROF_GPU_MEMCPY ||
            r->kind == CPROF_GPU_MEMSET;
@@ -415,12 +425,7 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
         switch (r->kind) {
         case CPROF_GPU_KERNEL:
             event_head(w, "kernel", r->name_id, r->device, r->stream, ts, dur);
-            cprof_buf_puts(b, "\"External id\":");
-            cprof_buf_u64(b, ext);
-            kv_u64(b, "device", r->device);
-            kv_u64(b, "context", r->context);
-            kv_u64(b, "stream", r->stream);
-            kv_u64(b, "correlation", r->correlation);
+            gpu_common_args(b, r, ext);
             kv_u64(b, "registers per thread", r->u.k.regs);
             kv_i64(b, "shared memory", (int64_t)r->u.k.smem_static + r->u.k.smem_dynamic);
             cprof_buf_puts(b, ",\"grid\":[");
@@ -452,12 +457,7 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
         case CPROF_GPU_MEMSET:
             event_head(w, r->kind == CPROF_GPU_MEMCPY ? "gpu_memcpy" : "gpu_memset", r->name_id,
                        r->device, r->stream, ts, dur);
-            cprof_buf_puts(b, "\"External id\":");
-            cprof_buf_u64(b, ext);
-            kv_u64(b, "device", r->device);
-            kv_u64(b, "context", r->context);
-            kv_u64(b, "stream", r->stream);
-            kv_u64(b, "correlation", r->correlation);
+            gpu_common_args(b, r, ext);
             kv_u64(b, "bytes", r->u.m.bytes);
             cprof_buf_puts(b, ",\"memory bandwidth (GB/s)\":");
             cprof_buf_f3(b, dur > 0 ? (double)r->u.m.bytes / (double)dur : 0.0);
