@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The one command for a machine with an NVIDIA GPU: builds cprof in place, runs the GPU tests
+# (real CUPTI vs torch.profiler, and the fake-CUPTI ones) and the GPU overhead benchmark.
+#   bash scripts/gpu_check.sh
+# Logs and results go to $OUT (default ./gpu_check_out): build.log, gpu_tests.log,
+# bench_gpu.log, bench_gpu.json, nvidia_smi.txt. Needs no network. Exit status: 0 when every
+# step passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+OUT=${OUT:-$PWD/gpu_check_out}
+mkdir -p "$OUT"
+
+status_build="not run" status_tests="not run" status_bench="not run"
+tests_line="" failed=0
+
+echo "== environment =="
+echo "repo: $PWD   out: $OUT   python: $($PY -c 'import sys; print(sys.version.split()[0])' 2>&1)"
+$PY -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda, \
+'available', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')" 2>&1
+$PY -c "import triton; print('triton', triton.__version__)" 2>/dev/null || echo "triton: not importable (the torch.compile test will skip)"
+$PY -c "import pytest; print('pytest', pytest.__version__)" 2>/dev/null || echo "pytest: NOT importable (tests cannot run)"
+command -v gcc >/dev/null && echo "gcc: $(gcc -dumpfullversion 2>/dev/null)" || echo "gcc: not found"
+
+echo
+echo "== build: $PY setup.py build_ext --inplace =="
+missing=()
+[ -f /usr/include/zlib.h ] || missing+=("zlib.h (zlib1g-dev)")
+[ -f /usr/include/cjson/cJSON.h ] || missing+=("cjson/cJSON.h (libcjson-dev)")
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "gpu_check: headers the C extension needs are missing: ${missing[*]}."
+  echo "gpu_check: install them (apt-get install zlib1g-dev libcjson-dev; needs network), or"
+  echo "gpu_check: bring a cprof/_C*.so built for this Python (and libcjson.so.1 at run time)."
+fi
+if $PY setup.py build_ext --inplace >"$OUT/build.log" 2>&1; then
+  status_build="ok"
+elif $PY -c "import cprof._C" 2>/dev/null; then
+  status_build="build FAILED; using the cprof/_C*.so already here"
+  tail -n 20 "$OUT/build.log"
+else
+  status_build="FAILED (see build.log)"
+  tail -n 30 "$OUT/build.log"
+  failed=1
+fi
+echo "build: $status_build"
+if ! $PY -c "import cprof._C" >>"$OUT/build.log" 2>&1; then
+  echo "gpu_check: cprof._C cannot be imported:"; tail -n 5 "$OUT/build.log"
+  status_build="FAILED: cprof._C not importable"
+  failed=1
+else
+  $PY -c "import json, cprof; print(json.dumps(cprof.features()['gpu_activity'], indent=1))"
+fi
+
+echo
+echo "== nvidia-smi =="
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi 2>&1 | tee "$OUT/nvidia_smi.txt"
+else
+  echo "nvidia-smi: not found" | tee "$OUT/nvidia_smi.txt"
+fi
+
+if [ "$failed" = 0 ]; then
+  echo
+  # test_gpu_fake.py carries no gpu mark (it runs on CI too): no -m filter, both files run whole
+  echo "== tests: $PY -m pytest -q -rA tests/test_gpu_real.py tests/test_gpu_fake.py =="
+  $PY -m pytest -q -rA tests/test_gpu_real.py tests/test_gpu_fake.py 2>&1 | tee "$OUT/gpu_tests.log"
+  rc=$?
+  tests_line=$(tail -n 1 "$OUT/gpu_tests.log" | sed 's/=//g; s/^ *//; s/ *$//')
+  if [ $rc = 0 ]; then status_tests="ok"; else status_tests="FAILED (exit $rc)"; failed=1; fi
+  if ! grep -q "PASSED tests/test_gpu_real" "$OUT/gpu_tests.log"; then
+    status_tests="$status_tests; the real-GPU tests all SKIPPED"
+    failed=1
+  fi
+
+  echo
+  echo "== benchmark: $PY benchmarks/bench_gpu_overhead.py --json $OUT/bench_gpu.json =="
+  # torch's profiler prints "USDT: ..." to stderr for every session: dropped
+  $PY benchmarks/bench_gpu_overhead.py --json "$OUT/bench_gpu.json" 2>&1 | grep -v '^USDT:' \
+    | tee "$OUT/bench_gpu.log"
+  rc=$?
+  if [ $rc != 0 ]; then status_bench="FAILED (exit $rc)"; failed=1
+  elif [ -f "$OUT/bench_gpu.json" ]; then status_bench="ok"
+  else status_bench="nothing measured (see bench_gpu.log)"; failed=1; fi
+fi
+
+echo
+echo "== summary =="
+printf '%-10s %s\n' "build" "$status_build"
+printf '%-10s %s\n' "tests" "$status_tests${tests_line:+ -- $tests_line}"
+if [ -f "$OUT/gpu_tests.log" ]; then
+  grep -E '^(FAILED|ERROR|XFAIL|SKIPPED)' "$OUT/gpu_tests.log" | sed 's/^/           /' | head -n 30
+fi
+printf '%-10s %s\n' "benchmark" "$status_bench"
+if [ -f "$OUT/bench_gpu.json" ]; then
+  $PY - "$OUT/bench_gpu.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+m = d["machine"]
+print(f"           {m['device']}, torch {m['torch']} (CUDA {m['torch_cuda']}), "
+      f"driver {m.get('nvidia_smi') or m['cuda_driver_api']}")
+cfgs = ["none", "cprof_gpu", "cprof_default", "torch"]
+print("           " + f"{'workload':<10}" + "".join(f"{c:>22}" for c in cfgs))
+for name, w in d["workloads"].items():
+    cells = []
+    for c in cfgs:
+        v = w["configs"][c]
+        cell = f"{v['ms_per_step_median']:.3f} ms"
+        if c != "none":
+            cell += f" {v['ratio_vs_none']:.2f}x"
+        cells.append(f"{cell:>22}")
+    print("           " + f"{name:<10}" + "".join(cells))
+for f in d.get("findings", []):
+    print(f"           finding: {f}")
+EOF
+fi
+echo "logs: $OUT"
+exit $failed
