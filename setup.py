@@ -14,6 +14,16 @@ def flag(name):
 extra_compile = ["-std=c11", "-Wall", "-Wextra", "-fvisibility=hidden"]
 extra_link = []
 macros = []
+include_dirs = ["csrc"]
+library_dirs = []
+# Debian packages unpacked with `dpkg -x` into a prefix (scripts/fetch_build_deps.sh), for
+# machines without apt access such as the GPU machine: headers and libraries from there
+prefix = os.environ.get("CPROF_DEPS_PREFIX")
+if prefix:
+    include_dirs.append(os.path.join(prefix, "usr", "include"))
+    libdir = os.path.join(prefix, "usr", "lib", "x86_64-linux-gnu")
+    library_dirs.append(libdir)
+    extra_link.append(f"-Wl,-rpath,{libdir}")
 if flag("CPROF_WERROR") or flag("CI"):
     extra_compile.append("-Werror")
 if flag("CPROF_DEBUG") or flag("CPROF_SANITIZE"):
@@ -31,7 +41,8 @@ setup(
         Extension(
             "cprof._C",
             sources=sorted(glob.glob("csrc/*.c")),
-            include_dirs=["csrc"],
+            include_dirs=include_dirs,
+            library_dirs=library_dirs,
             libraries=["z", "cjson", "dl", "pthread"],
             define_macros=macros,
             extra_compile_args=extra_compile,

@@ -25,12 +25,21 @@ command -v gcc >/dev/null && echo "gcc: $(gcc -dumpfullversion 2>/dev/null)" || 
 
 echo
 echo "== build: $PY setup.py build_ext --inplace =="
+# carried Debian packages (scripts/fetch_build_deps.sh, run where apt works; carry .deps/)
+if ls .deps/*.deb >/dev/null 2>&1; then
+  for f in .deps/*.deb; do dpkg -x "$f" /tmp/cprof-deps; done
+  export CPROF_DEPS_PREFIX=/tmp/cprof-deps
+  echo "gpu_check: building against the packages in .deps/ (unpacked in /tmp/cprof-deps)"
+fi
+deps=${CPROF_DEPS_PREFIX:-}
 missing=()
-[ -f /usr/include/zlib.h ] || missing+=("zlib.h (zlib1g-dev)")
-[ -f /usr/include/cjson/cJSON.h ] || missing+=("cjson/cJSON.h (libcjson-dev)")
+[ -f /usr/include/zlib.h ] || [ -f "$deps/usr/include/zlib.h" ] || missing+=("zlib.h (zlib1g-dev)")
+[ -f /usr/include/cjson/cJSON.h ] || [ -f "$deps/usr/include/cjson/cJSON.h" ] \
+  || missing+=("cjson/cJSON.h (libcjson-dev)")
 if [ ${#missing[@]} -gt 0 ]; then
   echo "gpu_check: headers the C extension needs are missing: ${missing[*]}."
-  echo "gpu_check: install them (apt-get install zlib1g-dev libcjson-dev; needs network), or"
+  echo "gpu_check: run scripts/fetch_build_deps.sh where apt works and carry .deps/, or install"
+  echo "gpu_check: them (apt-get install zlib1g-dev libcjson-dev; needs network), or"
   echo "gpu_check: bring a cprof/_C*.so built for this Python (and libcjson.so.1 at run time)."
 fi
 if $PY setup.py build_ext --inplace >"$OUT/build.log" 2>&1; then
