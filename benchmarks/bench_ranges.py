@@ -27,7 +27,6 @@ import gc
 import itertools
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -39,29 +38,15 @@ import cprof  # noqa: E402
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
+import _common  # noqa: E402
+
 _C = cprof._C
 repeat = itertools.repeat
 clock = time.perf_counter_ns
 
 
 def machine_info():
-    model = None
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {
-        "cpu_model": model or platform.processor(),
-        "nproc": os.cpu_count(),
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cprof": cprof.__version__,
-    }
+    return _common.machine_info(torch, cprof)
 
 
 def _timed(fn, n):

@@ -24,7 +24,6 @@ import argparse
 import gc
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -37,6 +36,8 @@ import cprof  # noqa: E402
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
+import _common  # noqa: E402
+
 _C = cprof._C
 INNER = 999  # inner ranges per outer range: 1000 ranges per outer iteration
 OUTER_NAMES = [f"step{i}" for i in range(4)]
@@ -45,23 +46,7 @@ CPROF_TARGET_EPS = 5e6
 
 
 def machine_info():
-    model = None
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {
-        "cpu_model": model or platform.processor(),
-        "nproc": os.cpu_count(),
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cprof": cprof.__version__,
-    }
+    return _common.machine_info(torch, cprof)
 
 
 def record_nested(rng, n_events):

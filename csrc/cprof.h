@@ -71,8 +71,7 @@ enum cprof_cat {
 };
 
 enum cprof_record_flags {
-    CPROF_REC_TRUNCATED = 1u << 0, /* still open when the window closed: end = window end */
-    CPROF_REC_OPENED_BEFORE = 1u << 1
+    CPROF_REC_TRUNCATED = 1u << 0 /* still open when the window closed: end = window end */
 };
 
 /* One complete range. 64 bytes, fixed; records live in chunks and never move. */
@@ -170,8 +169,6 @@ int cprof_sink_commit(cprof_sink *s, const char *path, int replace, int *errno_o
 void cprof_sink_abort(cprof_sink *s);
 /* Bytes written to the file so far (compressed size when gzip). */
 uint64_t cprof_sink_bytes(const cprof_sink *s);
-/* Path of the temporary file. */
-const char *cprof_sink_tmp_path(const cprof_sink *s);
 
 /* ---- jsonw.c: JSON text building into a growable buffer ---- */
 typedef struct cprof_buf {

@@ -439,6 +439,22 @@ static cprof_gpu_record *timed_record(decoder *d, uint64_t raw_start, uint64_t r
     return r;
 }
 
+/* The fields MEMCPY and MEMCPY2 (peer) records share, by name. */
+#define FILL_COPY(r, m, kind_)                                                             \
+    do {                                                                                   \
+        (r)->kind = CPROF_GPU_MEMCPY;                                                      \
+        (r)->sub = (kind_);                                                                \
+        (r)->src_kind = (m)->srcKind;                                                      \
+        (r)->dst_kind = (m)->dstKind;                                                      \
+        (r)->correlation = (m)->correlationId;                                             \
+        (r)->device = (m)->deviceId;                                                       \
+        (r)->context = (m)->contextId;                                                     \
+        (r)->stream = (m)->streamId;                                                       \
+        (r)->u.m.bytes = (m)->bytes;                                                       \
+        (r)->u.m.graph_id = (m)->graphId;                                                  \
+        (r)->u.m.graph_node_id = (m)->graphNodeId;                                         \
+    } while (0)
+
 static void decode_one(decoder *d, const CUpti_Activity *a) {
     cprof_gpu_snapshot *s = d->snap;
     char name[160];
@@ -470,18 +486,8 @@ static void decode_one(decoder *d, const CUpti_Activity *a) {
         if (!(r = timed_record(d, m->start, m->end, 1))) return;
         snprintf(name, sizeof name, "Memcpy %s (%s -> %s)", copy_kind_name(m->copyKind),
                  mem_kind_name(m->srcKind), mem_kind_name(m->dstKind));
-        r->kind = CPROF_GPU_MEMCPY;
-        r->sub = m->copyKind;
-        r->src_kind = m->srcKind;
-        r->dst_kind = m->dstKind;
+        FILL_COPY(r, m, m->copyKind);
         r->name_id = intern(name);
-        r->correlation = m->correlationId;
-        r->device = m->deviceId;
-        r->context = m->contextId;
-        r->stream = m->streamId;
-        r->u.m.bytes = m->bytes;
-        r->u.m.graph_id = m->graphId;
-        r->u.m.graph_node_id = m->graphNodeId;
         r->u.m.src_device = r->u.m.dst_device = m->deviceId;
         break;
     }
@@ -490,18 +496,8 @@ static void decode_one(decoder *d, const CUpti_Activity *a) {
         if (!(r = timed_record(d, m->start, m->end, 1))) return;
         snprintf(name, sizeof name, "Memcpy PtoP (%s -> %s)", mem_kind_name(m->srcKind),
                  mem_kind_name(m->dstKind));
-        r->kind = CPROF_GPU_MEMCPY;
-        r->sub = CUPTI_ACTIVITY_MEMCPY_KIND_PTOP;
-        r->src_kind = m->srcKind;
-        r->dst_kind = m->dstKind;
+        FILL_COPY(r, m, CUPTI_ACTIVITY_MEMCPY_KIND_PTOP);
         r->name_id = intern(name);
-        r->correlation = m->correlationId;
-        r->device = m->deviceId;
-        r->context = m->contextId;
-        r->stream = m->streamId;
-        r->u.m.bytes = m->bytes;
-        r->u.m.graph_id = m->graphId;
-        r->u.m.graph_node_id = m->graphNodeId;
         r->u.m.src_device = m->srcDeviceId;
         r->u.m.dst_device = m->dstDeviceId;
         break;

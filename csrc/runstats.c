@@ -76,8 +76,6 @@ void cprof_rs_add_bucket(uint64_t step, uint8_t domain, uint32_t bucket_id, uint
 
 void cprof_rs_reset(void) { nsteps = nbuckets = 0; }
 
-uint64_t cprof_rs_nsteps(void) { return nsteps; }
-
 static int selected(const step_rec *s, uint32_t run_lo, uint32_t run_hi, double kv_lo,
                     double kv_hi) {
     /* a step without a KV length (NaN) belongs to no bin, but to every unbinned query */

@@ -61,7 +61,6 @@ void cprof_rs_step_abort(uint64_t step);
 void cprof_rs_add_bucket(uint64_t step, uint8_t domain, uint32_t bucket_id, uint64_t ns);
 /* Forgets every step (a new Profiler). */
 void cprof_rs_reset(void);
-uint64_t cprof_rs_nsteps(void);
 /* Statistics over the completed steps whose run is in [run_lo, run_hi) and kv_len in
  * [kv_lo, kv_hi) (use -INFINITY / INFINITY for open ends). Percentiles are exact: linear interpolation
  * between the two nearest ranks of the sorted latencies (numpy's default). */

@@ -195,5 +195,3 @@ void cprof_sink_abort(cprof_sink *s) {
 }
 
 uint64_t cprof_sink_bytes(const cprof_sink *s) { return s->bytes; }
-
-const char *cprof_sink_tmp_path(const cprof_sink *s) { return s->tmp_path; }

@@ -299,6 +299,18 @@ static void flow(writer *w, const char *ph, uint64_t id, int64_t pid, uint64_t t
     maybe_flush(w);
 }
 
+/* ,"key":[x,y,z] */
+static void kv_dim3(cprof_buf *b, const char *key, const int32_t v[3]) {
+    cprof_buf_puts(b, ",\"");
+    cprof_buf_puts(b, key);
+    cprof_buf_puts(b, "\":[");
+    for (int i = 0; i < 3; i++) {
+        if (i) cprof_buf_puts(b, ",");
+        cprof_buf_i64(b, v[i]);
+    }
+    cprof_buf_puts(b, "]");
+}
+
 /* The args every GPU-side event starts with, as Kineto writes them. */
 static void gpu_common_args(cprof_buf *b, const cprof_gpu_record *r, uint64_t ext) {
     cprof_buf_puts(b, "\"External id\":");
@@ -428,19 +440,9 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
             gpu_common_args(b, r, ext);
             kv_u64(b, "registers per thread", r->u.k.regs);
             kv_i64(b, "shared memory", (int64_t)r->u.k.smem_static + r->u.k.smem_dynamic);
-            cprof_buf_puts(b, ",\"grid\":[");
-            cprof_buf_i64(b, r->u.k.grid[0]);
-            cprof_buf_puts(b, ",");
-            cprof_buf_i64(b, r->u.k.grid[1]);
-            cprof_buf_puts(b, ",");
-            cprof_buf_i64(b, r->u.k.grid[2]);
-            cprof_buf_puts(b, "],\"block\":[");
-            cprof_buf_i64(b, r->u.k.block[0]);
-            cprof_buf_puts(b, ",");
-            cprof_buf_i64(b, r->u.k.block[1]);
-            cprof_buf_puts(b, ",");
-            cprof_buf_i64(b, r->u.k.block[2]);
-            cprof_buf_puts(b, "],\"queued\":");
+            kv_dim3(b, "grid", r->u.k.grid);
+            kv_dim3(b, "block", r->u.k.block);
+            cprof_buf_puts(b, ",\"queued\":");
             cprof_buf_us3(b, r->u.k.queued_ns && r->u.k.queued_ns <= r->start_ns
                                  ? (int64_t)(r->start_ns - r->u.k.queued_ns) : 0);
             if (r->u.k.graph_id) {
