@@ -1,5 +1,5 @@
 /* cprof core API: error codes, record layout and the contracts of every core unit.
- * Core files include this header and never Python.h; only module.c sees Python.
+ * Core files include this header and never Python.h; only the binding (module.c, py_*.c) sees Python.
  * Threading: see each unit's header comment; the event store relies on the GIL (see events.c). */
 #ifndef CPROF_H
 #define CPROF_H

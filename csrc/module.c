@@ -1,4 +1,4 @@
-/* The CPython binding of cprof._C: the only file that includes Python.h.
+/* The CPython binding of cprof._C (with the py_*.c units it registers, see py_binding.h).
  * Multi-phase init (PEP 489) with module state for the exception types, the name cache and the
  * types. Core error codes become exceptions here and only here (raise_core_error). The event
  * store itself is process-wide C state, so every import of the module shares it. */
@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cuda_loader.h"
+#include "py_binding.h"
 #include "gpu.h"
 #include "runstats.h"
 
@@ -1301,6 +1302,7 @@ static int module_exec(PyObject *m) {
         PyModule_AddIntConstant(m, "MAX_DEPTH", CPROF_MAX_DEPTH) < 0 ||
         PyModule_AddStringConstant(m, "__version__", CPROF_VERSION) < 0)
         return -1;
+    if (cprof_py_tracer_add(m) < 0 || cprof_py_hooks_add(m) < 0) return -1;
     return 0;
 }
 

@@ -1,0 +1,14 @@
+/* Binding units besides module.c (py_*.c): each adds its functions and types to cprof._C.
+ * Binding files (module.c and py_*.c) are the only ones that include Python.h; core files never
+ * do. Every function here runs with the GIL held, from module_exec. */
+#ifndef CPROF_PY_BINDING_H
+#define CPROF_PY_BINDING_H
+
+#include <Python.h>
+
+/* py_tracer.c: the with_stack Python-function tracer (PyEval_SetProfile / sys.monitoring). */
+int cprof_py_tracer_add(PyObject *m);
+/* py_hooks.c: nn.Module forward hooks in C (with_modules) and tensor shape capture. */
+int cprof_py_hooks_add(PyObject *m);
+
+#endif
