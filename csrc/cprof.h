@@ -71,7 +71,9 @@ enum cprof_cat {
 };
 
 enum cprof_record_flags {
-    CPROF_REC_TRUNCATED = 1u << 0 /* still open when the window closed: end = window end */
+    CPROF_REC_TRUNCATED = 1u << 0, /* still open when the window closed: end = window end */
+    CPROF_REC_RAW_ARGS = 1u << 1   /* reserved holds the name id of a JSON fragment of args
+                                    * members ("k":v,...) that the writer pastes verbatim */
 };
 
 /* One complete range. 64 bytes, fixed; records live in chunks and never move. */
@@ -141,15 +143,31 @@ void cprof_snapshot_free(cprof_snapshot *snap);
  * pop: 0 or CPROF_E_EMPTY (no open range on this thread; nothing changes). */
 int cprof_events_push(uint32_t name_id, uint8_t cat);
 int cprof_events_pop(void);
+/* The Python tracer's ranges (py_tracer.c): a second stack per thread, so user push/pop and the
+ * tracer never close each other's ranges; records share the thread's chunks and their depth
+ * counts both stacks. Caller holds the GIL.
+ * push_traced: as push. pop_traced: closes the tracer's innermost range; if it lasted less than
+ * min_ns and is the thread's last record (always so when its children were all taken back too;
+ * never when a child was kept) the record is taken back: returns 1; else 0; CPROF_E_EMPTY if
+ * the tracer has no open range on this thread.
+ * close_traced_all: closes every thread's open tracer ranges now (tracer stop; GIL held). */
+int cprof_events_push_traced(uint32_t name_id, uint8_t cat);
+int cprof_events_pop_traced(uint64_t min_ns);
+void cprof_events_close_traced_all(void);
 /* Adds an integer arg to the innermost open range of this thread if it is recorded.
  * Returns 0, CPROF_E_EMPTY, or CPROF_E_FULL (already 2 args). */
 int cprof_events_add_arg(uint32_t key_id, int64_t value);
-/* Current nesting depth of this thread. */
+/* Current nesting depth of this thread's user ranges (the tracer's are not counted). */
 uint32_t cprof_events_depth(void);
 /* Sets the name of the calling thread as it will appear in traces. */
 int cprof_events_set_thread_name(uint32_t name_id);
 /* Records that were stored for, and dropped by, the open window so far (all threads). */
 void cprof_events_counts(uint64_t *stored, uint64_t *dropped);
+/* Marks the innermost open range of this thread as carrying raw args: frag_id names interned
+ * text of JSON object members (`"k":v,...`, valid JSON by the caller's construction) that the
+ * writer pastes into the event's args. Caller holds the GIL. Returns 0 (also when the range
+ * is not recorded) or CPROF_E_EMPTY. */
+int cprof_events_set_raw_args(uint32_t frag_id);
 
 /* ---- sink.c: buffered output to a file, plain or gzip, temp file + rename ---- */
 typedef struct cprof_sink cprof_sink;

@@ -24,6 +24,8 @@ typedef struct tstate {
     uint64_t nrecords, dropped;
     cprof_record **stack;      /* open ranges; NULL entries were not recorded */
     uint32_t depth, stack_cap;
+    cprof_record **tstack;     /* the Python tracer's open ranges (py_tracer.c), kept apart */
+    uint32_t tdepth, tstack_cap;
 } tstate;
 
 static _Thread_local tstate *tls;
@@ -135,6 +137,7 @@ static CPROF_NOINLINE tstate *register_thread(void) {
 static void tstate_free(tstate *t) {
     chunks_put(t->head);
     free(t->stack);
+    free(t->tstack);
     free(t);
 }
 
@@ -168,6 +171,32 @@ static CPROF_NOINLINE int stack_grow(tstate *t) {
     return CPROF_OK;
 }
 
+/* Reserves and opens this thread's next record, or returns NULL (no window: nothing recorded;
+ * memory cap: counted as dropped). Its depth counts the user's and the tracer's open ranges. */
+CPROF_INLINE cprof_record *record_open(tstate *t, uint32_t name_id, uint8_t cat) {
+    if (!g_active) return NULL;
+    cprof_record *r;
+    if (CPROF_LIKELY(t->window_id == g_window_id && t->tail &&
+                     t->tail->count < CPROF_CHUNK_RECORDS))
+        r = &t->tail->rec[t->tail->count++];
+    else
+        r = slot_slow(t);
+    if (CPROF_UNLIKELY(r == NULL)) {
+        t->dropped++;
+        return NULL;
+    }
+    uint32_t depth = t->depth + t->tdepth;
+    t->nrecords++;
+    r->end_ns = 0;
+    r->name_id = name_id;
+    r->cat = cat;
+    r->flags = 0;
+    r->depth = (uint16_t)(depth < CPROF_MAX_DEPTH ? depth : CPROF_MAX_DEPTH);
+    r->nargs = 0;
+    r->begin_ns = cprof_clock_now_ns(); /* last, so our bookkeeping is outside */
+    return r;
+}
+
 int cprof_events_push(uint32_t name_id, uint8_t cat) {
     tstate *t = tls;
     if (CPROF_UNLIKELY(!t) && !(t = register_thread())) return CPROF_E_NOMEM;
@@ -175,26 +204,7 @@ int cprof_events_push(uint32_t name_id, uint8_t cat) {
         int rc = stack_grow(t);
         if (rc) return rc;
     }
-    cprof_record *r = NULL;
-    if (g_active) {
-        if (CPROF_LIKELY(t->window_id == g_window_id && t->tail &&
-                         t->tail->count < CPROF_CHUNK_RECORDS))
-            r = &t->tail->rec[t->tail->count++];
-        else
-            r = slot_slow(t);
-        if (CPROF_LIKELY(r != NULL)) {
-            t->nrecords++;
-            r->end_ns = 0;
-            r->name_id = name_id;
-            r->cat = cat;
-            r->flags = 0;
-            r->depth = (uint16_t)t->depth;
-            r->nargs = 0;
-            r->begin_ns = cprof_clock_now_ns(); /* last, so our bookkeeping is outside */
-        } else {
-            t->dropped++;
-        }
-    }
+    cprof_record *r = record_open(t, name_id, cat); /* before depth++: it records the depth */
     t->stack[t->depth++] = r;
     return CPROF_OK;
 }
@@ -206,6 +216,62 @@ int cprof_events_pop(void) {
     cprof_record *r = t->stack[--t->depth];
     if (r) r->end_ns = now;
     return CPROF_OK;
+}
+
+/* ---- the Python tracer's ranges (py_tracer.c) ----
+ * A second stack per thread: a user pop (cprof.pop, a range or record_function exit, perhaps in
+ * another function than its push) never closes a tracer range, and the tracer never closes a
+ * user range. Records share the thread's chunks, so begin order and depth stay exact. */
+
+static CPROF_NOINLINE int tstack_grow(tstate *t) {
+    uint32_t ncap = t->tstack_cap ? t->tstack_cap * 2 : 64;
+    if (ncap > CPROF_MAX_DEPTH) ncap = CPROF_MAX_DEPTH;
+    if (ncap <= t->tstack_cap) return CPROF_E_DEPTH;
+    cprof_record **ns = realloc(t->tstack, ncap * sizeof *ns);
+    if (!ns) return CPROF_E_NOMEM;
+    t->tstack = ns;
+    t->tstack_cap = ncap;
+    return CPROF_OK;
+}
+
+int cprof_events_push_traced(uint32_t name_id, uint8_t cat) {
+    tstate *t = tls;
+    if (CPROF_UNLIKELY(!t) && !(t = register_thread())) return CPROF_E_NOMEM;
+    if (CPROF_UNLIKELY(t->tdepth >= t->tstack_cap)) {
+        int rc = tstack_grow(t);
+        if (rc) return rc;
+    }
+    cprof_record *r = record_open(t, name_id, cat);
+    t->tstack[t->tdepth++] = r;
+    return CPROF_OK;
+}
+
+int cprof_events_pop_traced(uint64_t min_ns) {
+    uint64_t now = cprof_clock_now_ns();
+    tstate *t = tls;
+    if (CPROF_UNLIKELY(!t || t->tdepth == 0)) return CPROF_E_EMPTY;
+    cprof_record *r = t->tstack[--t->tdepth];
+    if (!r) return CPROF_OK;
+    r->end_ns = now;
+    /* Only the thread's last record can be taken back without moving others; a short range
+     * whose children were all taken back is last again, a range with a kept child is kept. */
+    if (now - r->begin_ns < min_ns && t->tail->count && &t->tail->rec[t->tail->count - 1] == r) {
+        t->tail->count--;
+        t->nrecords--;
+        return 1;
+    }
+    return CPROF_OK;
+}
+
+void cprof_events_close_traced_all(void) {
+    uint64_t now = cprof_clock_now_ns();
+    pthread_mutex_lock(&registry_lock);
+    for (tstate *t = registry; t; t = t->next) {
+        for (uint32_t i = 0; i < t->tdepth; i++)
+            if (t->tstack[i]) t->tstack[i]->end_ns = now;
+        t->tdepth = 0;
+    }
+    pthread_mutex_unlock(&registry_lock);
 }
 
 int cprof_events_add_arg(uint32_t key_id, int64_t value) {
@@ -226,6 +292,16 @@ int cprof_events_set_thread_name(uint32_t name_id) {
     tstate *t = tls;
     if (!t && !(t = register_thread())) return CPROF_E_NOMEM;
     t->name_id = name_id;
+    return CPROF_OK;
+}
+
+int cprof_events_set_raw_args(uint32_t frag_id) {
+    tstate *t = tls;
+    if (!t || t->depth == 0) return CPROF_E_EMPTY;
+    cprof_record *r = t->stack[t->depth - 1];
+    if (!r) return CPROF_OK; /* not recorded (outside a window or dropped) */
+    r->reserved = frag_id;
+    r->flags |= CPROF_REC_RAW_ARGS;
     return CPROF_OK;
 }
 
@@ -274,6 +350,21 @@ void cprof_events_counts(uint64_t *stored, uint64_t *dropped) {
     if (dropped) *dropped = d;
 }
 
+/* Closes the ranges still open on a stack at stop time; their slots now belong to the snapshot,
+ * so the stack keeps NULL entries that later pops consume. Returns how many. */
+static uint64_t truncate_open(cprof_record **stack, uint32_t depth, uint64_t now) {
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < depth; i++) {
+        cprof_record *r = stack[i];
+        if (!r) continue;
+        r->end_ns = now;
+        r->flags |= CPROF_REC_TRUNCATED;
+        stack[i] = NULL;
+        n++;
+    }
+    return n;
+}
+
 int cprof_events_stop(cprof_snapshot **out) {
     if (!out) return CPROF_E_ARG;
     if (!g_active) return CPROF_E_STATE;
@@ -306,14 +397,8 @@ int cprof_events_stop(cprof_snapshot **out) {
         snap->dropped += t->dropped;
         /* ranges still open: close them at stop time and forget their slots, which now
          * belong to the snapshot */
-        for (uint32_t i = 0; i < t->depth; i++) {
-            cprof_record *r = t->stack[i];
-            if (!r) continue;
-            r->end_ns = now;
-            r->flags |= CPROF_REC_TRUNCATED;
-            snap->truncated++;
-            t->stack[i] = NULL;
-        }
+        snap->truncated += truncate_open(t->stack, t->depth, now);
+        snap->truncated += truncate_open(t->tstack, t->tdepth, now);
         t->head = t->tail = NULL;
         t->nrecords = t->dropped = 0;
     }

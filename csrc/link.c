@@ -34,7 +34,9 @@ void cprof_links_free(cprof_links *l) {
 
 /* For every API record of one thread (sorted by start), the External id of the innermost range
  * of that thread open at its start. Ranges are in push order with their depth, so a stack of
- * the open ones is enough. */
+ * the open ones is enough. python_function ranges (with_stack) are never the target: a launch
+ * belongs to the op, module or annotation around it, as Kineto links kernels to ops, and the
+ * Python calls above it show on the timeline. */
 static int link_thread(const cprof_snapshot *cpu, const cprof_thread_data *t, uint64_t first_ext,
                        const api_ref *apis, size_t napis, uint64_t *ext_out) {
     size_t cap = 64, depth = 0;
@@ -56,6 +58,11 @@ static int link_thread(const cprof_snapshot *cpu, const cprof_thread_data *t, ui
             }
             const cprof_record *r = &c->rec[k];
             if (r->begin_ns > at) break;
+            if (r->cat == CPROF_CAT_PYTHON_FUNCTION) {
+                ext++;
+                k++;
+                continue;
+            }
             uint64_t end = r->end_ns ? r->end_ns : cpu->stop_ns;
             while (depth && stack[depth - 1].end < r->begin_ns) depth--;
             if (depth == cap) {

@@ -1,7 +1,996 @@
-/* (being written) binding unit py_tracer.c; see py_binding.h. */
+/* The with_stack tracer: every Python function call (and, with c_calls, every call of a builtin /
+ * C function) becomes a range in the event store, recorded from C: sys.monitoring callbacks on
+ * Python 3.12+, a PyEval_SetProfile function before.
+ * Threads: callbacks run on the calling thread with the GIL held; start/stop hold the GIL. The
+ * GIL serialises the name cache, the session state and the event store (events.c).
+ *
+ * Rules (tests/test_with_stack.py checks each):
+ * - Names are resolved once per code object / C function, not per call: an open-addressing map
+ *   pointer -> interned name id, holding a reference to each key object so its address cannot be
+ *   reused while cached; emptied at stop. A call costs a lookup and an event-store push.
+ *   python_function: "{co_filename}({co_firstlineno}): {co_qualname}" (torch.profiler's
+ *   spelling). cpu_op (c_calls): "{module}.{name}" for functions (torch._C._nn.linear,
+ *   builtins.len), "{type}.{name}" for methods, the defining type named as in reprs (list.append,
+ *   torch._C.TensorBase.add); the key is the PyMethodDef, so a method descriptor (3.12 CALL) and
+ *   the bound method 3.11 makes for it per call share one entry. cprof's own functions (push,
+ *   pop, module hooks) are never recorded. Only builtin functions and method descriptors count as
+ *   C calls (as in the legacy profiler): classes and other callables do not.
+ * - The tracer's ranges live on their own per-thread stack in the event store (events.c
+ *   push_traced/pop_traced), apart from the user's: a cprof.push left open in a traced function,
+ *   a record_function entered in one frame and exited in another, or a pop in another function
+ *   than its push never closes a tracer range, and the tracer never closes a user range. Record
+ *   depths count both stacks, so nesting in the trace and self times stay exact.
+ * - cprof's own code is not traced: a code object whose co_filename starts with own_prefix
+ *   (cprof's package directory, from cprof/_pystack.py) is own (ID_OWN): not recorded, and
+ *   nothing under it is either (Python calls, C calls, user code it calls back: on_trace_ready
+ *   run by profile.step(), a module name resolver; documented so). Except own code taking both
+ *   *args and **kwargs, a decorator's pass-through wrapper (cprof.range on a function,
+ *   profile_function, bucket timers; the tests check cprof has no other): ID_PASS, not recorded
+ *   but its callees are. A C call whose caller is own code (either kind) is not recorded.
+ * - A per-thread shadow stack mirrors the thread's Python frames (and recorded C calls): an
+ *   entry is a key (code object / PyMethodDef) and a tag: recorded (a range opened), OWN (an
+ *   own frame, counted in the thread's suppression depth: while > 0 a call pushes QUIET and
+ *   records nothing), PASS or QUIET (not recorded). The frames running at the thread's first
+ *   call event of a session (entered before start) are seeded then as QUIET / OWN / PASS: their
+ *   returns pop those, and cprof's own frames that called tracer_start stay suppressing. A
+ *   Python exit whose code is not on top closes down to its own entry (a missed C return cannot
+ *   wedge the stack); one not on the stack is ignored. A C return pops only its own recorded
+ *   entry on top. Shadow stacks of an older session are dropped lazily (gen). User code's hot
+ *   path only gains tests of the suppression depth, the cached id and (C calls) the top tag.
+ * - Generators: yield closes the range, resume (and throw()) opens a new one: a range per run.
+ *   An own generator's yield ends its suppression, its resume starts it again.
+ * - min_duration: a range shorter than it is taken back at its end if it is the thread's last
+ *   record (events.c), so a short range with a kept child (user range, long callee) is kept.
+ * - Windows: start needs an open window; the tracer then records into whichever window is open
+ *   (a schedule's warmup -> active restart closes and reopens it under the tracer). A window
+ *   that closes first closes and flags truncated the tracer ranges open in it, as it does user
+ *   ranges; with no window open, calls are tracked (depth) but not recorded; tracer_stop still
+ *   cleans up. tracer_stop closes the ranges still open (the frames that called it) then.
+ * - 3.11 threads: the profile function is set on every thread that exists at start (threads
+ *   that already run another profile function are skipped and counted) and, through
+ *   threading.setprofile (cprof/_pystack.py), on threading threads started later; threads
+ *   started by C code later are not traced. 3.12+: sys.monitoring covers every thread. */
+#define PY_SSIZE_T_CLEAN
 #include "py_binding.h"
 
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cprof.h"
+
+#if PY_VERSION_HEX >= 0x030C0000
+#define TRACER_MONITORING 1
+#else
+#define TRACER_MONITORING 0
+#endif
+
+/* ---- session state (GIL) ---- */
+
+static struct {
+    int active;
+    int c_calls;
+    uint64_t min_ns;
+    uint64_t gen;          /* session number: shadow stacks of another session are stale */
+    uint64_t calls, discarded, errors, overflows;
+    uint64_t suppressed;   /* calls not recorded: cprof's own code and what it called */
+    char *own_prefix;      /* co_filename prefix of cprof's own code (UTF-8), or NULL */
+    size_t own_len;
+    uint32_t full_id;      /* name used when the name table is full */
+    int tool_id;           /* 3.12+: the sys.monitoring tool id held, -1 when none */
+    uint64_t threads, threads_skipped; /* 3.11: threads the profile function was set on */
+    PyObject *hook;        /* _tracer_thread_hook: 3.11 threading hook and sys.getprofile() */
+} tr = {.tool_id = -1};
+
+/* ---- name cache: key pointer -> name id, or one of these ---- */
+
+#define ID_SKIP 0u               /* a C function of a cprof module: not recorded */
+#define ID_OWN UINT32_MAX        /* cprof's own Python code: not recorded, suppresses callees */
+#define ID_PASS (UINT32_MAX - 1) /* an own pass-through wrapper: its Python callees are traced */
+_Static_assert(CPROF_MAX_NAMES < ID_PASS, "ID_OWN / ID_PASS must not be name ids");
+
+typedef struct {
+    const void *key;
+    PyObject *ref;         /* keeps the key's memory alive while cached, or NULL */
+    uint32_t id;
+} cache_slot;
+
+static cache_slot *cache;
+static size_t cache_mask, cache_used;
+
+CPROF_INLINE size_t hash_ptr(const void *p) {
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    return (size_t)((x * 0x9E3779B97F4A7C15ull) >> 32);
+}
+
+CPROF_INLINE cache_slot *cache_find(const void *key) {
+    size_t i = hash_ptr(key) & cache_mask;
+    for (;;) {
+        cache_slot *s = &cache[i];
+        if (s->key == key || s->key == NULL) return s;
+        i = (i + 1) & cache_mask;
+    }
+}
+
+static int cache_alloc(size_t cap) {
+    cache_slot *c = calloc(cap, sizeof *c);
+    if (!c) return -1;
+    cache_slot *old = cache;
+    size_t old_cap = cache ? cache_mask + 1 : 0;
+    cache = c;
+    cache_mask = cap - 1;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i].key) *cache_find(old[i].key) = old[i];
+    free(old);
+    return 0;
+}
+
+/* Adds key; ref is stolen. Grows at half load, so lookups stay short. The key may have been
+ * added meanwhile (resolving can run Python code, which can let another thread in): the entry
+ * there is kept. */
+static int cache_insert(const void *key, PyObject *ref, uint32_t id) {
+    if ((cache_used + 1) * 2 > cache_mask + 1 && cache_alloc((cache_mask + 1) * 2) < 0) {
+        Py_XDECREF(ref);
+        return -1;
+    }
+    cache_slot *s = cache_find(key);
+    if (s->key) {
+        Py_XDECREF(ref);
+        return 0;
+    }
+    s->key = key;
+    s->ref = ref;
+    s->id = id;
+    cache_used++;
+    return 0;
+}
+
+static void cache_clear(void) {
+    if (!cache) return;
+    /* detach first: a dealloc below may run Python code */
+    size_t cap = cache_mask + 1;
+    cache_slot *c = malloc(cap * sizeof *c);
+    if (c) memcpy(c, cache, cap * sizeof *c);
+    memset(cache, 0, cap * sizeof *cache);
+    cache_used = 0;
+    if (!c) return; /* out of memory: the references leak rather than risk a dangling key */
+    for (size_t i = 0; i < cap; i++) Py_XDECREF(c[i].ref);
+    free(c);
+}
+
+/* ---- name resolution (once per key; may create objects) ---- */
+
+#if PY_VERSION_HEX >= 0x030C0000
+#define SAVE_EXC(v) PyObject *v = PyErr_GetRaisedException()
+#define RESTORE_EXC(v) PyErr_SetRaisedException(v)
+#else
+#define SAVE_EXC(v)                                                                            \
+    PyObject *v##_t, *v##_v, *v##_tb;                                                          \
+    PyErr_Fetch(&v##_t, &v##_v, &v##_tb)
+#define RESTORE_EXC(v) PyErr_Restore(v##_t, v##_v, v##_tb)
+#endif
+
+static int intern_str(PyObject *s, uint32_t *id) {
+    Py_ssize_t len;
+    PyObject *bytes = NULL;
+    const char *p = PyUnicode_AsUTF8AndSize(s, &len);
+    if (!p) {
+        /* lone surrogates: kept as bytes; the writer turns them into U+FFFD */
+        PyErr_Clear();
+        bytes = PyUnicode_AsEncodedString(s, "utf-8", "surrogatepass");
+        if (!bytes) return -1;
+        p = PyBytes_AS_STRING(bytes);
+        len = PyBytes_GET_SIZE(bytes);
+    }
+    int rc = cprof_names_intern(p, (size_t)len, id);
+    Py_XDECREF(bytes);
+    if (rc == CPROF_E_FULL) {
+        *id = tr.full_id;
+        return 0;
+    }
+    if (rc) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static int code_name(PyCodeObject *co, uint32_t *id) {
+#if PY_VERSION_HEX >= 0x030B0000
+    PyObject *qualname = co->co_qualname;
+#else
+    PyObject *qualname = co->co_name;
+#endif
+    PyObject *s = PyUnicode_FromFormat("%U(%d): %U", co->co_filename, co->co_firstlineno,
+                                       qualname);
+    if (!s) return -1;
+    int rc = intern_str(s, id);
+    Py_DECREF(s);
+    return rc;
+}
+
+/* ID_OWN when co is cprof's own code (its co_filename lies under own_prefix), ID_PASS when that
+ * code takes both *args and **kwargs (a decorator's wrapper forwarding them to the user's
+ * function: cprof.range as a decorator, profile_function, the bucket timers), else 0. */
+static uint32_t own_code(PyCodeObject *co) {
+    if (!tr.own_prefix) return 0;
+    Py_ssize_t len;
+    const char *p = PyUnicode_AsUTF8AndSize(co->co_filename, &len);
+    if (!p) {
+        PyErr_Clear();
+        return 0;
+    }
+    if ((size_t)len <= tr.own_len || memcmp(p, tr.own_prefix, tr.own_len) != 0) return 0;
+    int pass = (co->co_flags & (CO_VARARGS | CO_VARKEYWORDS)) == (CO_VARARGS | CO_VARKEYWORDS);
+    return pass ? ID_PASS : ID_OWN;
+}
+
+static int is_cprof_module(PyObject *modname) {
+    if (!modname || !PyUnicode_Check(modname)) return 0;
+    const char *s = PyUnicode_AsUTF8(modname);
+    if (!s) {
+        PyErr_Clear();
+        return 0;
+    }
+    return strcmp(s, "cprof") == 0 || strncmp(s, "cprof.", 6) == 0;
+}
+
+/* "{module}.{name}" (module omitted when unknown); *skip when the module is cprof's. */
+static PyObject *function_name(PyObject *module, const char *name, int *skip) {
+    PyObject *modname = NULL;
+    if (module && PyModule_Check(module)) {
+        modname = PyModule_GetNameObject(module);
+        if (!modname) PyErr_Clear();
+    } else if (module && PyUnicode_Check(module)) {
+        modname = Py_NewRef(module);
+    }
+    *skip = is_cprof_module(modname);
+    PyObject *s = modname ? PyUnicode_FromFormat("%U.%s", modname, name)
+                          : PyUnicode_FromString(name);
+    Py_XDECREF(modname);
+    return s;
+}
+
+/* "{type}.{name}", the type named as reprs do: "list", "torch._C.TensorBase". */
+static PyObject *method_name(PyTypeObject *tp, const char *name, int *skip) {
+    PyObject *mod = PyObject_GetAttrString((PyObject *)tp, "__module__");
+    if (!mod) PyErr_Clear();
+    PyObject *qual = PyObject_GetAttrString((PyObject *)tp, "__qualname__");
+    if (!qual) {
+        PyErr_Clear();
+        qual = PyUnicode_FromString(tp->tp_name);
+        if (!qual) {
+            Py_XDECREF(mod);
+            return NULL;
+        }
+    }
+    *skip = is_cprof_module(mod);
+    PyObject *s;
+    if (mod && PyUnicode_Check(mod) && PyUnicode_CompareWithASCIIString(mod, "builtins") != 0)
+        s = PyUnicode_FromFormat("%U.%U.%s", mod, qual, name);
+    else
+        s = PyUnicode_FromFormat("%U.%s", qual, name);
+    Py_XDECREF(mod);
+    Py_DECREF(qual);
+    return s;
+}
+
+/* The cache key of a C callable the tracer records, or NULL for any other callable. */
+CPROF_INLINE const void *c_key(PyObject *f) {
+    if (PyCFunction_Check(f)) return ((PyCFunctionObject *)f)->m_ml;
+    if (Py_IS_TYPE(f, &PyMethodDescr_Type)) return ((PyMethodDescrObject *)f)->d_method;
+    return NULL;
+}
+
+/* Name of a C callable; *ref: the object to keep while cached (new reference or NULL). */
+static PyObject *c_name(PyObject *f, PyObject **ref, int *skip) {
+    *ref = NULL;
+    if (Py_IS_TYPE(f, &PyMethodDescr_Type)) {
+        PyMethodDescrObject *d = (PyMethodDescrObject *)f;
+        *ref = Py_NewRef(f);
+        return method_name(PyDescr_TYPE(d), d->d_method->ml_name, skip);
+    }
+    PyCFunctionObject *cf = (PyCFunctionObject *)f;
+    PyMethodDef *ml = cf->m_ml;
+    PyObject *self = (ml->ml_flags & METH_STATIC) ? NULL : cf->m_self;
+    if (!self || PyModule_Check(self) || PyCapsule_CheckExact(self)) {
+        /* a function: the object owns (or outlives) its PyMethodDef */
+        *ref = Py_NewRef(f);
+        return function_name(cf->m_module, ml->ml_name, skip);
+    }
+    if (PyType_Check(self)) { /* a class method bound to its class */
+        *ref = Py_NewRef(f);
+        return method_name((PyTypeObject *)self, ml->ml_name, skip);
+    }
+    /* a method bound to an instance (3.11 makes one per call): name it after the type that
+     * defines it, as its method descriptor (the key of 3.12's CALL events) does */
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject *d = PyObject_GetAttrString((PyObject *)tp, ml->ml_name);
+    if (d && Py_IS_TYPE(d, &PyMethodDescr_Type) && ((PyMethodDescrObject *)d)->d_method == ml) {
+        *ref = d;
+        tp = PyDescr_TYPE((PyMethodDescrObject *)d);
+    } else {
+        if (!d) PyErr_Clear();
+        Py_XDECREF(d);
+    }
+    return method_name(tp, ml->ml_name, skip);
+}
+
+/* Slow path of a lookup: resolves, caches, and gives the id (ID_SKIP, ID_OWN, ID_PASS or a
+ * name). Never leaves an exception set: a failure is counted and reported by tracer_stop. */
+static CPROF_NOINLINE int resolve(const void *key, PyObject *obj, int is_code, uint32_t *id) {
+    SAVE_EXC(saved);
+    PyObject *ref = NULL;
+    int skip = 0, rc = -1;
+    if (is_code) {
+        ref = Py_NewRef(obj);
+        if ((*id = own_code((PyCodeObject *)obj)) != 0) {
+            rc = 0;
+        } else {
+            rc = code_name((PyCodeObject *)obj, id);
+        }
+    } else {
+        PyObject *s = c_name(obj, &ref, &skip);
+        if (s) {
+            rc = skip ? 0 : intern_str(s, id);
+            if (skip) *id = ID_SKIP;
+            Py_DECREF(s);
+        }
+    }
+    if (rc == 0) rc = cache_insert(key, ref, *id);
+    else Py_XDECREF(ref);
+    if (rc < 0) {
+        PyErr_Clear();
+        tr.errors++;
+    }
+    RESTORE_EXC(saved);
+    return rc;
+}
+
+/* ---- per-thread shadow stacks ---- */
+
+#define TAG_OWN ((uintptr_t)1)   /* an own frame: counted in suppress */
+#define TAG_QUIET ((uintptr_t)2) /* a frame not recorded (under suppression, or seeded) */
+#define TAG_PASS ((uintptr_t)3)  /* an own pass-through frame: not recorded, nor its C calls */
+#define TAG_MASK ((uintptr_t)3)  /* keys (code objects, PyMethodDefs) are 8-byte aligned */
+
+typedef struct {
+    uint64_t gen;
+    uint32_t depth, cap;
+    uint32_t suppress; /* OWN entries on the stack: while > 0 nothing is recorded */
+    uintptr_t *ent;    /* key | tag */
+} shadow_t;
+
+static _Thread_local shadow_t *tls_shadow;
+static pthread_key_t shadow_exit_key;
+static pthread_once_t shadow_once = PTHREAD_ONCE_INIT;
+
+static void shadow_free(void *p) {
+    shadow_t *sh = p;
+    free(sh->ent);
+    free(sh);
+}
+
+static void shadow_key_make(void) { pthread_key_create(&shadow_exit_key, shadow_free); }
+
+static int shadow_reserve(shadow_t *sh, uint32_t n) {
+    if (n <= sh->cap) return 0;
+    uint32_t ncap = sh->cap ? sh->cap : 128;
+    while (ncap < n) ncap *= 2;
+    uintptr_t *ne = realloc(sh->ent, ncap * sizeof *ne);
+    if (!ne) return -1;
+    sh->ent = ne;
+    sh->cap = ncap;
+    return 0;
+}
+
+CPROF_INLINE PyCodeObject *frame_code(PyFrameObject *f) {
+    PyCodeObject *co = PyFrame_GetCode(f);
+    Py_DECREF(co); /* borrowed: the frame holds its code */
+    return co;
+}
+
+/* Starts this thread's stack of the session with the frames running now, which were entered
+ * before start (callbacks are not re-entered, so no call came in between): QUIET entries, OWN
+ * for cprof's own. top: the event's frame (3.11) or NULL (the current frame); entering: the
+ * code of a frame being entered, which is left out when it is top, or NULL. A frame that
+ * cannot be reached (no memory) is left out: its return then pops nothing. */
+static void shadow_seed(shadow_t *sh, PyFrameObject *top, PyCodeObject *entering) {
+    SAVE_EXC(saved);
+    sh->depth = 0;
+    sh->suppress = 0;
+    PyFrameObject *f = top ? top : PyEval_GetFrame(); /* borrowed */
+    Py_XINCREF(f);
+    if (f && entering && frame_code(f) == entering) {
+        PyFrameObject *back = PyFrame_GetBack(f);
+        Py_DECREF(f);
+        f = back;
+    }
+    while (f) { /* innermost first, reversed below */
+        if (shadow_reserve(sh, sh->depth + 1) < 0) {
+            tr.errors++;
+            Py_DECREF(f);
+            break;
+        }
+        PyCodeObject *co = frame_code(f);
+        uint32_t own = own_code(co);
+        uintptr_t tag = own == ID_OWN ? TAG_OWN : own == ID_PASS ? TAG_PASS : TAG_QUIET;
+        sh->ent[sh->depth++] = (uintptr_t)co | tag;
+        sh->suppress += tag == TAG_OWN;
+        PyFrameObject *back = PyFrame_GetBack(f);
+        Py_DECREF(f);
+        f = back;
+    }
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        tr.errors++;
+    }
+    for (uint32_t i = 0, j = sh->depth; i + 1 < j; i++, j--) {
+        uintptr_t t = sh->ent[i];
+        sh->ent[i] = sh->ent[j - 1];
+        sh->ent[j - 1] = t;
+    }
+    RESTORE_EXC(saved);
+}
+
+/* This thread's shadow stack, of this session (seeded at its first call event) and with room
+ * for one more entry, or NULL (no memory). */
+static CPROF_NOINLINE shadow_t *shadow_slow(PyFrameObject *top, PyCodeObject *entering) {
+    shadow_t *sh = tls_shadow;
+    if (!sh) {
+        sh = calloc(1, sizeof *sh);
+        if (!sh) return NULL;
+        tls_shadow = sh;
+        pthread_setspecific(shadow_exit_key, sh);
+    }
+    if (sh->gen != tr.gen) {
+        sh->gen = tr.gen;
+        shadow_seed(sh, top, entering);
+    }
+    return shadow_reserve(sh, sh->depth + 1) < 0 ? NULL : sh;
+}
+
+CPROF_INLINE shadow_t *shadow_for_push(PyFrameObject *top, PyCodeObject *entering) {
+    shadow_t *sh = tls_shadow;
+    if (CPROF_LIKELY(sh && sh->gen == tr.gen && sh->depth < sh->cap)) return sh;
+    return shadow_slow(top, entering);
+}
+
+/* This thread's shadow stack if it has entries of this session, else NULL. A thread with no
+ * call event yet in this session is not seeded here: its frames that return were entered
+ * before start, and the first call event seeds the ones left. */
+CPROF_INLINE shadow_t *shadow_for_pop(void) {
+    shadow_t *sh = tls_shadow;
+    return (sh && sh->gen == tr.gen && sh->depth) ? sh : NULL;
+}
+
+/* ---- events ---- */
+
+CPROF_INLINE void pop_recorded(shadow_t *sh) {
+    sh->depth--;
+    if (cprof_events_pop_traced(tr.min_ns) == 1) tr.discarded++;
+}
+
+static void pop_one(shadow_t *sh) {
+    uintptr_t tag = sh->ent[sh->depth - 1] & TAG_MASK;
+    if (!tag) {
+        pop_recorded(sh);
+        return;
+    }
+    sh->depth--;
+    if (tag == TAG_OWN) sh->suppress--;
+}
+
+/* The id of key: from the cache, else resolved. -1: not resolved, or the session stopped while
+ * resolving ran Python code. */
+CPROF_INLINE int lookup(const void *key, PyObject *obj, int is_code, uint32_t *id) {
+    cache_slot *s = cache_find(key);
+    if (CPROF_LIKELY(s->key != NULL)) {
+        *id = s->id;
+        return 0;
+    }
+    uint64_t gen = tr.gen;
+    if (resolve(key, obj, is_code, id) < 0) return -1;
+    return gen == tr.gen ? 0 : -1;
+}
+
+CPROF_INLINE void record(shadow_t *sh, const void *key, uint32_t id, uint8_t cat) {
+    if (CPROF_UNLIKELY(cprof_events_push_traced(id, cat) != CPROF_OK)) {
+        tr.overflows++;
+        return;
+    }
+    sh->ent[sh->depth++] = (uintptr_t)key;
+    tr.calls++;
+}
+
+static CPROF_NOINLINE void push_quiet(shadow_t *sh, const void *key, uintptr_t tag) {
+    sh->ent[sh->depth++] = (uintptr_t)key | tag;
+    if (tag == TAG_OWN) sh->suppress++;
+    tr.suppressed++;
+}
+
+/* A Python frame starts (call, generator resume or throw). top: its frame on 3.11, NULL on
+ * 3.12+ (the current frame). */
+CPROF_INLINE void py_enter(PyCodeObject *co, PyFrameObject *top) {
+    if (CPROF_UNLIKELY(!tr.active)) return;
+    shadow_t *sh = shadow_for_push(top, co);
+    if (CPROF_UNLIKELY(!sh)) {
+        tr.errors++;
+        return;
+    }
+    if (CPROF_UNLIKELY(sh->suppress)) {
+        push_quiet(sh, co, TAG_QUIET);
+        return;
+    }
+    uint32_t id;
+    if (lookup(co, (PyObject *)co, 1, &id) < 0) return;
+    if (CPROF_UNLIKELY(id >= ID_PASS)) {
+        push_quiet(sh, co, id == ID_OWN ? TAG_OWN : TAG_PASS);
+        return;
+    }
+    record(sh, co, id, CPROF_CAT_PYTHON_FUNCTION);
+}
+
+/* A caller that is not on top of the shadow stack (an entry that could not be pushed): own? */
+static CPROF_NOINLINE int caller_is_own(PyCodeObject *caller) {
+    uint32_t id;
+    return caller && lookup(caller, (PyObject *)caller, 1, &id) == 0 && id >= ID_PASS;
+}
+
+/* A C function is called from the Python frame top (3.11; NULL on 3.12+) running caller. */
+CPROF_INLINE void c_enter(PyObject *callable, PyCodeObject *caller, PyFrameObject *top) {
+    const void *key = c_key(callable);
+    if (!key || CPROF_UNLIKELY(!tr.active)) return;
+    shadow_t *sh = shadow_for_push(top, NULL);
+    if (CPROF_UNLIKELY(!sh)) {
+        tr.errors++;
+        return;
+    }
+    /* the caller is normally the top entry: recorded, seeded QUIET or own PASS */
+    uintptr_t e = sh->depth ? sh->ent[sh->depth - 1] : 0;
+    if (CPROF_UNLIKELY(sh->suppress) ||
+        (CPROF_LIKELY((e & ~TAG_MASK) == (uintptr_t)caller) ? (e & TAG_MASK) == TAG_PASS
+                                                            : caller_is_own(caller))) {
+        tr.suppressed++;
+        return;
+    }
+    uint32_t id;
+    if (lookup(key, callable, 0, &id) < 0 || id == ID_SKIP) return;
+    record(sh, key, id, CPROF_CAT_CPU_OP);
+}
+
+static CPROF_NOINLINE void exit_not_on_top(shadow_t *sh, const void *code) {
+    uint32_t i = sh->depth;
+    while (i > 0 && (sh->ent[i - 1] & ~TAG_MASK) != (uintptr_t)code) i--;
+    if (i == 0) return; /* entered before start, or not pushed: nothing of ours to close */
+    while (sh->depth >= i) pop_one(sh);
+}
+
+/* A Python frame ends (return, yield, unwind). */
+CPROF_INLINE void py_exit(PyCodeObject *co) {
+    shadow_t *sh = shadow_for_pop();
+    if (!sh) return;
+    if (CPROF_LIKELY(sh->ent[sh->depth - 1] == (uintptr_t)co)) pop_recorded(sh);
+    else exit_not_on_top(sh, co);
+}
+
+CPROF_INLINE void c_exit(PyObject *callable) {
+    const void *key = c_key(callable);
+    shadow_t *sh = key ? shadow_for_pop() : NULL;
+    if (sh && sh->ent[sh->depth - 1] == (uintptr_t)key) pop_recorded(sh);
+}
+
+/* ---- Python 3.12+: sys.monitoring ---- */
+#if TRACER_MONITORING
+
+/* Callbacks: (code, offset[, value]) for PY_*, (code, offset, callable, arg0) for calls. */
+static PyObject *mon_py_start(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (CPROF_LIKELY(nargs >= 1 && PyCode_Check(args[0])))
+        py_enter((PyCodeObject *)args[0], NULL);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mon_py_exit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (CPROF_LIKELY(nargs >= 1 && PyCode_Check(args[0]))) py_exit((PyCodeObject *)args[0]);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mon_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (CPROF_LIKELY(nargs >= 3))
+        c_enter(args[2], PyCode_Check(args[0]) ? (PyCodeObject *)args[0] : NULL, NULL);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mon_c_exit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (CPROF_LIKELY(nargs >= 3)) c_exit(args[2]);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef mon_defs[] = {
+    {"_cprof_py_start", (PyCFunction)(void (*)(void))mon_py_start, METH_FASTCALL, NULL},
+    {"_cprof_py_exit", (PyCFunction)(void (*)(void))mon_py_exit, METH_FASTCALL, NULL},
+    {"_cprof_call", (PyCFunction)(void (*)(void))mon_call, METH_FASTCALL, NULL},
+    {"_cprof_c_exit", (PyCFunction)(void (*)(void))mon_c_exit, METH_FASTCALL, NULL},
+};
+static PyObject *mon_cb[4];
+
+static const struct {
+    const char *event;
+    int cb;     /* index in mon_defs */
+    int c_call; /* only with c_calls */
+} mon_events[] = {
+    {"PY_START", 0, 0},  {"PY_RESUME", 0, 0}, {"PY_THROW", 0, 0},
+    {"PY_RETURN", 1, 0}, {"PY_YIELD", 1, 0},  {"PY_UNWIND", 1, 0},
+    {"CALL", 2, 1},      {"C_RETURN", 3, 1},  {"C_RAISE", 3, 1},
+};
+#define MON_NEVENTS (sizeof mon_events / sizeof mon_events[0])
+
+static PyObject *monitoring(void) {
+    PyObject *mon = PySys_GetObject("monitoring"); /* borrowed */
+    if (!mon && !PyErr_Occurred())
+        PyErr_SetString(PyExc_RuntimeError, "sys.monitoring is missing");
+    return mon;
+}
+
+static int event_bit(PyObject *mon, const char *name, long *bit) {
+    PyObject *events = PyObject_GetAttrString(mon, "events");
+    if (!events) return -1;
+    PyObject *v = PyObject_GetAttrString(events, name);
+    Py_DECREF(events);
+    if (!v) return -1;
+    *bit = PyLong_AsLong(v);
+    Py_DECREF(v);
+    return (*bit == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* Takes a free tool id: PROFILER_ID first, then 5 down to 0. */
+static int take_tool_id(PyObject *module, PyObject *mon) {
+    long pid = 2;
+    PyObject *v = PyObject_GetAttrString(mon, "PROFILER_ID");
+    if (v) {
+        pid = PyLong_AsLong(v);
+        Py_DECREF(v);
+        if (pid == -1 && PyErr_Occurred()) return -1;
+    } else {
+        PyErr_Clear();
+    }
+    for (long k = -1; k <= 5; k++) {
+        long id = k < 0 ? pid : 5 - k;
+        if (k >= 0 && id == pid) continue;
+        PyObject *holder = PyObject_CallMethod(mon, "get_tool", "l", id);
+        if (!holder) return -1;
+        int free_id = holder == Py_None;
+        Py_DECREF(holder);
+        if (!free_id) continue;
+        PyObject *r = PyObject_CallMethod(mon, "use_tool_id", "ls", id, "cprof");
+        if (r) {
+            Py_DECREF(r);
+            tr.tool_id = (int)id;
+            return 0;
+        }
+        if (!PyErr_ExceptionMatches(PyExc_ValueError)) return -1;
+        PyErr_Clear(); /* taken in between: try the next */
+    }
+    PyObject *holder = PyObject_CallMethod(mon, "get_tool", "l", pid);
+    if (!holder) return -1;
+    PyObject *err = PyObject_GetAttrString(module, "CprofError");
+    if (err) {
+        PyErr_Format(err, "with_stack: every sys.monitoring tool id is in use (PROFILER_ID "
+                          "by %R); stop another tool (debugger, coverage, profiler) first",
+                     holder);
+        Py_DECREF(err);
+    }
+    Py_DECREF(holder);
+    return -1;
+}
+
+/* Keeps the first error of a sequence of steps that must all run. */
+static void keep_first(PyObject **first) {
+    PyObject *e = PyErr_GetRaisedException();
+    if (!*first) *first = e;
+    else Py_XDECREF(e);
+}
+
+/* Disables the events, unregisters the callbacks (3.12's free_tool_id does neither) and frees
+ * the tool id; every step runs, the first error is raised. */
+static int uninstall(void) {
+    if (tr.tool_id < 0) return 0;
+    PyObject *mon = monitoring();
+    if (!mon) return -1;
+    PyObject *first = NULL;
+    PyObject *r = PyObject_CallMethod(mon, "set_events", "ii", tr.tool_id, 0);
+    if (r) Py_DECREF(r);
+    else keep_first(&first);
+    for (size_t i = 0; i < MON_NEVENTS; i++) {
+        long bit;
+        r = event_bit(mon, mon_events[i].event, &bit) < 0
+                ? NULL
+                : PyObject_CallMethod(mon, "register_callback", "ilO", tr.tool_id, bit, Py_None);
+        if (r) Py_DECREF(r);
+        else keep_first(&first);
+    }
+    r = PyObject_CallMethod(mon, "free_tool_id", "i", tr.tool_id);
+    if (r) Py_DECREF(r);
+    else keep_first(&first);
+    tr.tool_id = -1;
+    if (!first) return 0;
+    PyErr_SetRaisedException(first);
+    return -1;
+}
+
+static int install(PyObject *module) {
+    PyObject *mon = monitoring();
+    if (!mon) return -1;
+    for (int i = 0; i < 4; i++) {
+        if (!mon_cb[i] && !(mon_cb[i] = PyCFunction_NewEx(&mon_defs[i], NULL, NULL))) return -1;
+    }
+    if (take_tool_id(module, mon) < 0) return -1;
+    long mask = 0;
+    for (size_t i = 0; i < MON_NEVENTS; i++) {
+        if (mon_events[i].c_call && !tr.c_calls) continue;
+        long bit;
+        if (event_bit(mon, mon_events[i].event, &bit) < 0) goto fail;
+        PyObject *r = PyObject_CallMethod(mon, "register_callback", "ilO", tr.tool_id, bit,
+                                          mon_cb[mon_events[i].cb]);
+        if (!r) goto fail;
+        Py_DECREF(r);
+        /* C_RETURN / C_RAISE follow CALL and cannot be set on their own */
+        if (strncmp(mon_events[i].event, "C_", 2) != 0) mask |= bit;
+    }
+    PyObject *r = PyObject_CallMethod(mon, "set_events", "il", tr.tool_id, mask);
+    if (!r) goto fail;
+    Py_DECREF(r);
+    return 0;
+fail:
+    {
+        SAVE_EXC(err);
+        uninstall();
+        PyErr_Clear();
+        RESTORE_EXC(err);
+    }
+    return -1;
+}
+
+/* ---- Python 3.11: PyEval_SetProfile on each thread ---- */
+#else
+
+static int tracer_profile(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg) {
+    (void)obj;
+    if (CPROF_UNLIKELY(!tr.active)) return 0;
+    switch (what) {
+    case PyTrace_CALL: py_enter(frame_code(frame), frame); break;
+    case PyTrace_RETURN: py_exit(frame_code(frame)); break;
+    case PyTrace_C_CALL: /* frame: the caller's */
+        if (tr.c_calls && arg) c_enter(arg, frame_code(frame), frame);
+        break;
+    case PyTrace_C_RETURN:
+    case PyTrace_C_EXCEPTION:
+        if (tr.c_calls && arg) c_exit(arg);
+        break;
+    default: break;
+    }
+    return 0;
+}
+
+static int ours(PyThreadState *ts) {
+    return ts->c_profilefunc == tracer_profile || (tr.hook && ts->c_profileobj == tr.hook);
+}
+
+static int uninstall(void) {
+    int rc = 0;
+    PyThreadState *me = PyThreadState_Get();
+    PyInterpreterState *interp = PyThreadState_GetInterpreter(me);
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
+         ts = PyThreadState_Next(ts)) {
+        if (!ours(ts)) continue;
+        if (_PyEval_SetProfile(ts, NULL, NULL) < 0) {
+            PyErr_Clear(); /* an audit hook refused: that thread's function stays, inactive */
+            rc = -1;
+        }
+    }
+    return rc;
+}
+
+static int install(PyObject *module) {
+    PyThreadState *me = PyThreadState_Get();
+    if (me->c_profilefunc && !ours(me)) {
+        PyObject *err = PyObject_GetAttrString(module, "CprofError");
+        if (err) {
+            PyErr_SetString(err, "with_stack: another profile function is set on this thread "
+                                 "(sys.setprofile: cProfile, torch.profiler with_stack?); "
+                                 "stop it first");
+            Py_DECREF(err);
+        }
+        return -1;
+    }
+    if (_PyEval_SetProfile(me, tracer_profile, tr.hook) < 0) return -1;
+    PyInterpreterState *interp = PyThreadState_GetInterpreter(me);
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
+         ts = PyThreadState_Next(ts)) {
+        if (ts == me) continue;
+        if (ts->c_profilefunc) { /* another profiler's thread: leave it alone */
+            if (!ours(ts)) tr.threads_skipped++;
+            continue;
+        }
+        if (_PyEval_SetProfile(ts, tracer_profile, tr.hook) < 0) {
+            SAVE_EXC(err);
+            uninstall();
+            RESTORE_EXC(err);
+            return -1;
+        }
+        tr.threads++;
+    }
+    return 0;
+}
+
+static int event_what(PyObject *ev) {
+    static const struct {
+        const char *name;
+        int what;
+    } map[] = {{"call", PyTrace_CALL},     {"return", PyTrace_RETURN},
+               {"c_call", PyTrace_C_CALL}, {"c_return", PyTrace_C_RETURN},
+               {"c_exception", PyTrace_C_EXCEPTION}};
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (PyUnicode_CompareWithASCIIString(ev, map[i].name) == 0) return map[i].what;
+    return -1;
+}
+
+/* threading.setprofile hook (and what sys.getprofile() shows while tracing): run by a new
+ * threading thread as a Python profile function, it puts the C function in its place and hands
+ * it the event it was called for. */
+static PyObject *thread_hook(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    PyThreadState *me = PyThreadState_Get();
+    if (!tr.active) {
+        if (_PyEval_SetProfile(me, NULL, NULL) < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    if (_PyEval_SetProfile(me, tracer_profile, tr.hook) < 0) return NULL;
+    tr.threads++;
+    if (nargs == 3 && PyFrame_Check(args[0]) && PyUnicode_Check(args[1])) {
+        int what = event_what(args[1]);
+        if (what >= 0)
+            tracer_profile(NULL, (PyFrameObject *)args[0], what,
+                           args[2] == Py_None ? NULL : args[2]);
+    }
+    Py_RETURN_NONE;
+}
+#endif
+
+/* ---- module functions ---- */
+
+static PyObject *raise_state(PyObject *module, const char *msg) {
+    PyObject *err = PyObject_GetAttrString(module, "WindowStateError");
+    if (err) {
+        PyErr_SetString(err, msg);
+        Py_DECREF(err);
+    }
+    return NULL;
+}
+
+static void own_prefix_set(char *p) {
+    free(tr.own_prefix);
+    tr.own_prefix = p;
+    tr.own_len = p ? strlen(p) : 0;
+}
+
+static PyObject *tracer_start(PyObject *module, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"c_calls", "min_duration_ns", "own_prefix", NULL};
+    int c_calls = 0;
+    long long min_ns = 0;
+    const char *own = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|pLz", kwlist, &c_calls, &min_ns, &own))
+        return NULL;
+    if (min_ns < 0) {
+        PyErr_SetString(PyExc_ValueError, "min_duration_ns must be >= 0");
+        return NULL;
+    }
+    if (own && !*own) {
+        PyErr_SetString(PyExc_ValueError, "own_prefix must not be empty (None: no own code)");
+        return NULL;
+    }
+    if (tr.active) return raise_state(module, "the with_stack tracer is already running");
+    if (!cprof_events_active())
+        return raise_state(module, "the with_stack tracer needs an open cprof window: start "
+                                   "one (ProfilerContext / _C.start()) first");
+    if (!cache && cache_alloc(1024) < 0) return PyErr_NoMemory();
+    char *own_copy = NULL;
+    if (own && !(own_copy = strdup(own))) return PyErr_NoMemory();
+    own_prefix_set(own_copy); /* the cache is empty: nothing was resolved with an older one */
+    /* the session is live before events are enabled: they may fire at once */
+    tr.c_calls = c_calls;
+    tr.min_ns = (uint64_t)min_ns;
+    tr.gen++;
+    tr.calls = tr.discarded = tr.errors = tr.overflows = tr.suppressed = 0;
+    tr.threads = tr.threads_skipped = 0;
+    tr.active = 1;
+    if (install(module) < 0) {
+        tr.active = 0;
+        tr.gen++;
+        cprof_events_close_traced_all();
+        cache_clear();
+        own_prefix_set(NULL);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *tracer_stop(PyObject *module, PyObject *unused) {
+    (void)module;
+    (void)unused;
+    if (!tr.active) Py_RETURN_NONE;
+#if TRACER_MONITORING
+    int tool_id = tr.tool_id;
+#else
+    int tool_id = -1;
+#endif
+    int rc = uninstall();
+    tr.active = 0;
+    tr.gen++; /* every thread's shadow stack is stale from here */
+    cprof_events_close_traced_all();
+    cache_clear();
+    own_prefix_set(NULL);
+    if (rc < 0 && PyErr_Occurred()) return NULL;
+    return Py_BuildValue("{sKsKsKsKsKsisKsKss}", "calls", (unsigned long long)tr.calls,
+                         "discarded", (unsigned long long)tr.discarded, "errors",
+                         (unsigned long long)tr.errors, "overflows",
+                         (unsigned long long)tr.overflows, "suppressed",
+                         (unsigned long long)tr.suppressed, "tool_id", tool_id, "threads",
+                         (unsigned long long)tr.threads, "threads_skipped",
+                         (unsigned long long)tr.threads_skipped, "backend",
+                         TRACER_MONITORING ? "sys.monitoring" : "setprofile");
+}
+
+/* Tests: this thread's shadow stack in this session, or None (no call event yet / stopped). */
+static PyObject *tracer_shadow(PyObject *module, PyObject *unused) {
+    (void)module;
+    (void)unused;
+    shadow_t *sh = tls_shadow;
+    if (!tr.active || !sh || sh->gen != tr.gen) Py_RETURN_NONE;
+    uint32_t n[4] = {0};
+    for (uint32_t i = 0; i < sh->depth; i++) n[sh->ent[i] & TAG_MASK]++;
+    return Py_BuildValue("{sIsIsIsIsI}", "depth", sh->depth, "suppress", sh->suppress,
+                         "recorded", n[0], "own", n[TAG_OWN], "quiet", n[TAG_QUIET], "pass",
+                         n[TAG_PASS]);
+}
+
+static PyObject *tracer_active(PyObject *module, PyObject *unused) {
+    (void)module;
+    (void)unused;
+    return PyBool_FromLong(tr.active);
+}
+
+static PyMethodDef tracer_methods[] = {
+    {"tracer_start", (PyCFunction)(void (*)(void))tracer_start, METH_VARARGS | METH_KEYWORDS,
+     "tracer_start(c_calls=False, min_duration_ns=0, own_prefix=None): records Python calls "
+     "(and C calls) as ranges in the open window; code under own_prefix (cprof's own) and what "
+     "it calls are not recorded."},
+    {"tracer_stop", (PyCFunction)tracer_stop, METH_NOARGS,
+     "Stops the tracer; returns its counts (None if it was not running)."},
+    {"tracer_active", (PyCFunction)tracer_active, METH_NOARGS, "True while the tracer runs."},
+    {"_tracer_shadow", (PyCFunction)tracer_shadow, METH_NOARGS,
+     "Internal (tests): this thread's shadow stack: depth, suppress, entries by tag."},
+#if !TRACER_MONITORING
+    {"_tracer_thread_hook", (PyCFunction)(void (*)(void))thread_hook, METH_FASTCALL,
+     "Internal: threading.setprofile hook that installs the C tracer on a new thread."},
+#endif
+    {NULL, NULL, 0, NULL},
+};
+
 int cprof_py_tracer_add(PyObject *m) {
-    (void)m;
+    pthread_once(&shadow_once, shadow_key_make);
+    static const char full_marker[] = "[cprof: name table full]";
+    if (cprof_names_intern(full_marker, sizeof full_marker - 1, &tr.full_id)) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (PyModule_AddFunctions(m, tracer_methods) < 0) return -1;
+#if !TRACER_MONITORING
+    if (!tr.hook && !(tr.hook = PyObject_GetAttrString(m, "_tracer_thread_hook"))) return -1;
+#endif
     return 0;
 }

@@ -131,6 +131,15 @@ static void range_event(writer *w, const cprof_trace_meta *m, const cprof_snapsh
         cprof_buf_puts(b, ":");
         cprof_buf_i64(b, r->arg_val[i]);
     }
+    if (r->flags & CPROF_REC_RAW_ARGS) {
+        /* members made and interned by the binding (record_shapes): already valid JSON */
+        size_t len;
+        const char *raw = cprof_names_get((uint32_t)r->reserved, &len);
+        if (len) {
+            cprof_buf_puts(b, ",");
+            cprof_buf_put(b, raw, len);
+        }
+    }
     if (r->flags & CPROF_REC_TRUNCATED) cprof_buf_puts(b, ",\"cprof truncated\":1");
     cprof_buf_puts(b, "}},\n");
     w->events++;

@@ -1,0 +1,85 @@
+"""with_stack: Python function calls (and optionally C function calls) as ranges, recorded in C
+(csrc/py_tracer.c) while a window is open.
+
+    _pystack.start(c_calls=True, min_duration_us=5.0)   # a window must be open
+    ...
+    counts = _pystack.stop()                           # before the window stops
+
+Python 3.12+ uses sys.monitoring (every thread). Python 3.11 sets a C profile function on every
+thread that exists at start and, through threading.setprofile, on threading threads started
+later; the previous threading profile hook is restored at stop.
+
+cprof's own code is not traced: a function defined in a file of this package is not recorded,
+nor is anything it calls (Python or C), nor the C calls it makes; this holds as well for the
+cprof frames already running when the tracer starts (start(), ProfilerContext.__enter__). User
+code that cprof calls back (an on_trace_ready handler run by profile.step(), a module name
+resolver) runs under cprof's frames and is therefore not recorded either. The exception is
+cprof's decorators: a wrapper taking ``*args, **kwargs`` (``cprof.range`` on a function,
+``profile_function``, the bucket timers) is not recorded, but the function it wraps is."""
+import math
+import numbers
+import os
+import sys
+import threading
+import warnings
+
+from . import _C
+
+_MONITORING = sys.version_info >= (3, 12)
+_saved_thread_hook = None
+# co_filename prefix of cprof's own code: spelled as the package's __file__ (as imported), which
+# is what its code objects carry
+_OWN_PREFIX = os.path.join(os.path.dirname(__file__), "")
+
+
+def start(c_calls=False, min_duration_us=0.0):
+    """Starts the tracer in the open window. c_calls: also record builtin / C function calls
+    (torch ops as ``torch._C._nn.linear``, ``builtins.len``) as cpu_op ranges.
+    min_duration_us: ranges shorter than this many microseconds are dropped (a range that has
+    a kept child is kept). cprof's own code, and what it calls, is not recorded (see above).
+    Raises WindowStateError without an open window or when already running, CprofError when
+    another profiler holds what the tracer needs."""
+    global _saved_thread_hook
+    if isinstance(min_duration_us, bool) or not isinstance(min_duration_us, numbers.Real):
+        raise TypeError(f"min_duration_us must be a number of microseconds, not "
+                        f"{type(min_duration_us).__name__}")
+    min_duration_us = float(min_duration_us)
+    if math.isnan(min_duration_us) or min_duration_us < 0:
+        raise ValueError(f"min_duration_us must be >= 0 microseconds, got {min_duration_us!r}")
+    if math.isinf(min_duration_us):
+        raise ValueError("min_duration_us must be finite")
+    min_ns = int(round(min_duration_us * 1000))
+    if _MONITORING:
+        _C.tracer_start(c_calls=bool(c_calls), min_duration_ns=min_ns, own_prefix=_OWN_PREFIX)
+        return
+    # the threading hook first (a thread it reaches before the tracer runs just removes it),
+    # so the tracer does not record this bookkeeping
+    saved = threading.getprofile()
+    threading.setprofile(_C._tracer_thread_hook)
+    try:
+        _C.tracer_start(c_calls=bool(c_calls), min_duration_ns=min_ns, own_prefix=_OWN_PREFIX)
+    except BaseException:
+        threading.setprofile(saved)
+        raise
+    _saved_thread_hook = saved
+
+
+def stop():
+    """Stops the tracer; returns its counts (dict: calls recorded, discarded by min_duration,
+    suppressed (cprof's own code and what it called), errors, ...) or None if it was not
+    running. Name resolution errors (out of memory) are warned about here, since the callbacks
+    cannot raise."""
+    global _saved_thread_hook
+    counts = _C.tracer_stop()
+    if not _MONITORING and threading.getprofile() is getattr(_C, "_tracer_thread_hook", None):
+        threading.setprofile(_saved_thread_hook)
+    _saved_thread_hook = None
+    if counts and counts.get("errors"):
+        warnings.warn(f"cprof with_stack: {counts['errors']} calls could not be recorded "
+                      f"(out of memory)", RuntimeWarning, stacklevel=2)
+    return counts
+
+
+def active():
+    """True while the tracer runs."""
+    return _C.tracer_active()

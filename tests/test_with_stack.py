@@ -1,0 +1,1115 @@
+"""with_stack: the C Python-function tracer (csrc/py_tracer.c, cprof/_pystack.py).
+
+Python 3.12+ runs the sys.monitoring backend, 3.11 the PyEval_SetProfile one; the tests are the
+same for both except where marked."""
+import collections
+import math
+import os
+import sys
+import threading
+import time
+
+import pytest
+
+import cprof
+from cprof import _C, _pystack
+from conftest import load_trace, ranges_of
+
+MONITORING = sys.version_info >= (3, 12)
+PYF = _C.CAT_PYTHON_FUNCTION
+CPU = _C.CAT_CPU_OP
+USER = _C.CAT_USER_ANNOTATION
+
+Rec = collections.namedtuple("Rec", "tid name cat begin end depth truncated")
+
+
+@pytest.fixture(autouse=True)
+def _no_tracer_left():
+    yield
+    if _C.tracer_active():
+        _pystack.stop()
+        pytest.fail("a test left the tracer running")
+    if not MONITORING:
+        assert sys.getprofile() is None
+
+
+def pyname(fn):
+    co = fn.__code__
+    return f"{co.co_filename}({co.co_firstlineno}): {co.co_qualname}"
+
+
+def records(snap):
+    return [Rec(*r) for r in snap.records()]
+
+
+def run_traced(body, **kw):
+    """Runs body with the tracer on inside a window; returns (records, tracer counts)."""
+    _C.start()
+    try:
+        _pystack.start(**kw)
+        try:
+            body()
+        finally:
+            counts = _pystack.stop()
+    finally:
+        snap = _C.stop()
+    recs = records(snap)
+    snap.close()
+    return recs, counts
+
+
+def named(recs, fn_or_name):
+    name = fn_or_name if isinstance(fn_or_name, str) else pyname(fn_or_name)
+    return [r for r in recs if r.name == name]
+
+
+def one(recs, fn_or_name):
+    got = named(recs, fn_or_name)
+    assert len(got) == 1, (fn_or_name, got)
+    return got[0]
+
+
+def inside(child, parent):
+    return parent.begin <= child.begin <= child.end <= parent.end
+
+
+def spin(seconds):
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        pass
+
+
+# ---- workloads (module level so their names are stable) ----
+
+def leaf(x):
+    return x * 2
+
+
+def parent():
+    return leaf(1) + leaf(2)
+
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+
+# ---- names and nesting ----
+
+def test_call_tree_names_and_nesting():
+    recs, counts = run_traced(parent)
+    p = one(recs, parent)
+    leaves = named(recs, leaf)
+    assert len(leaves) == 2
+    assert p.cat == PYF and not p.truncated
+    assert p.name.endswith("): parent") and __file__ in p.name
+    for lf in leaves:
+        assert lf.cat == PYF and not lf.truncated
+        assert lf.depth == p.depth + 1
+        assert inside(lf, p)
+    assert leaves[0].end <= leaves[1].begin
+    assert counts["calls"] >= 3 and counts["errors"] == 0
+    assert counts["backend"] == ("sys.monitoring" if MONITORING else "setprofile")
+
+
+def test_recursion_depths():
+    recs, _ = run_traced(lambda: fib(6))
+    fibs = named(recs, fib)
+    assert len(fibs) == 25  # calls of fib(6)
+    top = min(fibs, key=lambda r: r.depth)
+    assert max(r.depth for r in fibs) - top.depth == 5
+    for r in fibs:
+        assert inside(r, top)
+
+
+def test_trace_file_has_python_function_events(tmp_path):
+    _C.start()
+    _pystack.start()
+    parent()
+    _pystack.stop()
+    snap = _C.stop()
+    path, *_ = snap.write(str(tmp_path / "stack"), ".trace.json", gzip=0)
+    snap.close()
+    evs = ranges_of(load_trace(path), "python_function")
+    names = [e["name"] for e in evs]
+    assert names.count(pyname(leaf)) == 2 and names.count(pyname(parent)) == 1
+
+
+def test_many_code_objects_keep_their_names():
+    """Thousands of distinct functions: the name cache grows and every name stays right."""
+    fns = []
+    for i in range(3000):
+        ns = {}
+        exec(compile(f"def fn_{i}():\n    return {i}\n", f"<gen{i}>", "exec"), ns)
+        fns.append(ns[f"fn_{i}"])
+
+    def body():
+        for _ in range(2):
+            for fn in fns:
+                fn()
+
+    recs, counts = run_traced(body)
+    got = collections.Counter(r.name for r in recs if r.name.startswith("<gen"))
+    assert len(got) == 3000
+    assert all(n == 2 for n in got.values())
+    assert got["<gen1234>(1): fn_1234"] == 2
+
+
+# ---- C calls ----
+
+def test_c_calls_name_torch_ops_and_builtins():
+    torch = pytest.importorskip("torch")
+    x, w = torch.ones(2, 3), torch.ones(4, 3)
+
+    def model():
+        y = torch.nn.functional.linear(x, w)
+        y.add(1)
+        out = []
+        out.append(len(out))
+        return y
+
+    recs, _ = run_traced(model, c_calls=True)
+    m = one(recs, model)
+    lin = one(recs, "torch._C._nn.linear")
+    assert lin.cat == CPU and lin.depth == m.depth + 1 and inside(lin, m)
+    assert one(recs, "builtins.len").cat == CPU
+    assert one(recs, "list.append").cat == CPU
+    assert one(recs, "torch._C.TensorBase.add").cat == CPU
+
+
+def test_c_calls_off_records_no_cpu_ops():
+    def body():
+        len([1, 2])
+        math.sqrt(4.0)
+        leaf(1)
+
+    recs, _ = run_traced(body)
+    assert [r for r in recs if r.cat == CPU] == []
+    assert len(named(recs, leaf)) == 1
+
+
+def test_c_call_that_raises_is_closed():
+    def body():
+        try:
+            math.sqrt(-1.0)
+        except ValueError:
+            pass
+        leaf(1)
+
+    recs, _ = run_traced(body, c_calls=True)
+    b = one(recs, body)
+    sq = one(recs, "math.sqrt")
+    lf = one(recs, leaf)
+    assert not sq.truncated and inside(sq, b) and sq.end <= lf.begin
+    assert lf.depth == sq.depth == b.depth + 1
+
+
+def test_cprof_own_functions_are_not_recorded():
+    def body():
+        cprof.push("mine")
+        cprof.pop()
+        with cprof.range("r"):
+            pass
+
+    recs, _ = run_traced(body, c_calls=True)
+    assert not [r for r in recs if r.cat == CPU and "cprof" in r.name]
+    assert {r.name for r in recs if r.cat == USER} == {"mine", "r"}
+
+
+# ---- min_duration ----
+
+def fast():
+    return 1
+
+
+def slow():
+    spin(0.004)
+
+
+def slow_parent_of_fast_children():
+    for _ in range(3):
+        fast()
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 0.004:
+        pass
+
+
+def short_with_user_range():
+    with cprof.range("user inside short"):
+        pass
+
+
+def test_min_duration_filters_short_calls_only():
+    def body():
+        fast()
+        slow()
+        slow_parent_of_fast_children()
+        short_with_user_range()
+
+    recs, counts = run_traced(body, min_duration_us=1000)
+    assert named(recs, fast) == []
+    s = one(recs, slow)
+    assert s.end - s.begin >= 1_000_000
+    assert one(recs, spin).depth == s.depth + 1  # a long child is kept with its parent
+    p = one(recs, slow_parent_of_fast_children)
+    assert p.end - p.begin >= 1_000_000
+    # a short call with a user range inside is kept: the user range is recorded after it
+    sw = one(recs, short_with_user_range)
+    u = one(recs, "user inside short")
+    assert inside(u, sw) and u.depth == sw.depth + 1
+    assert counts["discarded"] >= 4
+    # no hole: every record left is complete and the snapshot's depths are consistent
+    assert all(r.end >= r.begin > 0 for r in recs)
+
+
+def test_min_duration_validation():
+    with pytest.raises(ValueError, match="min_duration_us must be >= 0"):
+        _pystack.start(min_duration_us=-1)
+    with pytest.raises(ValueError, match="min_duration_us"):
+        _pystack.start(min_duration_us=float("nan"))
+    with pytest.raises(ValueError, match="finite"):
+        _pystack.start(min_duration_us=float("inf"))
+    with pytest.raises(TypeError, match="min_duration_us"):
+        _pystack.start(min_duration_us="5")
+    with pytest.raises(ValueError, match="min_duration_ns"):
+        _C.tracer_start(min_duration_ns=-5)
+    assert not _C.tracer_active()
+
+
+# ---- generators, exceptions ----
+
+def gen3():
+    yield 1
+    yield 2
+    yield 3
+
+
+def consume():
+    out = []
+    for x in gen3():
+        out.append(x)
+    return out
+
+
+def test_generator_runs_are_separate_ranges():
+    recs, _ = run_traced(consume)
+    c = one(recs, consume)
+    runs = named(recs, gen3)
+    assert len(runs) == 4  # to each yield, then to the return
+    for a, b in zip(runs, runs[1:]):
+        assert a.end <= b.begin
+    for r in runs:
+        assert inside(r, c) and r.depth == c.depth + 1 and not r.truncated
+
+
+def gen_cleanup():
+    try:
+        yield 1
+    finally:
+        leaf(0)
+
+
+def test_generator_throw_and_close():
+    def body():
+        g = gen3()
+        next(g)
+        with pytest.raises(ValueError):
+            g.throw(ValueError("in"))
+        # close() runs the frame only when the yield is inside a handler (3.13 skips it
+        # otherwise), hence the finally
+        g2 = gen_cleanup()
+        next(g2)
+        g2.close()
+        leaf(1)
+
+    recs, _ = run_traced(body)
+    b = one(recs, body)
+    runs = named(recs, gen3) + named(recs, gen_cleanup)
+    assert len(runs) == 4  # g: start, throw; g2: start, close
+    assert all(inside(r, b) and r.depth == b.depth + 1 and not r.truncated for r in runs)
+    cleanup = named(recs, gen_cleanup)[1]
+    l0, l1 = named(recs, leaf)
+    assert inside(l0, cleanup) and l0.depth == b.depth + 2
+    assert l1.depth == b.depth + 1
+
+
+def raiser():
+    raise KeyError("deep")
+
+
+def middle():
+    raiser()
+
+
+def catcher():
+    try:
+        middle()
+    except KeyError:
+        pass
+    return leaf(3)
+
+
+def test_exception_unwinding_through_frames():
+    recs, _ = run_traced(catcher)
+    c, m, r, lf = one(recs, catcher), one(recs, middle), one(recs, raiser), one(recs, leaf)
+    assert inside(r, m) and inside(m, c) and inside(lf, c)
+    assert (m.depth, r.depth, lf.depth) == (c.depth + 1, c.depth + 2, c.depth + 1)
+    assert m.end <= lf.begin
+    assert not any(x.truncated for x in (c, m, r, lf))
+
+
+def test_exception_escaping_the_traced_region():
+    def body():
+        middle()
+
+    with pytest.raises(KeyError):
+        run_traced(body)
+    # the tracer was stopped by run_traced's finally; the next run is clean
+    recs, _ = run_traced(parent)
+    assert len(named(recs, leaf)) == 2
+
+
+# ---- user ranges and the tracer's own stack ----
+
+def opener():
+    cprof.push("user span")
+
+
+def closer():
+    cprof.pop()
+
+
+def test_user_range_pushed_in_one_function_popped_in_another():
+    def body():
+        opener()
+        leaf(1)
+        closer()
+        leaf(2)
+
+    recs, _ = run_traced(body)
+    u = one(recs, "user span")
+    o, cl = one(recs, opener), one(recs, closer)
+    l1, l2 = named(recs, leaf)
+    assert not any(x.truncated for x in (u, o, cl, l1, l2))
+    assert o.begin <= u.begin <= o.end  # opened inside opener ...
+    assert cl.begin <= u.end <= cl.end  # ... closed inside closer
+    assert inside(l1, u) and not inside(l2, u)
+    assert _C.depth() == 0
+
+
+def test_user_range_left_open_in_function_closed_outside():
+    def body():
+        opener()
+        leaf(1)
+        cprof.pop()  # in the caller, after opener returned
+        leaf(2)
+
+    recs, _ = run_traced(body)
+    u, o, b = one(recs, "user span"), one(recs, opener), one(recs, body)
+    assert not u.truncated and not o.truncated
+    assert o.end <= u.end <= b.end  # the tracer closed opener, not the user's range
+    assert u.depth == o.depth + 1
+
+
+def test_range_entered_and_exited_in_different_frames():
+    """The ProfilerStep / record_function pattern: __enter__ in one call, __exit__ in the next."""
+    held = []
+
+    def begin():
+        r = cprof.range("step")
+        r.__enter__()
+        held.append(r)
+
+    def end():
+        held.pop().__exit__(None, None, None)
+
+    def body():
+        begin()
+        leaf(1)
+        end()
+
+    recs, _ = run_traced(body)
+    s = one(recs, "step")
+    assert not s.truncated
+    assert one(recs, begin).begin <= s.begin and s.end <= one(recs, end).end
+    assert inside(one(recs, leaf), s)
+
+
+def test_tracer_does_not_change_user_depth():
+    seen = []
+
+    def body():
+        seen.append(_C.depth())
+        with cprof.range("a"):
+            seen.append(_C.depth())
+
+    recs, _ = run_traced(body)
+    assert seen == [0, 1]
+    a, b = one(recs, "a"), one(recs, body)
+    assert a.depth == b.depth + 1 and inside(a, b)
+
+
+def test_user_pop_never_closes_a_tracer_range():
+    def body():
+        with pytest.raises(cprof.NoOpenRangeError):
+            cprof.pop()  # only tracer ranges are open: nothing of the user's to close
+        leaf(1)
+
+    recs, _ = run_traced(body)
+    b, lf = one(recs, body), one(recs, leaf)
+    assert not b.truncated and inside(lf, b) and lf.depth == b.depth + 1
+
+
+def test_frames_entered_before_start_pop_nothing():
+    def starter():
+        _pystack.start()
+        leaf(1)
+
+    def body():
+        starter()  # returns with the tracer on: nothing of the tracer's to close
+        leaf(2)
+
+    _C.start()
+    cprof.push("outer")
+    body()
+    _pystack.stop()
+    cprof.pop()
+    snap = _C.stop()
+    recs = records(snap)
+    snap.close()
+    outer = one(recs, "outer")
+    assert not outer.truncated
+    leaves = named(recs, leaf)
+    assert len(leaves) == 2 and all(inside(x, outer) and x.depth == 1 for x in leaves)
+    assert named(recs, starter) == [] and named(recs, body) == []
+
+
+# ---- threads ----
+
+def worker(out):
+    out.append(leaf(5))
+
+
+def test_thread_started_after_start_is_traced():
+    out = []
+
+    def body():
+        t = threading.Thread(target=worker, args=(out,))
+        t.start()
+        t.join()
+
+    recs, _ = run_traced(body)
+    assert out == [10]
+    w = one(recs, worker)
+    me = one(recs, body).tid
+    assert w.tid != me
+    lf = one(recs, leaf)
+    assert lf.tid == w.tid and inside(lf, w)
+
+
+def test_thread_existing_before_start_is_traced():
+    """3.12+: sys.monitoring covers every thread. 3.11: the profile function is set on every
+    thread that exists at start, so a thread started earlier is traced from then on."""
+    go, done = threading.Event(), threading.Event()
+    out = []
+
+    def waiter():
+        go.wait()
+        worker(out)
+        done.set()
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    try:
+        _C.start()
+        _pystack.start()
+        go.set()
+        assert done.wait(10)
+        counts = _pystack.stop()
+        snap = _C.stop()
+    finally:
+        go.set()
+        t.join()
+    recs = records(snap)
+    snap.close()
+    w = one(recs, worker)
+    assert w.tid != threading.get_native_id()
+    assert inside(one(recs, leaf), w)
+    if not MONITORING:
+        assert counts["threads"] >= 1
+    assert out == [10]
+
+
+def test_threading_profile_hook_restored():
+    if MONITORING:
+        pytest.skip("3.12+ needs no threading hook")
+
+    def mine(frame, event, arg):
+        pass
+
+    threading.setprofile(mine)
+    try:
+        _C.start()
+        _pystack.start()
+        assert threading.getprofile() is _C._tracer_thread_hook
+        _pystack.stop()
+        _C.stop().close()
+        assert threading.getprofile() is mine
+    finally:
+        threading.setprofile(None)
+
+
+# ---- start / stop ----
+
+def test_stop_removes_everything():
+    _C.start()
+    _pystack.start(c_calls=True)
+    if not MONITORING:
+        assert sys.getprofile() is _C._tracer_thread_hook
+    leaf(1)
+    counts = _pystack.stop()
+    assert not _pystack.active() and not _C.tracer_active()
+    leaf(2)
+    len([])
+    snap = _C.stop()
+    recs = records(snap)
+    snap.close()
+    assert len(named(recs, leaf)) == 1
+    assert named(recs, "builtins.len") == []
+    if MONITORING:
+        assert sys.monitoring.get_tool(counts["tool_id"]) is None
+    else:
+        assert sys.getprofile() is None
+        assert threading.getprofile() is None
+    assert _pystack.stop() is None  # stopping again is a no-op
+
+
+def test_start_outside_a_window_raises():
+    with pytest.raises(cprof.WindowStateError, match="open cprof window"):
+        _pystack.start()
+    assert not _C.tracer_active()
+    if not MONITORING:
+        assert sys.getprofile() is None and threading.getprofile() is None
+
+
+def test_start_twice_raises_and_keeps_the_first():
+    _C.start()
+    try:
+        _pystack.start()
+        with pytest.raises(cprof.WindowStateError, match="already running"):
+            _pystack.start()
+        assert _pystack.active()
+        leaf(1)
+        _pystack.stop()
+    finally:
+        snap = _C.stop()
+    recs = records(snap)
+    snap.close()
+    assert len(named(recs, leaf)) == 1
+
+
+def test_window_stopped_before_the_tracer():
+    """_C.stop() while tracing: open tracer ranges are truncated into that window, calls with
+    no window open are not recorded, and tracer_stop still cleans up."""
+    snaps = []
+
+    def inner():
+        snaps.append(_C.stop())
+        leaf(1)
+
+    def outer():
+        inner()
+        leaf(2)
+
+    _C.start()
+    _pystack.start(c_calls=True)
+    outer()
+    counts = _pystack.stop()
+    recs = records(snaps[0])
+    snaps[0].close()
+    o, i = one(recs, outer), one(recs, inner)
+    assert o.truncated and i.truncated and inside(i, o)
+    assert named(recs, leaf) == []
+    assert counts["errors"] == 0 and _C.depth() == 0
+    # a new session afterwards is clean
+    recs3, _ = run_traced(parent)
+    assert len(named(recs3, leaf)) == 2 and not one(recs3, parent).truncated
+
+
+def test_window_restarted_under_the_tracer():
+    """A schedule's warmup -> active transition closes and reopens the window with the tracer
+    running: the tracer records into the new window."""
+    snaps = []
+
+    def restart():
+        snaps.append(_C.stop())
+        _C.start()
+
+    def step():
+        leaf(1)
+        restart()
+        leaf(2)
+
+    _C.start()
+    _pystack.start()
+    step()
+    leaf(3)
+    _pystack.stop()
+    snap2 = _C.stop()
+    recs1, recs2 = records(snaps[0]), records(snap2)
+    snaps[0].close()
+    snap2.close()
+    assert len(named(recs1, leaf)) == 1 and one(recs1, step).truncated
+    l2, l3 = named(recs2, leaf)
+    # step's range stayed in the first window; its later callee still sits one level down
+    assert named(recs2, step) == [] and l2.depth == l3.depth + 1
+    assert not l2.truncated and not l3.truncated
+
+
+def test_frames_open_at_stop_are_closed_at_stop():
+    def body():
+        leaf(1)
+        _pystack.stop()
+        leaf(2)
+
+    _C.start()
+    _pystack.start()
+    body()
+    snap = _C.stop()
+    recs = records(snap)
+    snap.close()
+    b = one(recs, body)
+    assert not b.truncated
+    assert len(named(recs, leaf)) == 1 and inside(one(recs, leaf), b)
+
+
+def test_summary_self_time_excludes_traced_children():
+    def body():
+        slow()
+
+    _C.start()
+    _pystack.start()
+    body()
+    _pystack.stop()
+    snap = _C.stop()
+    rows = {r["name"]: r for r in snap.summary()}
+    snap.close()
+    b = rows[pyname(body)]
+    assert b["category"] == "python_function"
+    assert b["self_ns"] < b["total_ns"] / 2
+
+
+@pytest.mark.skipif(not MONITORING, reason="sys.monitoring is 3.12+")
+def test_monitoring_tool_ids():
+    mon = sys.monitoring
+    mon.use_tool_id(mon.PROFILER_ID, "other")
+    try:
+        _C.start()
+        try:
+            _pystack.start()
+            ids = [i for i in range(6) if mon.get_tool(i) == "cprof"]
+            assert len(ids) == 1 and ids[0] != mon.PROFILER_ID
+            leaf(1)
+            counts = _pystack.stop()
+            assert counts["tool_id"] == ids[0] and mon.get_tool(ids[0]) is None
+            taken = [i for i in range(6) if mon.get_tool(i) is None]
+            for i in taken:
+                mon.use_tool_id(i, "filler")
+            try:
+                with pytest.raises(cprof.CprofError, match="'other'"):
+                    _pystack.start()
+            finally:
+                for i in taken:
+                    mon.free_tool_id(i)
+        finally:
+            snap = _C.stop()
+    finally:
+        mon.free_tool_id(mon.PROFILER_ID)
+    recs = records(snap)
+    snap.close()
+    assert len(named(recs, leaf)) == 1
+
+
+@pytest.mark.skipif(not MONITORING, reason="sys.monitoring is 3.12+")
+def test_monitoring_coexists_with_setprofile():
+    seen = []
+
+    def other(frame, event, arg):
+        if event == "call" and frame.f_code is leaf.__code__:
+            seen.append(event)
+
+    _C.start()
+    sys.setprofile(other)
+    try:
+        _pystack.start()
+        leaf(1)
+        _pystack.stop()
+    finally:
+        sys.setprofile(None)
+        snap = _C.stop()
+    recs = records(snap)
+    snap.close()
+    assert seen == ["call"] and len(named(recs, leaf)) == 1
+
+
+@pytest.mark.skipif(MONITORING, reason="3.11 setprofile backend")
+def test_another_setprofile_profiler_is_refused():
+    def other(frame, event, arg):
+        pass
+
+    _C.start()
+    sys.setprofile(other)
+    try:
+        with pytest.raises(cprof.CprofError, match="another profile function"):
+            _pystack.start()
+    finally:
+        sys.setprofile(None)
+        _C.stop().close()
+    assert not _C.tracer_active() and threading.getprofile() is None
+
+
+# ---- cprof's own code is not traced ----
+
+OWN_SRC = '''
+def own_calls(fn, *extra):
+    len(extra)
+    return fn()
+
+
+def own_inner():
+    raise KeyError("own")
+
+
+def own_raises():
+    len([])
+    own_inner()
+
+
+def own_gen(fn):
+    yield len([1])
+    yield fn()
+    yield 3
+
+
+def own_consume(it):
+    out = []
+    for x in it:
+        out.append(x)
+    return out
+
+
+def own_wrapper(*args, **kwargs):
+    len(args)
+    return args[0](*args[1:], **kwargs)
+
+
+def own_start(start, fn):
+    start()
+    len([])
+    fn()
+    return sorted([2, 1], key=lambda v: v)
+'''
+
+
+@pytest.fixture
+def own(tmp_path):
+    """A module standing for cprof's own code: the tracer is given its directory as
+    own_prefix (cprof/_pystack.py gives cprof's)."""
+    import importlib.util
+    d = tmp_path / "ownpkg"
+    d.mkdir()
+    (d / "ownmod.py").write_text(OWN_SRC)
+    spec = importlib.util.spec_from_file_location("cprof_test_ownmod", d / "ownmod.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.PREFIX = str(d) + os.sep
+    return mod
+
+
+def run_own(own, body, c_calls=True):
+    """run_traced with own's directory as the tracer's own code."""
+    _C.start()
+    try:
+        _C.tracer_start(c_calls=c_calls, own_prefix=own.PREFIX)
+        try:
+            body()
+        finally:
+            counts = _C.tracer_stop()
+    finally:
+        snap = _C.stop()
+    recs = records(snap)
+    snap.close()
+    return recs, counts
+
+
+def shadow():
+    s = _C._tracer_shadow()
+    return (s["depth"], s["suppress"], s["own"], s["recorded"])
+
+
+def assert_nothing_of(own, recs):
+    assert [r for r in recs if own.PREFIX in r.name] == []
+
+
+def test_own_code_and_what_it_calls_are_not_recorded(own):
+    states = []
+
+    def body():
+        states.append(shadow())
+        own.own_calls(parent)  # own: not recorded, nor parent / leaf / len under it
+        states.append(shadow())
+        leaf(7)
+
+    recs, counts = run_own(own, body)
+    assert_nothing_of(own, recs)
+    assert named(recs, parent) == [] and named(recs, "builtins.len") == []
+    b, lf = one(recs, body), one(recs, leaf)
+    assert inside(lf, b) and lf.depth == b.depth + 1
+    assert states[0] == states[1] and states[0][1] == 0
+    assert counts["suppressed"] >= 5  # own_calls, len, parent, leaf, leaf
+
+
+def test_exception_through_own_frames_keeps_the_depth_balanced(own):
+    states = []
+
+    def body():
+        states.append(shadow())
+        try:
+            own.own_raises()  # raised two own frames down
+        except KeyError:
+            pass
+        states.append(shadow())
+        try:
+            own.own_calls(raiser)  # raised in user code called back, through an own frame
+        except KeyError:
+            pass
+        states.append(shadow())
+        leaf(1)
+
+    recs, _ = run_own(own, body)
+    assert_nothing_of(own, recs)
+    assert named(recs, raiser) == [] and named(recs, "builtins.len") == []
+    assert states[0] == states[1] == states[2] and states[0][1] == 0
+    b, lf = one(recs, body), one(recs, leaf)
+    assert inside(lf, b) and lf.depth == b.depth + 1 and not lf.truncated
+
+
+def test_own_generator_suppresses_only_while_it_runs(own):
+    states = []
+
+    def body():
+        states.append(shadow())
+        g = own.own_gen(fast)
+        next(g)  # len under the own generator: not recorded
+        states.append(shadow())
+        leaf(1)  # the generator is suspended: recorded
+        next(g)  # fast() called back by the generator: not recorded
+        leaf(2)
+        with pytest.raises(ValueError):
+            g.throw(ValueError("in"))
+        states.append(shadow())
+        # a user generator run by own code runs under it; resumed by the user, it is recorded
+        u = gen3()
+        own.own_calls(lambda: next(u))
+        assert own.own_consume(gen_cleanup()) == [1]
+        next(u)
+        states.append(shadow())
+        leaf(3)
+
+    recs, _ = run_own(own, body)
+    assert_nothing_of(own, recs)
+    assert named(recs, fast) == [] and named(recs, gen_cleanup) == []
+    assert named(recs, "builtins.len") == []
+    assert len(named(recs, "list.append")) == len(states)  # the test's, not own_consume's
+    assert len(set(states)) == 1 and states[0][1] == 0
+    b = one(recs, body)
+    leaves = named(recs, leaf)
+    assert len(leaves) == 3 and all(inside(x, b) and x.depth == b.depth + 1 for x in leaves)
+    # only the run the user resumed (3.11 also runs u's frame when it is freed, after body)
+    (g3,) = [r for r in named(recs, gen3) if inside(r, b)]
+    assert g3.depth == b.depth + 2 and not g3.truncated  # under builtins.next
+
+
+def test_pass_through_wrapper_records_the_wrapped_function(own):
+    def body():
+        own.own_wrapper(parent)
+
+    recs, _ = run_own(own, body)
+    assert_nothing_of(own, recs)
+    assert named(recs, "builtins.len") == []  # the wrapper's own C call
+    b, p = one(recs, body), one(recs, parent)
+    assert inside(p, b) and p.depth == b.depth + 1
+    assert all(inside(x, p) and x.depth == p.depth + 1 for x in named(recs, leaf))
+
+
+def test_own_frames_running_at_start_stay_suppressed(own):
+    """cprof's start() / __enter__ frames: entered before the tracer, they return after it
+    started; what they do then (C calls, Python callees) is not recorded."""
+    def starter():
+        _C.tracer_start(c_calls=True, own_prefix=own.PREFIX)
+
+    _C.start()
+    try:
+        own.own_start(starter, fast)
+        leaf(1)
+        len([])
+        counts = _C.tracer_stop()
+    finally:
+        snap = _C.stop()
+    recs = records(snap)
+    snap.close()
+    assert_nothing_of(own, recs)
+    assert named(recs, fast) == [] and named(recs, starter) == []
+    assert named(recs, "builtins.sorted") == []
+    assert len(named(recs, "builtins.len")) == 1  # the test's own call only
+    assert len(named(recs, leaf)) == 1 and counts["suppressed"] >= 4
+
+
+def test_own_prefix_validation():
+    with pytest.raises(ValueError, match="own_prefix"):
+        _C.tracer_start(own_prefix="")
+    with pytest.raises(TypeError):
+        _C.tracer_start(own_prefix=5)
+    assert not _C.tracer_active()
+
+
+def test_pystack_passes_cprof_package_as_own():
+    assert _pystack._OWN_PREFIX == os.path.dirname(cprof.__file__) + os.sep
+    _C.start()
+    try:
+        _pystack.start()
+        s = _C._tracer_shadow()
+        _pystack.stop()
+    finally:
+        _C.stop().close()
+    # this frame's callees ran after _pystack.start returned: nothing of cprof's left
+    assert s is None or s["suppress"] == 0
+
+
+def user_work():
+    parent()
+    len([1])
+    return fib(3)
+
+
+def trace_ranges(path):
+    evs = ranges_of(load_trace(path))
+    return [e for e in evs if e["cat"] in ("python_function", "cpu_op")]
+
+
+def check_only_user_code(evs, fn):
+    pkg = os.path.dirname(cprof.__file__) + os.sep
+    own = [e["name"] for e in evs if pkg in e["name"] or e["name"].startswith("cprof")]
+    assert own == []
+    assert [e for e in evs if e["name"] in ("time.time", "time.perf_counter_ns")] == []
+    u = [e for e in evs if e["name"] == pyname(fn)]
+    assert len(u) == 1, [e["name"] for e in evs]
+    u = u[0]
+    lo, hi = u["ts"] - 0.001, u["ts"] + u["dur"] + 0.001
+    outside = [e["name"] for e in evs if not (lo <= e["ts"] and e["ts"] + e["dur"] <= hi)]
+    assert outside == []  # everything recorded is the user's function or under it
+    return u
+
+
+def test_profiler_context_records_only_user_code(tmp_path):
+    with cprof.ProfilerContext(output_dir=tmp_path, profile_name="t", activities=["CPU"],
+                               with_stack=True, record_shapes=False, verbose=False):
+        user_work()
+    evs = trace_ranges(tmp_path / "t.trace.json.gz")
+    u = check_only_user_code(evs, user_work)
+    by = collections.defaultdict(list)
+    for e in evs:
+        by[e["name"]].append(e)
+    (p,) = by[pyname(parent)]
+    assert len(by[pyname(leaf)]) == 2 and len(by[pyname(fib)]) == 5
+    assert len(by["builtins.len"]) == 1
+    assert all(p["ts"] - 0.001 <= e["ts"] <= p["ts"] + p["dur"] for e in by[pyname(leaf)])
+    assert u["ts"] <= p["ts"]
+
+
+def test_profile_function_decorator_records_the_function(tmp_path):
+    @cprof.profile_function(output_dir=tmp_path, profile_name="pf", activities=["CPU"],
+                            with_stack=True, record_shapes=False, verbose=False)
+    def decorated():
+        return user_work()
+
+    assert decorated() == 2
+    evs = trace_ranges(tmp_path / "pf.trace.json.gz")
+    check_only_user_code(evs, decorated.__wrapped__)
+    assert len([e for e in evs if e["name"] == pyname(leaf)]) == 2
+
+
+def test_range_decorator_records_the_function():
+    deco = cprof.range("deco")(parent)
+
+    def body():
+        deco()
+
+    recs, _ = run_traced(body, c_calls=True)
+    pkg = os.path.dirname(cprof.__file__) + os.sep
+    assert [r for r in recs if pkg in r.name or r.name.startswith("cprof")] == []
+    b, d, p = one(recs, body), one(recs, "deco"), one(recs, parent)
+    assert inside(d, b) and inside(p, d) and p.depth == d.depth + 1 == b.depth + 2
+
+
+def test_cprof_functions_taking_args_and_kwargs_are_pass_through():
+    """The tracer traces under own code taking *args and **kwargs (a decorator's wrapper):
+    every such function in cprof must forward them to a call, or call nothing."""
+    import ast
+    import pathlib
+    bad = []
+    for path in sorted(pathlib.Path(cprof.__file__).parent.rglob("*.py")):
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if not (fn.args.vararg and fn.args.kwarg):
+                continue
+            calls = [c for c in ast.walk(fn) if isinstance(c, ast.Call)]
+            star, kw = fn.args.vararg.arg, fn.args.kwarg.arg
+            forwards = any(
+                any(isinstance(a, ast.Starred) and getattr(a.value, "id", None) == star
+                    for a in c.args)
+                and any(k.arg is None and getattr(k.value, "id", None) == kw
+                        for k in c.keywords)
+                for c in calls)
+            if calls and not forwards:
+                bad.append(f"{path.name}:{fn.lineno} {fn.name}")
+    assert bad == []
+
+
+def test_own_frames_of_another_thread_running_at_start(own):
+    """Each thread's frames are seeded at its first call event: a thread inside own code when
+    the tracer starts records nothing of what that code does later."""
+    go = threading.Event()
+    out, tids = [], []
+
+    def waiter():
+        go.wait()
+        out.append(leaf(1))  # under own_calls: not recorded
+
+    def user_thread():
+        go.wait()
+        out.append(leaf(2))
+        tids.append(threading.get_native_id())
+
+    threads = [threading.Thread(target=own.own_calls, args=(waiter,)),
+               threading.Thread(target=user_thread)]
+    for t in threads:
+        t.start()
+    try:
+        _C.start()
+        _C.tracer_start(own_prefix=own.PREFIX)
+        go.set()
+        for t in threads:
+            t.join(10)
+        _C.tracer_stop()
+        snap = _C.stop()
+    finally:
+        go.set()
+        for t in threads:
+            t.join()
+    recs = records(snap)
+    snap.close()
+    assert out == [2, 4] or out == [4, 2]
+    (lf,) = named(recs, leaf)
+    assert lf.tid == tids[0]
+    assert named(recs, waiter) == [] and named(recs, user_thread) == []
