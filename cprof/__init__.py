@@ -11,7 +11,10 @@ from . import _C
 from ._C import (CprofError, CuptiBusyError, GpuUnavailableError, NoOpenRangeError,
                  TraceWriteError, WindowStateError)
 from ._features import features
-from ._ranges import pop, push, range  # noqa: A004
+from ._profile import ProfilerActivity, profile, tensorboard_trace_handler
+from ._results import EventList, FunctionEventAvg, ProfilerEvent
+from ._schedule import ProfilerAction, ScheduleError, min_steps, schedule
+from ._ranges import pop, push, range, record_function  # noqa: A004
 from .args import add_profiler_args, create_profiler_from_args
 from .context import ProfilerContext, profile_function
 from .runprof import (ENGINE_BUCKET_ORDER, MODEL_BUCKET_ORDER, NullProfiler, Profiler,
@@ -23,6 +26,17 @@ from .runprof import (ENGINE_BUCKET_ORDER, MODEL_BUCKET_ORDER, NullProfiler, Pro
 __version__ = _C.__version__
 
 __all__ = [
+    "EventList",
+    "FunctionEventAvg",
+    "ProfilerAction",
+    "ProfilerActivity",
+    "ProfilerEvent",
+    "ScheduleError",
+    "min_steps",
+    "profile",
+    "record_function",
+    "schedule",
+    "tensorboard_trace_handler",
     "ENGINE_BUCKET_ORDER",
     "MODEL_BUCKET_ORDER",
     "NullProfiler",

@@ -32,3 +32,11 @@ def _decorate(rng, fn):
 
 
 _C._set_decorator(_decorate)
+
+
+def record_function(name, args=None):
+    """torch.profiler.record_function's signature on a cprof range (context manager and
+    decorator). ``args`` (a string torch attaches to the op) is not recorded by cprof."""
+    if not isinstance(name, str):
+        raise TypeError(f"cprof.record_function: name must be a str, got {name!r}")
+    return _C.range(name)

@@ -49,12 +49,13 @@ def check_output_dir(path):
 class Window:
     """Start, stop, write. One window at a time per process (the C store enforces it)."""
 
-    def __init__(self, config, buffer_mb=None, gpu=False, memory=False, strict=True):
+    def __init__(self, config, buffer_mb=None, gpu=False, memory=False, strict=True, nvtx=True):
         self.config = dict(config)
         self.buffer_mb = DEFAULT_BUFFER_MB if buffer_mb is None else buffer_mb
         self.gpu = gpu
         self.memory = memory
         self.strict = strict
+        self.nvtx = nvtx
         self.gpu_snapshot = None
         self.notes = {}
         self.snapshot = None
@@ -72,7 +73,7 @@ class Window:
         self.start_time = time.time()
         if self.gpu:
             try:
-                _C.gpu_start(memory=self.memory, nvtx=True)
+                _C.gpu_start(memory=self.memory, nvtx=self.nvtx)
             except _C.CuptiBusyError as err:
                 if self.strict:
                     _C.stop().close()
@@ -88,7 +89,31 @@ class Window:
                 warnings.warn(f"{err} -- recording CPU activity only", RuntimeWarning,
                               stacklevel=3)
             else:
-                _set_nvtx_injection()
+                if self.nvtx:
+                    _set_nvtx_injection()
+
+    def restart(self):
+        """Discards what the window collected so far (a schedule's warmup) and goes on
+        collecting: the CPU store and CUPTI are closed and reopened."""
+        gpu_on = self.gpu and _C.gpu_active()
+        if gpu_on:
+            _sync_cuda()
+            try:
+                _C.gpu_stop().close()
+            except _C.CprofError:
+                pass
+        _C.stop().close()
+        _C.start()
+        self.start_time = time.time()
+        if gpu_on:
+            try:
+                _C.gpu_start(memory=self.memory, nvtx=self.nvtx)
+            except _C.CprofError as err:
+                self.gpu = False
+                self.notes["gpu_unavailable"] = str(err)
+                warnings.warn(f"cprof: GPU collection could not be restarted after warmup: "
+                              f"{err} -- recording CPU activity only", RuntimeWarning,
+                              stacklevel=3)
 
     def stop(self, exc_type=None):
         """Closes the window. exc_type: the exception that ended it, if any."""

@@ -6,16 +6,16 @@ import time
 import warnings
 
 from . import _C
+from . import _glue
 from ._dist import rank_info
-from ._features import gpu_unavailable_reason
-from ._window import Window, check_output_dir
+from ._profile import normalize_activities as _normalize
+from ._profile import profile
+from ._window import check_output_dir
 
 VALID_ACTIVITIES = ("CPU", "GPU", "MEM")
 DEFAULT_ACTIVITIES = ("CPU", "GPU")
 DEFAULT_DIR = "/tmp/cprof_profiles"
 ENV_DIR = "CPROF_PROFILER_DIR"
-
-_gpu_warned = False
 
 
 def default_output_dir():
@@ -24,26 +24,9 @@ def default_output_dir():
 
 
 def normalize_activities(activities):
-    """Upper-cased, de-duplicated activity names; ValueError naming the valid ones."""
-    if activities is None:
-        return list(DEFAULT_ACTIVITIES)
-    if isinstance(activities, str):
-        activities = [activities]
-    out = []
-    for a in activities:
-        name = getattr(a, "name", a)  # enum members (e.g. torch.profiler.ProfilerActivity)
-        if not isinstance(name, str) or name.upper() not in VALID_ACTIVITIES:
-            raise ValueError(
-                f"cprof: unknown profiler activity {a!r}; valid activities are "
-                f"{', '.join(VALID_ACTIVITIES)} (case-insensitive)"
-            )
-        if name.upper() not in out:
-            out.append(name.upper())
-    if not out:
-        raise ValueError(
-            "cprof: activities is empty; pass at least one of " + ", ".join(VALID_ACTIVITIES)
-        )
-    return out
+    """Canonical activity names (CPU, GPU, MEM; CUDA is GPU); ValueError naming the valid
+    ones. None gives seed 000's default, CPU and GPU."""
+    return _normalize(activities, default=DEFAULT_ACTIVITIES)
 
 
 def _fmt_size(n):
@@ -60,8 +43,11 @@ class ProfilerContext:
     the world size is above 1); an existing file is never overwritten: ``-1``, ``-2``... are
     added. ``enabled=False`` makes it a no-op that touches nothing.
 
-    ``with_stack``, ``record_shapes`` and the ``MEM`` activity are accepted and recorded in
-    the trace's config; they take effect with cprof's torch integration (not in this version).
+    Runs on cprof.profile (no schedule): ``with_stack`` records Python calls (and C calls
+    such as torch ops) in C, ``record_shapes`` records nn.Module calls with their input
+    shapes (``with_modules`` records them without shapes), ``MEM`` tracks memory and, with
+    CUDA, writes ``{name}[-rank{R}]-memory-{ts}.pickle`` (pytorch.org/memory_viz) and a
+    ``.txt`` summary beside the trace. ``ranks`` limits profiling to those ranks.
     """
 
     def __init__(
@@ -76,6 +62,9 @@ class ProfilerContext:
         buffer_size_mb=None,
         verbose=True,
         strict=True,
+        with_modules=False,
+        min_duration_us=0.0,
+        ranks=None,
     ):
         self.enabled = bool(enabled)
         self.output_dir = None
@@ -83,6 +72,8 @@ class ProfilerContext:
         self.result = None
         self.summary = None
         self._window = None
+        self._prof = None
+        self.memory_paths = []
         if not self.enabled:
             return
         self.activities = normalize_activities(activities)
@@ -103,7 +94,15 @@ class ProfilerContext:
         self.buffer_size_mb = buffer_size_mb
         self.verbose = bool(verbose)
         self.strict = bool(strict)
+        self.with_modules = bool(with_modules)
         self.collected_activities = None
+        self._prof = profile(activities=self.activities, with_stack=self.with_stack,
+                             record_shapes=self.record_shapes, with_modules=self.with_modules,
+                             min_duration_us=min_duration_us, ranks=ranks,
+                             buffer_size_mb=buffer_size_mb, strict=self.strict,
+                             _api="ProfilerContext")
+        if not self._prof.enabled:  # this rank is not profiled
+            self.enabled = False
 
     # -- paths --
     def _stem_suffix(self):
@@ -112,28 +111,6 @@ class ProfilerContext:
         suffix = ".trace.json.gz" if self.gzip else ".trace.json"
         return os.path.join(self.output_dir, name), suffix
 
-    def _resolve_activities(self):
-        global _gpu_warned
-        collected = [a for a in self.activities if a != "GPU"]
-        notes = {}
-        if "GPU" in self.activities:
-            reason = gpu_unavailable_reason()
-            if reason is None:
-                collected.append("GPU")
-            else:
-                notes["gpu_unavailable"] = reason
-                if not _gpu_warned:
-                    _gpu_warned = True
-                    warnings.warn(
-                        f"cprof: GPU activity was asked for but is not collected: {reason}. "
-                        "Recording CPU activity only.",
-                        RuntimeWarning,
-                        stacklevel=3,
-                    )
-        if "CPU" not in collected:
-            collected.insert(0, "CPU")  # ranges are always recorded: they are the CPU side
-        return collected, notes
-
     # -- context protocol --
     def __enter__(self):
         if not self.enabled:
@@ -141,29 +118,25 @@ class ProfilerContext:
         check_output_dir(self.output_dir)  # before the window opens: nothing to lose yet
         stem, suffix = self._stem_suffix()
         self.trace_path = pathlib.Path(stem + suffix)
-        self.collected_activities, self._notes = self._resolve_activities()
-        config = {
-            "api": "ProfilerContext",
+        self._prof.start()
+        self._window = self._prof._window
+        self.collected_activities = self._prof.collected_activities
+        self._window.config.update({
             "activities": self.activities,
-            "collected_activities": self.collected_activities,
             "output_dir": self.output_dir,
             "profile_name": self.profile_name,
-            "with_stack": self.with_stack,
-            "record_shapes": self.record_shapes,
             "gzip": self.gzip,
             "buffer_size_mb": self.buffer_size_mb,
             "strict": self.strict,
-        }
-        self._window = Window(config, self.buffer_size_mb, gpu="GPU" in self.collected_activities,
-                              memory="MEM" in self.activities, strict=self.strict)
-        self._window.notes.update(self._notes)
-        self._window.start()
+        })
         return self
 
     def __exit__(self, exc_type, exc, tb):
         if not self.enabled or self._window is None:
             return False
-        self._window.stop(exc_type)
+        self._prof.__exit__(exc_type, exc, tb)
+        self._window = self._prof._last
+        self._write_memory()
         try:
             self._write()
         except _C.TraceWriteError as err:
@@ -177,6 +150,34 @@ class ProfilerContext:
                 stacklevel=2,
             )
         return False
+
+    def _write_memory(self):
+        mem = self._prof.memory
+        if not mem:
+            return
+        self.memory_summary = mem.get("summary")
+        if self.verbose and self.memory_summary:
+            s = self.memory_summary
+            parts = [f"peak CPU RSS {_fmt_size(s['cpu_peak_rss_bytes'])}"]
+            if "cuda_peak_allocated_bytes" in s:
+                parts.append(f"peak CUDA allocated {_fmt_size(s['cuda_peak_allocated_bytes'])}")
+                parts.append(f"reserved {_fmt_size(s['cuda_peak_reserved_bytes'])}")
+            print("cprof: memory: " + ", ".join(parts), flush=True)
+        if mem.get("snapshot") is None:
+            return
+        rank, world, _ = rank_info()
+        name = self.profile_name if world <= 1 else f"{self.profile_name}-rank{rank}"
+        path = os.path.join(self.output_dir, f"{name}-memory-{int(time.time())}.pickle")
+        try:
+            _glue.write_memory_snapshot(mem, path)
+        except OSError as err:
+            warnings.warn(f"cprof: the memory snapshot could not be written to {path}: {err}",
+                          RuntimeWarning, stacklevel=3)
+            return
+        self.memory_paths.append(path)
+        if self.verbose:
+            print(f"cprof: memory snapshot written to {path} (open it at "
+                  "https://pytorch.org/memory_viz)", flush=True)
 
     def _write(self, path=None, replace=False):
         if path is None:

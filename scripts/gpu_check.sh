@@ -72,8 +72,8 @@ fi
 if [ "$failed" = 0 ]; then
   echo
   # test_gpu_fake.py carries no gpu mark (it runs on CI too): no -m filter, both files run whole
-  echo "== tests: $PY -m pytest -q -rA tests/test_gpu_real.py tests/test_gpu_fake.py =="
-  $PY -m pytest -q -rA tests/test_gpu_real.py tests/test_gpu_fake.py 2>&1 | tee "$OUT/gpu_tests.log"
+  echo "== tests: $PY -m pytest -q -rA tests/test_gpu_real.py tests/test_gpu_profile.py tests/test_gpu_fake.py =="
+  $PY -m pytest -q -rA tests/test_gpu_real.py tests/test_gpu_profile.py tests/test_gpu_fake.py 2>&1 | tee "$OUT/gpu_tests.log"
   rc=$?
   tests_line=$(tail -n 1 "$OUT/gpu_tests.log" | sed 's/=//g; s/^ *//; s/ *$//')
   if [ $rc = 0 ]; then status_tests="ok"; else status_tests="FAILED (exit $rc)"; failed=1; fi
@@ -91,6 +91,11 @@ if [ "$failed" = 0 ]; then
   if [ $rc != 0 ]; then status_bench="FAILED (exit $rc)"; failed=1
   elif [ -f "$OUT/bench_gpu.json" ]; then status_bench="ok"
   else status_bench="nothing measured (see bench_gpu.log)"; failed=1; fi
+
+  echo
+  echo "== benchmark: $PY benchmarks/bench_options.py --device cuda --json $OUT/bench_options.json =="
+  $PY benchmarks/bench_options.py --device cuda --json "$OUT/bench_options.json" 2>&1 \
+    | grep -v '^USDT:' | tee "$OUT/bench_options.log"
 fi
 
 echo

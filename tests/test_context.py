@@ -145,7 +145,7 @@ def test_unknown_activity_is_value_error(acts):
 def test_gpu_unavailable_warns_and_records_cpu(outdir):
     if cprof.features()["gpu_activity"]["available"]:
         pytest.skip("GPU activity is available here")
-    import cprof.context as ctxmod
+    import cprof._profile as ctxmod  # the warn-once flag lives with resolve_gpu
     ctxmod._gpu_warned = False
     with pytest.warns(RuntimeWarning, match="GPU activity"):
         with cprof.ProfilerContext(output_dir=outdir, profile_name="g", verbose=False) as p:
@@ -211,7 +211,8 @@ def test_keyboard_interrupt_inside_window_still_writes(outdir):
 
 def test_failed_write_keeps_data_for_save(tmp_path, monkeypatch):
     out = tmp_path / "out"
-    ctx = cprof.ProfilerContext(output_dir=out, profile_name="lost", verbose=False)
+    ctx = cprof.ProfilerContext(output_dir=out, profile_name="lost", verbose=False,
+                                with_stack=False)
     with pytest.raises(cprof.TraceWriteError):
         with ctx:
             with cprof.range("precious"):
@@ -224,7 +225,8 @@ def test_failed_write_keeps_data_for_save(tmp_path, monkeypatch):
 
 
 def test_nested_context_is_a_clear_error(outdir):
-    with cprof.ProfilerContext(output_dir=outdir, profile_name="outer", verbose=False) as outer:
+    with cprof.ProfilerContext(output_dir=outdir, profile_name="outer", verbose=False,
+                               with_stack=False) as outer:
         with pytest.raises(cprof.WindowStateError, match="already open"):
             with cprof.ProfilerContext(output_dir=outdir, profile_name="inner", verbose=False):
                 pass

@@ -1,0 +1,531 @@
+"""cprof.profile: the torch.profiler.profile drop-in, on cprof's C engine.
+
+State machine: torch.profiler's action map, transition for transition (prepare = open a
+window; start = discard what warmup collected; stop = close the window and keep its data;
+ready = on_trace_ready(prof)). The window's data stays in memory until the next window opens,
+so export_chrome_trace, key_averages and events work after each cycle and after stop()."""
+import enum
+import os
+import socket
+import sys
+import time
+import warnings
+
+from . import _C
+from . import _glue
+from . import _schedule as _schedule_mod
+from ._dist import rank_info
+from ._features import gpu_unavailable_reason
+from ._schedule import ProfilerAction, _always_record, as_action
+from ._window import Window, check_output_dir
+
+_gpu_warned = False
+
+
+class ProfilerActivity(enum.Enum):
+    """What to collect. torch.profiler.ProfilerActivity values and the strings "CPU",
+    "CUDA" / "GPU" and "MEM" are accepted too."""
+
+    CPU = "CPU"
+    CUDA = "CUDA"
+    MEM = "MEM"
+
+
+_ACTIVITY_ALIASES = {"CPU": "CPU", "CUDA": "GPU", "GPU": "GPU", "MEM": "MEM", "MEMORY": "MEM"}
+
+
+def normalize_activities(activities, default=None):
+    """Canonical activity names (CPU, GPU, MEM), de-duplicated, in order. ValueError names the
+    valid ones for an unknown or empty list."""
+    if activities is None:
+        return list(default) if default is not None else _default_activities()
+    if isinstance(activities, (str, enum.Enum)) or not hasattr(activities, "__iter__"):
+        activities = [activities]
+    out = []
+    for a in activities:
+        name = getattr(a, "name", a)
+        canon = _ACTIVITY_ALIASES.get(name.upper()) if isinstance(name, str) else None
+        if canon is None:
+            raise ValueError(
+                f"cprof: unknown profiler activity {a!r}; valid activities are CPU, CUDA "
+                "(alias GPU) and MEM, as strings or ProfilerActivity members")
+        if canon not in out:
+            out.append(canon)
+    if not out:
+        raise ValueError("cprof: activities is empty; pass at least one of CPU, CUDA (alias GPU), MEM")
+    return out
+
+
+def _default_activities():
+    """CPU, plus CUDA when torch has CUDA (torch.profiler's default)."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_available():
+            return ["CPU", "GPU"]
+    except Exception:
+        pass
+    return ["CPU"]
+
+
+def resolve_gpu(activities):
+    """(collected activities, notes): GPU is dropped, with one warning per process, where it
+    cannot be collected; CPU is always collected (ranges are the CPU side)."""
+    global _gpu_warned
+    collected = [a for a in activities if a != "GPU"]
+    notes = {}
+    if "GPU" in activities:
+        reason = gpu_unavailable_reason()
+        if reason is None:
+            collected.append("GPU")
+        else:
+            notes["gpu_unavailable"] = reason
+            if not _gpu_warned:
+                _gpu_warned = True
+                warnings.warn(
+                    f"cprof: GPU activity was asked for but is not collected: {reason}. "
+                    "Recording CPU activity only.", RuntimeWarning, stacklevel=4)
+    if "CPU" not in collected:
+        collected.insert(0, "CPU")
+    return collected, notes
+
+
+def _rank_selected(ranks):
+    if ranks is None:
+        return True
+    rank, _, _ = rank_info()
+    if isinstance(ranks, int):
+        ranks = [ranks]
+    return rank in set(ranks)
+
+
+class profile:  # noqa: N801 -- the torch.profiler name, on purpose
+    """Profiles like torch.profiler.profile, on cprof's engine.
+
+    Parameters as torch.profiler.profile (activities, schedule, on_trace_ready,
+    record_shapes, profile_memory, with_stack, with_modules; with_flops and the
+    experimental / execution-trace options are accepted and ignored with a warning), plus:
+    ``min_duration_us`` (with_stack: drop Python calls shorter than this), ``c_calls``
+    (with_stack: also record calls of C functions such as torch ops; default True),
+    ``ranks`` (profile only these ranks; others run unprofiled), ``buffer_size_mb`` (cap of
+    the CPU range buffers), ``strict`` (a CUPTI held by another tool is an error rather than
+    a warning and CPU-only collection)."""
+
+    def __init__(self, *, activities=None, schedule=None, on_trace_ready=None,
+                 record_shapes=False, profile_memory=False, with_stack=False, with_flops=False,
+                 with_modules=False, experimental_config=None, execution_trace_observer=None,
+                 acc_events=False, use_cuda=None, custom_trace_id_callback=None,
+                 min_duration_us=0.0, c_calls=True, ranks=None, buffer_size_mb=None,
+                 strict=True, _api="profile"):
+        if use_cuda is not None:
+            warnings.warn("cprof.profile: use_cuda is deprecated in torch.profiler; pass "
+                          "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]",
+                          FutureWarning, stacklevel=2)
+            if use_cuda and activities is None:
+                activities = ["CPU", "CUDA"]
+        ignored = [n for n, v in (("with_flops", with_flops),
+                                  ("experimental_config", experimental_config),
+                                  ("execution_trace_observer", execution_trace_observer),
+                                  ("custom_trace_id_callback", custom_trace_id_callback)) if v]
+        if ignored:
+            warnings.warn(f"cprof.profile: {', '.join(ignored)} not supported by cprof; "
+                          "ignored", RuntimeWarning, stacklevel=2)
+        self.activities = normalize_activities(activities)
+        if profile_memory and "MEM" not in self.activities:
+            self.activities.append("MEM")
+        if schedule is not None and not callable(schedule):
+            raise TypeError("cprof.profile: schedule must be a callable step -> ProfilerAction "
+                            "(use cprof.schedule(wait=, warmup=, active=, repeat=))")
+        if on_trace_ready is not None and not callable(on_trace_ready):
+            raise TypeError("cprof.profile: on_trace_ready must be callable with the profiler "
+                            "(e.g. cprof.tensorboard_trace_handler(dir))")
+        try:
+            min_duration_us = float(min_duration_us)
+        except (TypeError, ValueError):
+            raise TypeError("cprof.profile: min_duration_us must be a number") from None
+        if not min_duration_us >= 0:
+            raise ValueError("cprof.profile: min_duration_us must be >= 0 microseconds")
+        if buffer_size_mb is not None and not buffer_size_mb > 0:
+            raise ValueError("cprof.profile: buffer_size_mb must be a positive number of MiB")
+        self.record_shapes = bool(record_shapes)
+        self.profile_memory = "MEM" in self.activities
+        self.with_stack = bool(with_stack)
+        self.with_modules = bool(with_modules)
+        self.min_duration_us = min_duration_us
+        self.c_calls = bool(c_calls)
+        self.buffer_size_mb = buffer_size_mb
+        self.strict = bool(strict)
+        self.enabled = _rank_selected(ranks)
+        self.ranks = ranks
+        self._api = _api
+        self.on_trace_ready = on_trace_ready
+        if schedule is not None:
+            self.schedule = schedule
+            self.record_steps = True
+        else:
+            self.schedule = _always_record
+            self.record_steps = False
+        self.step_num = 0
+        self.current_action = as_action(self.schedule(self.step_num))
+        self.collected_activities, self._notes = (None, {})
+        self._window = None        # the open window, if any
+        self._last = None          # the last closed window, kept until the next one opens
+        self._unsaved = None       # a window whose on_trace_ready raised, kept one cycle more
+        self._warmup_window = False
+        self._step_range = None
+        self._started = False
+        self._glue = None
+        self._pending_error = None
+        self._window_exc = None
+        self.traces_ready = 0
+        self.memory = None         # memory snapshot of the last window (profile_memory + CUDA)
+        self.action_map = self._build_action_map()
+
+    _CONFIG_DEFAULTS = dict(wait=3, warmup=1, active=3, repeat=1, skip_first=0,
+                            record_shapes=False, profile_memory=False, with_stack=False,
+                            with_modules=False)
+
+    @classmethod
+    def from_config(cls, config, trace_dir, use_gzip=False, **kwargs):
+        """A profiler from a training config's profiling section (seed 002): a mapping or an
+        object with wait / warmup / active / repeat (/ skip_first) and record_shapes /
+        profile_memory / with_stack (/ with_modules); missing ones take seed 002's defaults
+        (3, 1, 3, 1, off). Traces go to ``trace_dir`` through tensorboard_trace_handler
+        (``*.pt.trace.json``). Extra keyword arguments go to cprof.profile. The loop needs
+        cprof.min_steps(wait, warmup, active, repeat) steps for every cycle's trace."""
+        if isinstance(config, dict):
+            unknown = sorted(set(config) - set(cls._CONFIG_DEFAULTS))
+            if unknown:
+                raise ValueError(f"cprof: unknown profiling option(s) {unknown}; known: "
+                                 f"{', '.join(cls._CONFIG_DEFAULTS)}")
+            get = config.get
+        else:
+            def get(key, default):
+                return getattr(config, key, default)
+        opts = {k: get(k, v) for k, v in cls._CONFIG_DEFAULTS.items()}
+        sched = _schedule_mod.schedule(wait=opts["wait"], warmup=opts["warmup"],
+                                       active=opts["active"], repeat=opts["repeat"],
+                                       skip_first=opts["skip_first"])
+        return cls(schedule=sched,
+                   on_trace_ready=tensorboard_trace_handler(trace_dir, use_gzip=use_gzip),
+                   record_shapes=bool(opts["record_shapes"]),
+                   profile_memory=bool(opts["profile_memory"]),
+                   with_stack=bool(opts["with_stack"]), with_modules=bool(opts["with_modules"]),
+                   **kwargs)
+
+    # -- torch's transition table --
+    def _build_action_map(self):
+        A = ProfilerAction
+        prep, start, stop, ready = (self._prepare_trace, self._start_trace, self._stop_trace,
+                                    self._trace_ready)
+
+        def bad(msg):
+            return lambda: warnings.warn(f"Incorrect schedule: {msg}", stacklevel=4)
+
+        return {
+            (A.NONE, A.NONE): [], (A.NONE, A.WARMUP): [prep],
+            (A.NONE, A.RECORD): [prep, start], (A.NONE, A.RECORD_AND_SAVE): [prep, start],
+            (A.WARMUP, A.NONE): [bad("WARMUP followed by NONE"), start, stop],
+            (A.WARMUP, A.WARMUP): [], (A.WARMUP, A.RECORD): [start],
+            (A.WARMUP, A.RECORD_AND_SAVE): [start],
+            (A.RECORD, A.NONE): [bad("RECORD followed by NONE"), stop],
+            (A.RECORD, A.WARMUP): [bad("RECORD followed by WARMUP"), stop],
+            (A.RECORD, A.RECORD): [], (A.RECORD, A.RECORD_AND_SAVE): [],
+            (A.RECORD_AND_SAVE, A.NONE): [stop, ready],
+            (A.RECORD_AND_SAVE, A.WARMUP): [stop, ready, prep],
+            (A.RECORD_AND_SAVE, A.RECORD): [stop, ready, prep, start],
+            (A.RECORD_AND_SAVE, A.RECORD_AND_SAVE): [stop, ready, prep, start],
+            (A.WARMUP, None): [start, stop], (A.RECORD, None): [stop, ready],
+            (A.RECORD_AND_SAVE, None): [stop, ready], (A.NONE, None): [],
+        }
+
+    def _transit(self, prev, cur):
+        for action in self.action_map.get((prev, cur), ()):
+            action()
+
+    # -- public API --
+    def start(self):
+        if not self.enabled:
+            return
+        if self._started:
+            raise _C.WindowStateError("cprof.profile: start() called twice; call stop() first")
+        self._started = True
+        try:
+            self._run_transitions(ProfilerAction.NONE, self.current_action)
+        except BaseException:
+            self._started = False
+            self._abort_window()
+            raise
+        self._enter_step()
+
+    def stop(self):
+        if not self.enabled:
+            return
+        if not self._started:
+            raise _C.WindowStateError(
+                "cprof.profile: stop() without start(); use `with cprof.profile(...)` or call "
+                "start() first")
+        self._exit_step()
+        self._started = False
+        try:
+            self._run_transitions(self.current_action, None)
+        finally:
+            self._uninstall_glue()
+
+    def step(self):
+        """Ends step N and starts step N+1 (each a ProfilerStep#N range when a schedule is
+        given); runs the schedule's transition, writing a trace when a cycle completes."""
+        if not self.enabled:
+            return
+        if not self._started:
+            raise _C.WindowStateError(
+                "cprof.profile: step() outside the profiler: call it inside `with "
+                "cprof.profile(...)` (or between start() and stop())")
+        self._exit_step()
+        prev = self.current_action
+        action = as_action(self.schedule(self.step_num + 1))  # validated before any change
+        self.step_num += 1
+        self.current_action = action
+        try:
+            self._run_transitions(prev, self.current_action)
+        finally:
+            self._enter_step()
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if not self.enabled or not self._started:
+            return False
+        if self._window is not None and exc_type is not None:
+            self._window_exc = exc_type
+        try:
+            self.stop()
+        except Exception:
+            if exc_type is None:
+                raise
+            warnings.warn("cprof.profile: stopping after an exception failed; the exception "
+                          "in the profiled code is reported", RuntimeWarning, stacklevel=2)
+        return False
+
+    def _run_transitions(self, prev, cur):
+        """Runs every action of the transition; an on_trace_ready error is raised after all
+        of them, so the profiler stays consistent (the next window opens) and the window's
+        data stays available for export_chrome_trace."""
+        self._pending_error = None
+        self._transit(prev, cur)
+        err, self._pending_error = self._pending_error, None
+        if err is not None:
+            raise err
+
+    # -- steps --
+    def _enter_step(self):
+        if self.record_steps:
+            r = _C.range(f"ProfilerStep#{self.step_num}", _C.CAT_STEP)
+            r.__enter__()
+            self._step_range = r
+
+    def _exit_step(self):
+        r, self._step_range = self._step_range, None
+        if r is not None:
+            try:
+                r.__exit__(None, None, None)
+            except _C.NoOpenRangeError:
+                warnings.warn("cprof.profile: the ProfilerStep range was closed by someone "
+                              "else (an unbalanced cprof.pop?)", RuntimeWarning, stacklevel=3)
+
+    # -- actions --
+    def _config(self):
+        return {
+            "api": self._api,
+            "activities": self.activities,
+            "collected_activities": self.collected_activities,
+            "record_shapes": self.record_shapes,
+            "profile_memory": self.profile_memory,
+            "with_stack": self.with_stack,
+            "with_modules": self.with_modules,
+            "min_duration_us": self.min_duration_us,
+            "schedule": getattr(self.schedule, "params", None) if self.record_steps else None,
+            "step": self.step_num,
+        }
+
+    def _prepare_trace(self):
+        if self._window is not None:
+            return
+        self._release_last()
+        if self.collected_activities is None:
+            self.collected_activities, self._notes = resolve_gpu(self.activities)
+        gpu = "GPU" in self.collected_activities
+        w = Window(self._config(), self.buffer_size_mb, gpu=gpu, memory=self.profile_memory,
+                   strict=self.strict, nvtx=not _glue.python_nvtx_installed())
+        w.notes.update(self._notes)
+        w.start()
+        self._window = w
+        self._warmup_window = True
+        try:
+            self._install_glue()
+        except BaseException:
+            self._abort_window()
+            raise
+
+    def _abort_window(self):
+        """Closes a window that could not be set up (nothing of value was collected)."""
+        self._uninstall_glue()
+        w, self._window = self._window, None
+        if w is not None:
+            w.stop()
+            w.release()
+
+    def _start_trace(self):
+        if self._window is None:
+            self._prepare_trace()
+        elif self._warmup_window:
+            # warmup collected into this window: discard it, keep collection running
+            self._window.restart()
+            self._window.config = self._config()
+        self._warmup_window = False
+        self._window.config["first_step"] = self.step_num
+        _glue.memory_begin(self)
+
+    def _stop_trace(self):
+        w = self._window
+        if w is None:
+            return
+        self._uninstall_glue()
+        self._window = None
+        self.memory = _glue.memory_end(self)
+        exc, self._window_exc = self._window_exc, None
+        w.config["last_step"] = self.step_num
+        w.stop(exc)
+        if self.memory is not None:
+            w.notes["memory"] = self.memory.get("summary")
+        self._release_unsaved()
+        self._release_last()
+        self._last = w
+
+    def _trace_ready(self):
+        self.traces_ready += 1
+        if self.on_trace_ready is None:
+            return
+        try:
+            self.on_trace_ready(self)
+        except Exception as err:  # reported after the transition; the data is kept
+            err.add_note(
+                "cprof: on_trace_ready raised; this window's trace is kept in memory: call "
+                "prof.export_chrome_trace(path) to write it (until the next window opens)")
+            warnings.warn(f"cprof: on_trace_ready raised {type(err).__name__}: {err}; the "
+                          "trace is kept for export_chrome_trace", RuntimeWarning,
+                          stacklevel=4)
+            self._pending_error = err
+            if self._last is not None:
+                self._last.unsaved = True
+
+    def _install_glue(self):
+        if self._glue is None:
+            self._glue = _glue.install(with_stack=self.with_stack,
+                                       with_modules=self.with_modules,
+                                       record_shapes=self.record_shapes,
+                                       c_calls=self.c_calls,
+                                       min_duration_us=self.min_duration_us)
+
+    def _uninstall_glue(self):
+        g, self._glue = self._glue, None
+        if g is not None:
+            g.remove()
+
+    def _release_last(self):
+        w, self._last = self._last, None
+        if w is not None and getattr(w, "unsaved", False):
+            self._release_unsaved()
+            self._unsaved = w  # its on_trace_ready raised: keep it for export_chrome_trace
+        elif w is not None:
+            w.release()
+
+    def _release_unsaved(self):
+        w, self._unsaved = self._unsaved, None
+        if w is not None:
+            w.release()
+
+    # -- results --
+    def _data(self, what):
+        if self._last is not None and self._last.snapshot is not None:
+            return self._last
+        if self._unsaved is not None and self._unsaved.snapshot is not None:
+            return self._unsaved
+        if self._window is not None:
+            raise _C.WindowStateError(
+                f"cprof.profile: {what} needs a finished window; the profiler is still "
+                "recording (call it after stop() / the with block, or from on_trace_ready)")
+        raise _C.WindowStateError(
+            f"cprof.profile: nothing to {what}: no window has finished"
+            + (" (this rank is not profiled: see ranks=)" if not self.enabled else ""))
+
+    def export_chrome_trace(self, path):
+        """Writes the last finished window as a Kineto-compatible Chrome trace; gzip when the
+        path ends in .gz. An existing file at path is replaced (as torch.profiler does).
+        Returns the path written."""
+        w = self._data("export")
+        path = os.fspath(path)
+        dirname = os.path.dirname(path) or "."
+        check_output_dir(dirname)
+        suffix = ".gz" if path.endswith(".gz") else ""
+        result = w.write(path[: len(path) - len(suffix)], suffix, gzip=bool(suffix),
+                         replace=True, extra=self._export_extra(w))
+        self.last_export = result
+        return result.path
+
+    def _export_extra(self, w):
+        extra = {"steps": [w.config.get("first_step"), w.config.get("last_step")]}
+        return extra
+
+    def export_memory_snapshot(self, path):
+        """Writes the CUDA memory history of the last window (profile_memory with CUDA) as a
+        pickle for pytorch.org/memory_viz."""
+        if not self.memory or self.memory.get("snapshot") is None:
+            raise _C.WindowStateError(
+                "cprof.profile: no memory snapshot: it needs profile_memory=True (or MEM) and "
+                "a program that uses CUDA through torch")
+        return _glue.write_memory_snapshot(self.memory, os.fspath(path))
+
+    def events(self):
+        """Every event of the last finished window: CPU ranges and GPU activity, as
+        cprof.ProfilerEvent objects (name, category, device_type, thread, start_us, end_us,
+        duration_us, ...)."""
+        from ._results import events_of
+        return events_of(self._data("list events"))
+
+    def key_averages(self, group_by_input_shape=False, group_by_stack_n=0):
+        """Per-name averages of the last finished window, with CPU and CUDA self/total times;
+        .table(sort_by=..., row_limit=...) prints them as torch.profiler does."""
+        from ._results import key_averages
+        return key_averages(self._data("average"), group_by_input_shape=group_by_input_shape)
+
+    def summary(self):
+        """Per-name CPU range aggregates of the last finished window (computed in C)."""
+        return self._data("summarise").snapshot.summary()
+
+
+def tensorboard_trace_handler(dir_name, worker_name=None, use_gzip=False):
+    """on_trace_ready callback writing ``{dir_name}/{worker}.{time_ns}.pt.trace.json[.gz]``
+    (worker defaults to ``{hostname}_{pid}``), the layout TensorBoard's profiler plugin and
+    HTA read. The directory is created (and checked) now, so a bad one fails before any
+    profiling."""
+    dir_name = os.fspath(dir_name)
+    check_output_dir(dir_name)
+
+    def handler_fn(prof):
+        nonlocal worker_name
+        check_output_dir(dir_name)
+        if not worker_name:
+            worker_name = f"{socket.gethostname()}_{os.getpid()}"
+        file_name = f"{worker_name}.{time.time_ns()}.pt.trace.json"
+        if use_gzip:
+            file_name += ".gz"
+        path = prof.export_chrome_trace(os.path.join(dir_name, file_name))
+        if getattr(prof, "memory", None) and prof.memory.get("snapshot") is not None:
+            stem = path[: path.index(".pt.trace.json")]
+            prof.export_memory_snapshot(stem + ".memory.pickle")
+        return path
+
+    handler_fn.dir_name = dir_name
+    return handler_fn

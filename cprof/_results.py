@@ -1,0 +1,263 @@
+"""Results of a finished window for programs: events() and key_averages().table().
+
+Built from the window's snapshots after the fact (the trace writer is the fast path for
+files). GPU work is charged to the CPU range that launched it the way the trace links them:
+a launch on thread T at time t belongs to the innermost range open on T at t, and the GPU
+work with the launch's correlation id belongs to that launch."""
+import bisect
+from collections import namedtuple
+
+_CPU_CATS = {0: "user_annotation", 1: "cpu_op", 2: "python_function", 3: "user_annotation"}
+_GPU_WORK = ("kernel", "memcpy", "memset")
+_LAUNCH = ("runtime", "driver")
+_GPU_CATS = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset",
+             "runtime": "cuda_runtime", "driver": "cuda_driver", "sync": "cuda_sync",
+             "overhead": "overhead", "memory": "gpu_memory", "marker": "gpu_user_annotation"}
+
+Interval = namedtuple("Interval", "start end")
+
+
+class ProfilerEvent:
+    """One event of a window. Times are microseconds on the trace's clock (Unix epoch)."""
+
+    __slots__ = ("name", "category", "device_type", "thread", "start_us", "end_us", "depth",
+                 "stream", "device", "correlation", "truncated", "self_cpu_time_total",
+                 "device_time_total", "self_device_time_total", "_ns", "_parent")
+
+    def __init__(self, name, category, device_type, thread, start_us, end_us, depth=0,
+                 stream=None, device=None, correlation=None, truncated=False):
+        self.name = name
+        self.category = category
+        self.device_type = device_type
+        self.thread = thread
+        self.start_us = start_us
+        self.end_us = end_us
+        self.depth = depth
+        self.stream = stream
+        self.device = device
+        self.correlation = correlation
+        self.truncated = truncated
+        self.self_cpu_time_total = 0.0
+        self.device_time_total = 0.0
+        self.self_device_time_total = 0.0
+        self._ns = None
+        self._parent = None
+
+    key = property(lambda self: self.name)
+    duration_us = property(lambda self: self.end_us - self.start_us)
+    time_range = property(lambda self: Interval(self.start_us, self.end_us))
+    cpu_time_total = property(lambda self: self.duration_us if self.device_type == "CPU" else 0.0)
+
+    def __repr__(self):
+        return (f"<ProfilerEvent {self.category} {self.name!r} {self.device_type} "
+                f"thread={self.thread} start_us={self.start_us:.3f} "
+                f"dur_us={self.duration_us:.3f}>")
+
+
+def events_of(window):
+    """All events of a finished window, CPU ranges first (per thread, in begin order), then
+    GPU records; CPU events carry self CPU time and the CUDA time they launched."""
+    return _build(window)[0]
+
+
+def _build(window):
+    snap, gpu = window.snapshot, window.gpu_snapshot
+    off_us = snap.unix_offset_ns / 1000.0
+    stop = snap.stop_ns
+    cpu = []
+    by_thread = {}
+    for tid, name, cat, begin, end, depth, trunc in snap.records():
+        end = end or stop
+        ev = ProfilerEvent(name, _CPU_CATS.get(cat, "user_annotation"), "CPU", tid,
+                           begin / 1000.0 + off_us, end / 1000.0 + off_us, depth,
+                           truncated=bool(trunc))
+        ev._ns = (begin, end)
+        cpu.append(ev)
+        by_thread.setdefault(tid, []).append(ev)
+    # self CPU time: duration minus directly nested children (records are in begin order)
+    for evs in by_thread.values():
+        stack = []
+        for ev in evs:
+            while stack and stack[-1]._ns[1] <= ev._ns[0]:
+                stack.pop()
+            ev.self_cpu_time_total = ev.duration_us
+            if stack:
+                stack[-1].self_cpu_time_total -= ev.duration_us
+                ev._parent = stack[-1]
+            stack.append(ev)
+    gpu_events = []
+    if gpu is not None:
+        recs = gpu.records()
+        launch_owner = {}
+        starts = {tid: [e._ns[0] for e in evs] for tid, evs in by_thread.items()}
+        for r in recs:
+            if r["kind"] in _LAUNCH and r["correlation"]:
+                owner = _innermost(by_thread.get(r["tid"]), starts.get(r["tid"]), r["start_ns"])
+                if owner is not None:
+                    launch_owner[r["correlation"]] = owner
+        for r in recs:
+            ev = ProfilerEvent(r["name"], _GPU_CATS.get(r["kind"], r["kind"]),
+                               "CUDA" if r["kind"] in _GPU_WORK + ("marker",) else "CPU",
+                               r["tid"] if r["kind"] not in _GPU_WORK else None,
+                               r["start_ns"] / 1000.0 + off_us, r["end_ns"] / 1000.0 + off_us,
+                               stream=r["stream"], device=r["device"],
+                               correlation=r["correlation"])
+            gpu_events.append(ev)
+            if r["kind"] in _GPU_WORK:
+                d = ev.duration_us
+                ev.device_time_total = ev.self_device_time_total = d
+                owner = launch_owner.get(r["correlation"])
+                if owner is not None:
+                    owner.self_device_time_total += d
+                    while owner is not None:
+                        owner.device_time_total += d
+                        owner = owner._parent
+    for ev in cpu:
+        ev._ns = ev._parent = None
+    return cpu + gpu_events, cpu, gpu_events
+
+
+def _innermost(evs, starts, t):
+    """The innermost range of one thread's ranges (begin order) open at time t, other than
+    python_function ones (as the trace links launches): the last one begun by t, or the
+    nearest of its enclosing ranges."""
+    if not evs:
+        return None
+    i = bisect.bisect_right(starts, t) - 1
+    ev = evs[i] if i >= 0 else None
+    while ev is not None and (not ev._ns[0] <= t <= ev._ns[1]
+                              or ev.category == "python_function"):
+        ev = ev._parent
+    return ev
+
+
+# ---- key averages ----
+
+class FunctionEventAvg:
+    """Aggregates of every event with one name (times in microseconds)."""
+
+    def __init__(self, key, device_type, input_shapes=None):
+        self.key = key
+        self.device_type = device_type
+        self.input_shapes = input_shapes
+        self.count = 0
+        self.cpu_time_total = 0.0
+        self.self_cpu_time_total = 0.0
+        self.device_time_total = 0.0
+        self.self_device_time_total = 0.0
+
+    # the names torch.profiler's FunctionEventAvg has
+    cuda_time_total = property(lambda self: self.device_time_total)
+    self_cuda_time_total = property(lambda self: self.self_device_time_total)
+    cpu_time = property(lambda self: self.cpu_time_total / self.count if self.count else 0.0)
+    device_time = property(lambda self: self.device_time_total / self.count if self.count
+                           else 0.0)
+    cuda_time = device_time
+
+    def __repr__(self):
+        return (f"<FunctionEventAvg key={self.key!r} count={self.count} "
+                f"cpu_time_total={self.cpu_time_total:.3f} "
+                f"device_time_total={self.device_time_total:.3f}>")
+
+
+SORT_KEYS = ("cpu_time", "cuda_time", "device_time", "cpu_time_total", "cuda_time_total",
+             "device_time_total", "self_cpu_time_total", "self_cuda_time_total",
+             "self_device_time_total", "count")
+
+
+class EventList(list):
+    """A list of FunctionEventAvg with torch.profiler's table()."""
+
+    def table(self, sort_by=None, row_limit=100, max_name_column_width=55, header=None,
+              top_level_events_only=False):
+        if sort_by is not None and sort_by not in SORT_KEYS:
+            raise ValueError(f"cprof: cannot sort by {sort_by!r}; sort_by is one of "
+                             f"{', '.join(SORT_KEYS)}")
+        if not isinstance(row_limit, int) or isinstance(row_limit, bool):
+            raise TypeError("cprof: row_limit must be an int (negative = all rows)")
+        rows = list(self)
+        if sort_by is not None:
+            rows.sort(key=lambda r: getattr(r, sort_by), reverse=True)
+        if row_limit >= 0:
+            rows = rows[:row_limit]
+        return _format_table(self, rows, max_name_column_width, header)
+
+    def __str__(self):
+        return self.table()
+
+
+def _fmt_us(us):
+    if us >= 1e6:
+        return f"{us / 1e6:.3f}s"
+    if us >= 1e3:
+        return f"{us / 1e3:.3f}ms"
+    return f"{us:.3f}us"
+
+
+def _format_table(all_rows, rows, width, header):
+    total_self_cpu = sum(r.self_cpu_time_total for r in all_rows) or 1.0
+    total_self_dev = sum(r.self_device_time_total for r in all_rows)
+    has_dev = total_self_dev > 0
+    names = [r.key if len(r.key) <= width else r.key[: width - 3] + "..." for r in rows]
+    nw = max([len("Name")] + [len(n) for n in names])
+    cols = ["Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg"]
+    if has_dev:
+        cols += ["Self CUDA", "Self CUDA %", "CUDA total", "CUDA time avg"]
+    cols += ["# of Calls"]
+    cw = 12
+    line = "-" * (nw + (cw + 2) * len(cols))
+    out = []
+    if header:
+        out.append(header)
+    out.append(line)
+    out.append(f"{'Name':>{nw}}" + "".join(f"  {c:>{cw}}" for c in cols))
+    out.append(line)
+    for name, r in zip(names, rows):
+        vals = [f"{100.0 * r.self_cpu_time_total / total_self_cpu:.2f}%",
+                _fmt_us(r.self_cpu_time_total),
+                f"{100.0 * r.cpu_time_total / total_self_cpu:.2f}%",
+                _fmt_us(r.cpu_time_total), _fmt_us(r.cpu_time)]
+        if has_dev:
+            vals += [_fmt_us(r.self_device_time_total),
+                     f"{100.0 * r.self_device_time_total / total_self_dev:.2f}%",
+                     _fmt_us(r.device_time_total), _fmt_us(r.device_time)]
+        vals.append(str(r.count))
+        out.append(f"{name:>{nw}}" + "".join(f"  {v:>{cw}}" for v in vals))
+    out.append(line)
+    out.append(f"Self CPU time total: {_fmt_us(total_self_cpu if all_rows else 0.0)}")
+    if has_dev:
+        out.append(f"Self CUDA time total: {_fmt_us(total_self_dev)}")
+    return "\n".join(out) + "\n"
+
+
+def key_averages(window, group_by_input_shape=False):
+    """Per-name aggregates (CPU ranges other than python_function, and GPU work), heaviest
+    CPU total first; python_function events are left out, as torch.profiler does."""
+    if group_by_input_shape:
+        raise ValueError("cprof: group_by_input_shape is not available: cprof records shapes "
+                         "on module ranges (record_shapes), not on every op")
+    _, cpu, gpu = _build(window)
+    groups = {}
+    for ev in cpu:
+        if ev.category == "python_function":
+            continue
+        g = groups.get(("CPU", ev.name))
+        if g is None:
+            g = groups[("CPU", ev.name)] = FunctionEventAvg(ev.name, "CPU")
+        g.count += 1
+        g.cpu_time_total += ev.duration_us
+        g.self_cpu_time_total += ev.self_cpu_time_total
+        g.device_time_total += ev.device_time_total
+        g.self_device_time_total += ev.self_device_time_total
+    for ev in gpu:
+        if ev.device_type != "CUDA" or ev.category == "gpu_user_annotation":
+            continue
+        g = groups.get(("CUDA", ev.name))
+        if g is None:
+            g = groups[("CUDA", ev.name)] = FunctionEventAvg(ev.name, "CUDA")
+        g.count += 1
+        g.device_time_total += ev.duration_us
+        g.self_device_time_total += ev.duration_us
+    rows = sorted(groups.values(), key=lambda r: (r.cpu_time_total, r.device_time_total),
+                  reverse=True)
+    return EventList(rows)

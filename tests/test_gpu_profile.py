@@ -1,0 +1,147 @@
+"""cprof.profile on a real GPU: CUDA activity under a schedule, key_averages CUDA columns,
+kernels linked to module ranges, memory snapshots. Marked ``gpu``; skips without a CUDA GPU
+and working CUPTI (run by scripts/gpu_check.sh on the GPU machine). Only cprof windows are
+opened in this process (torch.profiler comparisons live in test_gpu_real.py subprocesses)."""
+import os
+import pickle
+import re
+
+import pytest
+
+from tests.conftest import load_trace, ranges_of
+from tests.test_gpu_real import GPU_OK, GPU_REASON
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not GPU_OK, reason=str(GPU_REASON))]
+
+
+def _model(torch):
+    torch.manual_seed(0)
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = torch.nn.Linear(256, 256)
+            self.mlp = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(),
+                                           torch.nn.Linear(512, 256))
+
+        def forward(self, x):
+            return self.mlp(self.attn(x))
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([Block() for _ in range(3)])
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    return Net().cuda(), torch.randn(64, 256, device="cuda")
+
+
+def _events(t, cat):
+    return [e for e in t["traceEvents"] if e.get("ph") == "X" and e.get("cat") == cat]
+
+
+def test_schedule_with_cuda_writes_kernels_per_cycle(tmp_path):
+    import torch
+
+    import cprof
+    net, x = _model(torch)
+    d = tmp_path / "tb"
+    with cprof.profile(activities=[cprof.ProfilerActivity.CPU, cprof.ProfilerActivity.CUDA],
+                       schedule=cprof.schedule(wait=1, warmup=1, active=2, repeat=2),
+                       on_trace_ready=cprof.tensorboard_trace_handler(d)) as p:
+        for _ in range(8):
+            with torch.no_grad():
+                net(x)
+            p.step()
+    files = sorted(os.listdir(d))
+    assert len(files) == 2
+    for f in files:
+        t = load_trace(d / f)
+        kernels = _events(t, "kernel")
+        steps = [e for e in ranges_of(t) if e["name"].startswith("ProfilerStep#")]
+        assert len(steps) == 2
+        assert len(kernels) >= 2 * 9  # 9 Linear layers per step at least
+        t0 = min(s["ts"] for s in steps)
+        assert all(k["ts"] >= t0 for k in kernels)
+
+
+def test_kernels_link_to_innermost_module(tmp_path):
+    import torch
+
+    import cprof
+    net, x = _model(torch)
+    with torch.no_grad():
+        net(x)
+    torch.cuda.synchronize()
+    with cprof.profile(activities=["CPU", "CUDA"], with_modules=True, record_shapes=True) as p:
+        with torch.no_grad():
+            net(x)
+    out = p.export_chrome_trace(str(tmp_path / "m.json"))
+    t = load_trace(out)
+    by_ext = {e["args"]["External id"]: e for e in ranges_of(t)}
+    names = {e["name"] for e in ranges_of(t, "user_annotation")}
+    assert {"Net", "layers.0", "layers.0.attn", "layers.2.mlp.2"} <= names
+    linked = [by_ext.get(k["args"].get("External id")) for k in _events(t, "kernel")]
+    assert linked and all(e is not None for e in linked)
+    leaf = [e["name"] for e in linked]
+    assert any(re.fullmatch(r"layers\.\d\.(attn|mlp\.[02])", n) for n in leaf), leaf
+    attn = next(e for e in ranges_of(t) if e["name"] == "layers.0.attn")
+    assert attn["args"]["Input Dims"] == [[64, 256]]
+
+
+def test_key_averages_have_cuda_times(tmp_path):
+    import torch
+
+    import cprof
+    net, x = _model(torch)
+    with cprof.profile(activities=["CPU", "CUDA"], with_modules=True) as p:
+        with torch.no_grad():
+            net(x)
+    ka = p.key_averages()
+    rows = {r.key: r for r in ka}
+    assert rows["Net"].device_time_total > 0
+    assert rows["Net"].device_time_total >= rows["layers.0"].device_time_total
+    table = ka.table(sort_by="cuda_time_total", row_limit=10)
+    assert "Self CUDA" in table and "CUDA total" in table
+
+
+def test_with_stack_links_launches_to_ops(tmp_path):
+    import torch
+
+    import cprof
+    net, x = _model(torch)
+    with cprof.profile(activities=["CPU", "CUDA"], with_stack=True) as p:
+        with torch.no_grad():
+            net(x)
+    t = load_trace(p.export_chrome_trace(str(tmp_path / "s.json")))
+    by_ext = {e["args"]["External id"]: e for e in ranges_of(t)}
+    cats = {by_ext[k["args"]["External id"]]["cat"] for k in _events(t, "kernel")
+            if k["args"].get("External id") in by_ext}
+    assert cats and "python_function" not in cats
+    assert any(e["name"].endswith("linear") for e in ranges_of(t, "cpu_op"))
+
+
+def test_memory_snapshot_for_memory_viz(tmp_path):
+    import torch
+
+    import cprof
+    ctx = cprof.ProfilerContext(activities=["CPU", "GPU", "MEM"], output_dir=tmp_path,
+                                profile_name="mem", verbose=False)
+    with ctx:
+        a = torch.empty(1 << 20, device="cuda")
+        b = a * 2
+        del a, b
+    (pk,) = ctx.memory_paths
+    assert re.fullmatch(r"mem-memory-\d+\.pickle", os.path.basename(pk))
+    with open(pk, "rb") as f:
+        snap = pickle.load(f)
+    assert "segments" in snap and "device_traces" in snap
+    assert any(ev.get("action") == "alloc" for tr in snap["device_traces"] for ev in tr)
+    assert os.path.exists(pk[: -len(".pickle")] + ".txt")
+    assert ctx.memory_summary["cuda_peak_allocated_bytes"] >= 4 << 20
+    t = load_trace(ctx.trace_path)
+    assert any(e.get("ph") == "C" or e.get("cat") == "gpu_memory" for e in t["traceEvents"])

@@ -1,0 +1,514 @@
+"""cprof.profile: the torch.profiler drop-in (schedules, steps, handlers, results, bad input)."""
+import itertools
+import os
+import pickle
+import re
+import socket
+import warnings
+
+import pytest
+
+import cprof
+from cprof import _C
+from tests.conftest import load_trace, ranges_of
+
+torch = pytest.importorskip("torch")
+tprof = torch.profiler
+
+CPU = [cprof.ProfilerActivity.CPU]
+
+
+def steps_of(events):
+    return sorted(int(e.name.split("#")[1]) for e in events
+                  if e.name.startswith("ProfilerStep#"))
+
+
+# ---- schedule semantics ----
+
+GRID = [dict(wait=w, warmup=u, active=a, repeat=r, skip_first=s)
+        for w, u, a, r, s in itertools.product((0, 1, 3), (0, 1, 2), (1, 3), (0, 1, 2), (0, 2))]
+
+
+@pytest.mark.parametrize("params", GRID, ids=lambda p: "-".join(f"{v}" for v in p.values()))
+def test_schedule_actions_match_torch(params):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns about warmup=0
+        ours, theirs = cprof.schedule(**params), tprof.schedule(**params)
+    for step in range(60):
+        assert ours(step).name == theirs(step).name, (params, step)
+
+
+def test_skip_first_wait_matches_torch():
+    p = dict(wait=4, warmup=1, active=2, repeat=2, skip_first=3, skip_first_wait=1)
+    ours, theirs = cprof.schedule(**p), tprof.schedule(**p)
+    assert [ours(i).name for i in range(40)] == [theirs(i).name for i in range(40)]
+
+
+@pytest.mark.parametrize("bad", [dict(wait=-1, warmup=0, active=1), dict(wait=0, warmup=-2, active=1),
+                                 dict(wait=0, warmup=0, active=0), dict(wait=1, warmup=1, active=-3),
+                                 dict(wait=0, warmup=0, active=1, repeat=-1),
+                                 dict(wait=0, warmup=0, active=1, skip_first=-1)])
+def test_invalid_schedules_raise_clear_errors(bad):
+    with pytest.raises(ValueError, match="cprof.schedule") as ei:
+        cprof.schedule(**bad)
+    assert isinstance(ei.value, AssertionError)  # what torch raises, for code written for it
+
+
+def test_schedule_types_are_checked():
+    with pytest.raises(TypeError, match="int"):
+        cprof.schedule(wait=1.5, warmup=0, active=1)
+    with pytest.raises(TypeError):
+        cprof.schedule(1, 1, 1)  # keyword-only, as torch
+
+
+def test_min_steps_documents_the_right_formula():
+    # seed 002's defaults: wait=3, warmup=1, active=3, repeat=1 -> 7 steps (not 11): wait is
+    # part of every cycle and repeat counts cycles
+    assert cprof.min_steps(3, 1, 3, 1) == 7
+    sched = cprof.schedule(wait=3, warmup=1, active=3, repeat=1)
+    assert [sched(i).name for i in range(7)][-1] == "RECORD_AND_SAVE"
+    assert all(sched(i).name == "NONE" for i in range(7, 20))
+
+
+def _run(profiler_cls, sched, nsteps, tmp_path, **kw):
+    """Runs nsteps steps; returns the ProfilerStep numbers of each ready trace (read from the
+    exported file: torch's events() renames steps to "ProfilerStep*")."""
+    traces = []
+
+    def ready(p):
+        path = str(tmp_path / f"{profiler_cls.__module__}.{len(traces)}.json")
+        p.export_chrome_trace(path)
+        names = [e["name"] for e in load_trace(path)["traceEvents"] if e.get("ph") == "X"]
+        traces.append(sorted(int(n.split("#")[1]) for n in names
+                             if n.startswith("ProfilerStep#")))
+
+    acts = [tprof.ProfilerActivity.CPU] if profiler_cls is tprof.profile else CPU
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with profiler_cls(activities=acts, schedule=sched, on_trace_ready=ready, **kw) as p:
+            for _ in range(nsteps):
+                torch.ones(4).add_(1)
+                p.step()
+    return traces
+
+
+@pytest.mark.parametrize("params,nsteps", [
+    (dict(wait=1, warmup=1, active=2, repeat=2), 12),
+    (dict(wait=0, warmup=0, active=1, repeat=0), 5),
+    (dict(wait=2, warmup=1, active=3, repeat=1, skip_first=1), 9),
+    (dict(wait=3, warmup=1, active=3, repeat=1), 7),
+    (dict(wait=3, warmup=1, active=3, repeat=1), 6),   # one step short: no trace
+    (dict(wait=1, warmup=0, active=2, repeat=0), 10),  # stops mid-cycle: partial trace
+])
+def test_traces_and_step_numbers_match_torch(params, nsteps, tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours = _run(cprof.profile, cprof.schedule(**params), nsteps, tmp_path)
+        theirs = _run(tprof.profile, tprof.schedule(**params), nsteps, tmp_path)
+    assert ours == theirs
+
+
+def test_torch_schedule_and_activities_are_accepted(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sched = tprof.schedule(wait=0, warmup=1, active=1, repeat=1)
+    with cprof.profile(activities=[tprof.ProfilerActivity.CPU], schedule=sched) as p:
+        for _ in range(3):
+            p.step()
+    assert p.traces_ready == 1
+    assert steps_of(p.events()) == [1]
+
+
+def test_no_schedule_records_everything_without_steps(tmp_path):
+    with cprof.profile(activities=["CPU"]) as p:
+        with cprof.range("work"):
+            pass
+        p.step()  # allowed, no ProfilerStep ranges without a schedule (as torch)
+    names = [e.name for e in p.events()]
+    assert "work" in names and not any(n.startswith("ProfilerStep") for n in names)
+
+
+def test_warmup_is_collected_and_discarded():
+    with cprof.profile(activities=CPU, schedule=cprof.schedule(wait=0, warmup=2, active=1,
+                                                               repeat=1)) as p:
+        for i in range(4):
+            with cprof.range(f"work{i}"):
+                pass
+            p.step()
+    names = [e.name for e in p.events()]
+    assert "work2" in names and "work0" not in names and "work1" not in names
+
+
+# ---- handlers and export ----
+
+def test_tensorboard_trace_handler_names(tmp_path):
+    d = tmp_path / "tb"
+    with cprof.profile(activities=CPU, schedule=cprof.schedule(wait=0, warmup=0, active=1,
+                                                               repeat=2),
+                       on_trace_ready=cprof.tensorboard_trace_handler(str(d))) as p:
+        for _ in range(3):
+            p.step()
+    files = sorted(os.listdir(d))
+    worker = f"{socket.gethostname()}_{os.getpid()}"
+    assert len(files) == 2
+    for f in files:
+        assert re.fullmatch(re.escape(worker) + r"\.\d+\.pt\.trace\.json", f), f
+        assert ranges_of(load_trace(d / f))
+    d2 = tmp_path / "tbgz"
+    with cprof.profile(activities=CPU, on_trace_ready=cprof.tensorboard_trace_handler(
+            d2, worker_name="w0", use_gzip=True)):
+        pass
+    (f,) = os.listdir(d2)
+    assert re.fullmatch(r"w0\.\d+\.pt\.trace\.json\.gz", f)
+    load_trace(d2 / f)
+
+
+def test_tensorboard_handler_bad_directory_fails_early(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(cprof.TraceWriteError, match="cannot be created|not a directory"):
+        cprof.tensorboard_trace_handler(str(blocker / "sub"))
+
+
+def test_export_twice_and_gzip_by_suffix(tmp_path):
+    with cprof.profile(activities=CPU) as p:
+        with cprof.range("x"):
+            pass
+    a = p.export_chrome_trace(str(tmp_path / "a.json"))
+    b = p.export_chrome_trace(str(tmp_path / "b.json.gz"))
+    ta, tb = load_trace(a), load_trace(b)
+    assert [e["name"] for e in ranges_of(ta)] == [e["name"] for e in ranges_of(tb)] == ["x"]
+    with open(b, "rb") as f:
+        assert f.read(2) == b"\x1f\x8b"
+    # the same path again replaces the file, as torch.profiler does
+    assert p.export_chrome_trace(a) == a
+    load_trace(a)
+
+
+def test_export_before_any_window_or_while_recording(tmp_path):
+    p = cprof.profile(activities=CPU)
+    with pytest.raises(cprof.WindowStateError, match="no window has finished"):
+        p.export_chrome_trace(str(tmp_path / "t.json"))
+    with p:
+        with pytest.raises(cprof.WindowStateError, match="still recording"):
+            p.export_chrome_trace(str(tmp_path / "t.json"))
+    assert not os.path.exists(tmp_path / "t.json")
+
+
+def test_on_trace_ready_that_raises_keeps_the_trace(tmp_path):
+    calls = []
+
+    def handler(p):
+        calls.append(p.step_num)
+        if len(calls) == 1:
+            raise RuntimeError("disk on fire")
+
+    p = cprof.profile(activities=CPU, on_trace_ready=handler,
+                      schedule=cprof.schedule(wait=0, warmup=0, active=1, repeat=2))
+    p.start()
+    with cprof.range("first"):
+        pass
+    with pytest.warns(RuntimeWarning, match="on_trace_ready raised"):
+        with pytest.raises(RuntimeError, match="disk on fire") as ei:
+            p.step()
+    assert any("export_chrome_trace" in n for n in ei.value.__notes__)
+    # the failed window's data is still there until the next window finishes
+    assert "first" in [e.name for e in p.events()]
+    with cprof.range("second"):
+        pass
+    p.step()
+    p.stop()
+    assert len(calls) == 2
+    out = p.export_chrome_trace(str(tmp_path / "after.json"))
+    assert "second" in [e["name"] for e in ranges_of(load_trace(out))]
+
+
+def test_on_trace_ready_error_without_schedule_keeps_data(tmp_path):
+    def handler(p):
+        raise OSError(28, "No space left on device")
+
+    with pytest.warns(RuntimeWarning):
+        with pytest.raises(OSError):
+            with cprof.profile(activities=CPU, on_trace_ready=handler) as p:
+                with cprof.range("kept"):
+                    pass
+    out = p.export_chrome_trace(str(tmp_path / "kept.json"))
+    assert [e["name"] for e in ranges_of(load_trace(out))] == ["kept"]
+
+
+# ---- state errors ----
+
+def test_step_outside_the_profiler_is_an_error():
+    p = cprof.profile(activities=CPU, schedule=cprof.schedule(wait=0, warmup=0, active=1))
+    with pytest.raises(cprof.WindowStateError, match="step\\(\\) outside"):
+        p.step()
+    with p:
+        p.step()
+    with pytest.raises(cprof.WindowStateError):
+        p.step()
+    assert _C.depth() == 0
+
+
+def test_start_twice_and_stop_without_start():
+    p = cprof.profile(activities=CPU)
+    with pytest.raises(cprof.WindowStateError, match="without start"):
+        p.stop()
+    p.start()
+    with pytest.raises(cprof.WindowStateError, match="twice"):
+        p.start()
+    p.stop()
+    assert not _C.active()
+
+
+def test_a_second_profiler_while_one_records_is_refused():
+    with cprof.profile(activities=CPU):
+        with pytest.raises(cprof.WindowStateError, match="already open"):
+            cprof.profile(activities=CPU).start()
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="unknown profiler activity"):
+        cprof.profile(activities=["TPU"])
+    with pytest.raises(ValueError, match="empty"):
+        cprof.profile(activities=[])
+    with pytest.raises(TypeError, match="schedule"):
+        cprof.profile(schedule=3)
+    with pytest.raises(TypeError, match="on_trace_ready"):
+        cprof.profile(on_trace_ready="dir")
+    with pytest.raises(ValueError, match="min_duration_us"):
+        cprof.profile(min_duration_us=-1)
+
+
+def test_schedule_returning_garbage_is_a_type_error():
+    with pytest.raises(TypeError, match="ProfilerAction"):
+        cprof.profile(activities=CPU, schedule=lambda s: "RECORD")
+    p = cprof.profile(activities=CPU, schedule=lambda s: cprof.ProfilerAction.RECORD if s == 0
+                      else 42)
+    with pytest.raises(TypeError, match="ProfilerAction"):
+        with p:
+            p.step()
+    assert not _C.active() and _C.depth() == 0
+
+
+def test_exception_in_profiled_code_keeps_the_window(tmp_path):
+    with pytest.raises(KeyError):
+        with cprof.profile(activities=CPU) as p:
+            with cprof.range("before"):
+                pass
+            raise KeyError("boom")
+    out = p.export_chrome_trace(str(tmp_path / "t.json"))
+    t = load_trace(out)
+    assert [e["name"] for e in ranges_of(t)] == ["before"]
+    assert t["cprof"]["partial"] is True
+
+
+# ---- results ----
+
+def test_key_averages_table():
+    with cprof.profile(activities=CPU) as p:
+        for _ in range(3):
+            with cprof.range("outer"):
+                with cprof.range("inner"):
+                    sum(range(2000))
+    ka = p.key_averages()
+    rows = {r.key: r for r in ka}
+    assert rows["outer"].count == 3 and rows["inner"].count == 3
+    assert rows["outer"].cpu_time_total >= rows["inner"].cpu_time_total
+    assert rows["outer"].self_cpu_time_total == pytest.approx(
+        rows["outer"].cpu_time_total - rows["inner"].cpu_time_total, abs=1e-3)
+    table = ka.table(sort_by="self_cpu_time_total", row_limit=1)
+    for col in ("Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg",
+                "# of Calls"):
+        assert col in table
+    body = [ln for ln in table.splitlines() if "outer" in ln or "inner" in ln]
+    assert len(body) == 1
+    with pytest.raises(ValueError, match="sort_by is one of"):
+        ka.table(sort_by="bogus")
+    assert "inner" in str(ka)
+
+
+def test_events_have_times_threads_and_nesting():
+    with cprof.profile(activities=CPU) as p:
+        with cprof.range("a"):
+            with cprof.range("b"):
+                pass
+    a, b = p.events()
+    assert (a.name, b.name) == ("a", "b")
+    assert a.device_type == "CPU" and a.thread == b.thread
+    assert a.start_us <= b.start_us <= b.end_us <= a.end_us
+    assert b.depth == a.depth + 1
+    assert a.time_range.start == a.start_us
+
+
+# ---- annotations in user code ----
+
+def test_record_function_ranges_are_captured():
+    with cprof.profile(activities=CPU) as p:
+        with torch.profiler.record_function("rf_ctx"):
+            with torch.autograd.profiler.record_function("rf_nested"):
+                pass
+
+        @torch.profiler.record_function("rf_deco")
+        def f():
+            return 1
+
+        f()
+    ev = {e.name: e for e in p.events()}
+    assert {"rf_ctx", "rf_nested", "rf_deco"} <= set(ev)
+    assert ev["rf_nested"].depth == ev["rf_ctx"].depth + 1
+    assert ev["rf_ctx"].category == "user_annotation"
+    # outside a window: nothing recorded, nothing left open
+    with torch.profiler.record_function("outside"):
+        pass
+    assert _C.depth() == 0
+
+
+def test_record_function_entered_before_the_window_is_not_popped_wrongly():
+    rf = torch.profiler.record_function("early")
+    rf.__enter__()
+    with cprof.profile(activities=CPU) as p:
+        with cprof.range("mine"):
+            pass
+        rf.__exit__(None, None, None)
+    assert [e.name for e in p.events()] == ["mine"]
+    assert _C.depth() == 0
+
+
+def test_nvtx_ranges_are_captured(monkeypatch, tmp_path):
+    from cprof import _glue
+    _glue.patch_torch()
+    calls = []
+
+    class FakeNvtx:
+        @staticmethod
+        def rangePushA(msg):
+            calls.append(("push", msg))
+            return 0
+
+        @staticmethod
+        def rangePop():
+            calls.append(("pop",))
+            return 0
+
+    nvtx = torch.cuda.nvtx
+    orig_push, orig_pop = nvtx._cprof_original
+    monkeypatch.setitem(orig_push.__globals__, "_nvtx", FakeNvtx)
+    with cprof.profile(activities=CPU) as p:
+        with torch.cuda.nvtx.range("nv_{}", 1):
+            torch.cuda.nvtx.range_push("nv_inner")
+            torch.cuda.nvtx.range_pop()
+    ev = {e.name: e for e in p.events()}
+    assert {"nv_1", "nv_inner"} <= set(ev)
+    assert ev["nv_inner"].depth == ev["nv_1"].depth + 1
+    t = p.export_chrome_trace(str(tmp_path / "nv.json"))
+    marked = {e["name"] for e in ranges_of(load_trace(t)) if e["args"].get("nvtx") == 1}
+    assert marked == {"nv_1", "nv_inner"}
+    assert calls == [("push", "nv_1"), ("push", "nv_inner"), ("pop",), ("pop",)]
+    assert _C.depth() == 0
+
+
+def test_nvtx_failure_is_the_users_and_leaves_nothing_open():
+    from cprof import _glue
+    _glue.patch_torch()
+    if torch.cuda.is_available():
+        pytest.skip("NVTX works here")
+    with cprof.profile(activities=CPU):
+        with pytest.raises(RuntimeError, match="NVTX"):
+            torch.cuda.nvtx.range_push("x")
+        assert _C.depth() == 0
+
+
+# ---- seed 002's config ----
+
+SEED_002 = dict(wait=3, warmup=1, active=3, repeat=1, record_shapes=True,
+                profile_memory=True, with_stack=False)
+
+
+def test_seed_002_config_maps_directly(tmp_path):
+    run_dir = tmp_path / "runs" / "my_profiling_run" / "run_uuid"
+    with cprof.profile.from_config(SEED_002, run_dir / "profiler_traces",
+                                   activities=CPU) as p:
+        for epoch in range(cprof.min_steps(3, 1, 3, 1)):
+            with cprof.range(f"epoch{epoch}"):
+                pass
+            p.step()
+    files = os.listdir(run_dir / "profiler_traces")
+    assert len(files) == 1 and files[0].endswith(".pt.trace.json")
+    t = load_trace(run_dir / "profiler_traces" / files[0])
+    names = [e["name"] for e in ranges_of(t)]
+    assert names.count("ProfilerStep#4") == 1 and "ProfilerStep#6" in names
+    assert "epoch3" not in names and "epoch4" in names
+    cfg = t["cprof"]["config"]
+    assert cfg["schedule"]["wait"] == 3 and cfg["record_shapes"] is True
+    assert cfg["profile_memory"] is True
+
+
+def test_from_config_accepts_objects_and_rejects_unknown_keys(tmp_path):
+    class Cfg:
+        wait, warmup, active, repeat = 0, 0, 1, 1
+        record_shapes = profile_memory = with_stack = False
+
+    p = cprof.profile.from_config(Cfg(), tmp_path / "t", activities=CPU)
+    assert p.record_steps
+    with pytest.raises(ValueError, match="unknown profiling option"):
+        cprof.profile.from_config(dict(SEED_002, wiat=3), tmp_path / "t")
+
+
+# ---- memory ----
+
+def test_profile_memory_on_cpu_reports_peak_rss(tmp_path):
+    with cprof.profile(activities=CPU, profile_memory=True) as p:
+        x = bytearray(1 << 20)
+        del x
+    assert p.memory["summary"]["cpu_peak_rss_bytes"] > 0
+    assert p.memory["snapshot"] is None
+    out = p.export_chrome_trace(str(tmp_path / "m.json"))
+    assert "cpu_peak_rss_bytes" in load_trace(out)["cprof"]["memory"]
+    with pytest.raises(cprof.WindowStateError, match="memory snapshot"):
+        p.export_memory_snapshot(str(tmp_path / "m.pickle"))
+
+
+def test_memory_snapshot_with_cuda_is_written_and_loads(tmp_path, monkeypatch):
+    """CUDA memory history through a stand-in for torch.cuda (the GPU test does it for real)."""
+    state = {}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history",
+                        lambda enabled="all", **kw: state.setdefault("calls", []).append(enabled))
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot",
+                        lambda: {"segments": [], "device_traces": [[{"action": "alloc"}]]})
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: None)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 1234)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda: 4096)
+    monkeypatch.setattr(torch.cuda, "memory_summary", lambda: "|  memory summary |")
+    monkeypatch.setattr(cprof._profile, "gpu_unavailable_reason", lambda: "test: CPU only")
+    ctx = cprof.ProfilerContext(activities=["CPU", "MEM"], output_dir=tmp_path,
+                                profile_name="memtest", with_stack=False, record_shapes=False,
+                                verbose=False)
+    with ctx:
+        pass
+    assert state["calls"] == ["all", None]
+    (pk,) = ctx.memory_paths
+    assert re.fullmatch(r"memtest-memory-\d+\.pickle", os.path.basename(pk))
+    with open(pk, "rb") as f:
+        assert pickle.load(f)["device_traces"][0][0]["action"] == "alloc"
+    with open(pk[: -len(".pickle")] + ".txt") as f:
+        assert "memory summary" in f.read()
+    assert ctx.memory_summary["cuda_peak_allocated_bytes"] == 1234
+    meta = load_trace(ctx.trace_path)["cprof"]
+    assert meta["memory"]["cuda_peak_reserved_bytes"] == 4096
+
+
+def test_ranks_gate_profiling(monkeypatch, tmp_path):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    p = cprof.profile(activities=CPU, ranks=[0])
+    with p:
+        p.step()
+        assert not _C.active()
+    ctx = cprof.ProfilerContext(activities=["CPU"], output_dir=tmp_path, profile_name="r",
+                                ranks=0, with_stack=False, record_shapes=False)
+    with ctx:
+        assert not _C.active()
+    assert not os.listdir(tmp_path) if os.path.exists(tmp_path) else True
+    with cprof.profile(activities=CPU, ranks=[1]) as p:
+        assert _C.active()
