@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Overhead per nn.Module call: cprof's module hooks vs torch.profiler's with_modules, same run.
+"""Overhead per nn.Module call: cprof's module capture (both modes) vs torch.profiler's
+with_modules, same run.
 
 Models (CPU, batch 1): `--modules` tiny modules in one nn.Sequential, so a forward is that many
 module calls plus the Sequential itself:
@@ -12,17 +13,21 @@ Variants (each timed as `--n` forwards; us/forward = elapsed / n):
   unprofiled                          no hooks, no session
   no-op Python hooks                  global pre + post (always_call) hooks that do nothing:
                                       what torch's hooked Module._call_impl costs by itself
-  cprof hooks                         _modules.install() in an open cprof window
-  cprof hooks + shapes                _modules.install(record_shapes=True)
+  cprof call                          _modules.install(mode="call") (the default) in an open
+                                      cprof window: nn.Module.__call__ replaced by the C wrapper
+  cprof call + shapes                 _modules.install(mode="call", record_shapes=True)
+  cprof hooks                         _modules.install(mode="hooks"): the C hooks as torch's
+                                      global forward hooks
+  cprof hooks + shapes                _modules.install(mode="hooks", record_shapes=True)
   torch modules                       torch.profiler.profile(activities=[CPU], with_stack=True,
                                       with_modules=True)
   torch modules + record_shapes       ... and record_shapes=True
 
 "ns/call added" = (variant - unprofiled) / module calls per forward: what profiling adds to one
-module call. torch 2.13 writes module events ("nn.Module: Linear_0") only from its Python
-tracer, so with_modules needs with_stack=True (with_modules alone records no module at all);
-torch also records the aten ops the modules run and every Python call, while cprof records only
-the module ranges here.
+module call; "x cprof call" = that, divided by cprof call's. torch 2.13 writes module events
+("nn.Module: Linear_0") only from its Python tracer, so with_modules needs with_stack=True
+(with_modules alone records no module at all); torch also records the aten ops the modules
+run and every Python call, while cprof records only the module ranges here.
 
 Rounds are interleaved (every round runs every variant once, order rotated); the table gives
 medians over rounds. Opening/closing the window or session and writing are outside the timed
@@ -78,12 +83,12 @@ def unprofiled(model, x, n, calls):
     return _timed(model, x, n)
 
 
-def cprof_hooks(record_shapes):
+def cprof_capture(mode, record_shapes):
     def run(model, x, n, calls):
         _C.set_buffer_cap(max(256 << 20, n * calls * 64 * 2))
         _C.start()
         try:
-            handle = _modules.install(record_shapes=record_shapes)
+            handle = _modules.install(record_shapes=record_shapes, mode=mode)
             try:
                 dt = _timed(model, x, n)
             finally:
@@ -124,8 +129,10 @@ def torch_session(record_shapes):
 VARIANTS = [
     ("none", "unprofiled", unprofiled),
     ("noop", "no-op Python hooks", noop_hooks),
-    ("cprof", "cprof hooks", cprof_hooks(False)),
-    ("cprof_shapes", "cprof hooks + shapes", cprof_hooks(True)),
+    ("call", "cprof call", cprof_capture("call", False)),
+    ("call_shapes", "cprof call + shapes", cprof_capture("call", True)),
+    ("hooks", "cprof hooks", cprof_capture("hooks", False)),
+    ("hooks_shapes", "cprof hooks + shapes", cprof_capture("hooks", True)),
     ("torch", "torch modules", torch_session(False)),
     ("torch_shapes", "torch modules + record_shapes", torch_session(True)),
 ]
@@ -180,15 +187,16 @@ def main(argv=None):
           f"{args.modules} modules ({calls} module calls per forward), 1 torch thread; medians")
     print()
     print(f"{'model':<9} {'variant':<36} {'us/forward':>11} {'min':>9} {'max':>9} "
-          f"{'ns/call added':>14} {'x cprof':>8}")
-    print("-" * 101)
+          f"{'ns/call added':>14} {'x cprof call':>13}")
+    print("-" * 106)
     for mname, res in results.items():
-        ref = res["cprof"]["added_ns_per_call"]
+        ref = res["call"]["added_ns_per_call"]
         for key, v in res.items():
-            ratio = "" if key == "none" else f"{v['added_ns_per_call'] / max(ref, 1e-9):.1f}"
+            ratio = ("" if key == "none" or ref <= 0
+                     else f"{v['added_ns_per_call'] / ref:.1f}")
             print(f"{mname:<9} {v['label']:<36} {v['median_ns_per_forward'] / 1e3:>11.1f} "
                   f"{v['min_ns_per_forward'] / 1e3:>9.1f} {v['max_ns_per_forward'] / 1e3:>9.1f} "
-                  f"{v['added_ns_per_call']:>14.0f} {ratio:>8}")
+                  f"{v['added_ns_per_call']:>14.0f} {ratio:>13}")
     print()
     print(f"total time {elapsed:.1f} s")
 

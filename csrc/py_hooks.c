@@ -19,7 +19,7 @@
 
 #include "cprof.h"
 
-/* ---- per-thread state: the module calls whose pre-hook pushed a range, and scratch buffers ---- */
+/* ---- per-thread state: the module calls whose range is open, and scratch buffers ---- */
 
 typedef struct {
     PyObject *module;  /* strong reference: identity must not be reused while it is open */
@@ -645,11 +645,11 @@ static PyGetSetDef hooks_getset[] = {
 
 static PyType_Slot hooks_slots[] = {
     {Py_tp_doc, "ModuleHooks(tensor_type, record_shapes=False, resolver=None, dtype_names=None)"
-                "\n\nnn.Module forward hooks in C: pass .pre to "
-                "register_module_forward_pre_hook and .post to register_module_forward_hook("
-                "always_call=True). resolver(module, parent, parent_name) -> str names a module "
-                "the first time it is seen (parent: the innermost module open on this thread, "
-                "or None)."},
+                "\n\nModule ranges in C. Either pass .pre to register_module_forward_pre_hook and "
+                ".post to register_module_forward_hook(always_call=True), or give it to a "
+                "ModuleCall that replaces nn.Module.__call__. resolver(module, parent, "
+                "parent_name) -> str names a module the first time it is seen (parent: the "
+                "innermost module open on this thread, or None)."},
     {Py_tp_new, hooks_new},
     {Py_tp_dealloc, hooks_dealloc},
     {Py_tp_traverse, hooks_traverse},

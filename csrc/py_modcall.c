@@ -10,9 +10,10 @@
  * How CPython calls it: a type whose __call__ is not a Python function gets slot_tp_call, which
  * looks __call__ up on the type and, for an object whose type has Py_TPFLAGS_METHOD_DESCRIPTOR,
  * calls it unbound with the instance prepended (no bound method is made) through its vectorcall.
- * Looked up on an instance (m.__call__) it binds like a function (tp_descr_get -> method).
- * Each object keeps its own original and hooks, so a stale one (still held by code that
- * replaced Module.__call__ after it) only passes calls on to its original after disable().
+ * Looked up on an instance (m.__call__, super().__call__) it binds like a function; looked up
+ * on the class (nn.Module.__call__) it gives the original, which is what torch.compile must see
+ * (modcall_descr_get). Each object keeps its own original and hooks, so a stale one (still
+ * held by code that replaced Module.__call__ after it) only passes calls on after disable().
  * Threads: any thread holding the GIL. */
 #define PY_SSIZE_T_CLEAN
 #include "py_binding.h"
