@@ -1,4 +1,4 @@
-"""Multi-rank under torchrun: 2 processes, gloo on CPU (tests/dist/two_ranks.py)."""
+"""Multi-rank under torchrun: 2 processes, gloo on CPU (tests/torchrun_two_ranks.py)."""
 import os
 import subprocess
 import sys
@@ -18,7 +18,7 @@ def run_dir(tmp_path_factory):
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         env.pop(k, None)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone",
-           os.path.join(ROOT, "tests", "dist", "two_ranks.py"), str(out)]
+           os.path.join(ROOT, "tests", "torchrun_two_ranks.py"), str(out)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out
