@@ -6,6 +6,18 @@
 
 #include <Python.h>
 
+/* Saves the pending exception (if any) into v and restores it: for code that must run Python
+ * calls while an exception is set (closing a range on the way out of a raising call). */
+#if PY_VERSION_HEX >= 0x030C0000
+#define SAVE_EXC(v) PyObject *v = PyErr_GetRaisedException()
+#define RESTORE_EXC(v) PyErr_SetRaisedException(v)
+#else
+#define SAVE_EXC(v)                                                                            \
+    PyObject *v##_t, *v##_v, *v##_tb;                                                          \
+    PyErr_Fetch(&v##_t, &v##_v, &v##_tb)
+#define RESTORE_EXC(v) PyErr_Restore(v##_t, v##_v, v##_tb)
+#endif
+
 /* py_tracer.c: the with_stack Python-function tracer (PyEval_SetProfile / sys.monitoring). */
 int cprof_py_tracer_add(PyObject *m);
 /* py_hooks.c: nn.Module forward hooks in C (with_modules) and tensor shape capture. */

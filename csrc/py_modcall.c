@@ -35,16 +35,6 @@ typedef struct {
     unsigned long paused_thread; /* by this thread go straight to original too */
 } ModCallObject;
 
-#if PY_VERSION_HEX >= 0x030C0000
-#define SAVE_EXC(v) PyObject *v = PyErr_GetRaisedException()
-#define RESTORE_EXC(v) PyErr_SetRaisedException(v)
-#else
-#define SAVE_EXC(v)                                                                            \
-    PyObject *v##_t, *v##_v, *v##_tb;                                                          \
-    PyErr_Fetch(&v##_t, &v##_v, &v##_tb)
-#define RESTORE_EXC(v) PyErr_Restore(v##_t, v##_v, v##_tb)
-#endif
-
 /* args[0] is the module; args (and nargsf, with its PY_VECTORCALL_ARGUMENTS_OFFSET permission,
  * which covers args[-1], the caller's slot) and kwnames go to the original unchanged. */
 static PyObject *modcall_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,

@@ -160,16 +160,6 @@ static void cache_clear(void) {
 
 /* ---- name resolution (once per key; may create objects) ---- */
 
-#if PY_VERSION_HEX >= 0x030C0000
-#define SAVE_EXC(v) PyObject *v = PyErr_GetRaisedException()
-#define RESTORE_EXC(v) PyErr_SetRaisedException(v)
-#else
-#define SAVE_EXC(v)                                                                            \
-    PyObject *v##_t, *v##_v, *v##_tb;                                                          \
-    PyErr_Fetch(&v##_t, &v##_v, &v##_tb)
-#define RESTORE_EXC(v) PyErr_Restore(v##_t, v##_v, v##_tb)
-#endif
-
 static int intern_str(PyObject *s, uint32_t *id) {
     Py_ssize_t len;
     PyObject *bytes = NULL;
