@@ -238,26 +238,24 @@ def key_averages(window, group_by_input_shape=False):
                          "on module ranges (record_shapes), not on every op")
     _, cpu, gpu = _build(window)
     groups = {}
+
+    def add(device, name, cpu_total, self_cpu, dev_total, self_dev):
+        g = groups.get((device, name))
+        if g is None:
+            g = groups[(device, name)] = FunctionEventAvg(name, device)
+        g.count += 1
+        g.cpu_time_total += cpu_total
+        g.self_cpu_time_total += self_cpu
+        g.device_time_total += dev_total
+        g.self_device_time_total += self_dev
+
     for ev in cpu:
-        if ev.category == "python_function":
-            continue
-        g = groups.get(("CPU", ev.name))
-        if g is None:
-            g = groups[("CPU", ev.name)] = FunctionEventAvg(ev.name, "CPU")
-        g.count += 1
-        g.cpu_time_total += ev.duration_us
-        g.self_cpu_time_total += ev.self_cpu_time_total
-        g.device_time_total += ev.device_time_total
-        g.self_device_time_total += ev.self_device_time_total
+        if ev.category != "python_function":
+            add("CPU", ev.name, ev.duration_us, ev.self_cpu_time_total, ev.device_time_total,
+                ev.self_device_time_total)
     for ev in gpu:
-        if ev.device_type != "CUDA" or ev.category == "gpu_user_annotation":
-            continue
-        g = groups.get(("CUDA", ev.name))
-        if g is None:
-            g = groups[("CUDA", ev.name)] = FunctionEventAvg(ev.name, "CUDA")
-        g.count += 1
-        g.device_time_total += ev.duration_us
-        g.self_device_time_total += ev.duration_us
+        if ev.device_type == "CUDA" and ev.category != "gpu_user_annotation":
+            add("CUDA", ev.name, 0.0, 0.0, ev.duration_us, ev.duration_us)
     rows = sorted(groups.values(), key=lambda r: (r.cpu_time_total, r.device_time_total),
                   reverse=True)
     return EventList(rows)
