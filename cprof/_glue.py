@@ -121,6 +121,14 @@ class _Installed:
     def __init__(self):
         self.parts = []
 
+    def module_names(self):
+        """Names given to module ranges so far (with_modules / record_shapes)."""
+        names = set()
+        for p in self.parts:
+            resolver = getattr(p, "resolver", None)
+            names.update(getattr(resolver, "names", ()))
+        return names
+
     def remove(self):
         parts, self.parts = self.parts, []
         for p in reversed(parts):

@@ -83,6 +83,7 @@ class _Resolver:
         # id(module) -> prefix of its children's paths ("" for a root). Ids are stable: the C
         # cache holds a reference to every named module until clear(), which drops this too.
         self._prefix = {}
+        self.names = set()  # every module range name given: the trace lists them (cprof report)
         self._subtrees = {}  # id(parent) -> {id(descendant): path}, built on first need
         self.on_new_module = None  # called first on each call (install sets it)
 
@@ -92,6 +93,7 @@ class _Resolver:
         cls = type(module).__name__
         if parent is None:
             self._prefix[id(module)] = ""
+            self.names.add(cls)
             return cls
         prefix = self._prefix.get(id(parent))
         if prefix is None:  # the parent was named by other hooks: use what they named it
@@ -109,6 +111,7 @@ class _Resolver:
             path = tree.get(id(module))
             name = prefix + path if path else f"{parent_name}.{cls}"
         self._prefix[id(module)] = name + "."
+        self.names.add(name)
         return name
 
     @staticmethod

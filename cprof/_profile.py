@@ -431,6 +431,11 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
     def _uninstall_glue(self):
         g, self._glue = self._glue, None
         if g is not None:
+            names = g.module_names()
+            if names and self._window is not None:
+                # the trace lists module range names so cprof report can tell them from
+                # user ranges (they are user_annotation ranges named by module path)
+                self._window.notes["modules"] = sorted(names)
             g.remove()
 
     def _release_last(self):

@@ -36,7 +36,8 @@ enum {
     CPROF_E_FULL = -8,       /* a bounded table is full (names) */
     CPROF_E_JSON = -9,       /* a JSON document given to the core does not parse */
     CPROF_E_EXISTS = -10,    /* could not find a free output name */
-    CPROF_E_UNAVAILABLE = -11 /* a library or device is not there */
+    CPROF_E_UNAVAILABLE = -11, /* a library or device is not there */
+    CPROF_E_FORMAT = -12     /* an input trace is not readable JSON / Chrome trace (message says where) */
 };
 
 /* A short static description of an error code (never NULL). */

@@ -14,6 +14,7 @@ const char *cprof_strerror(int code) {
     case CPROF_E_FULL: return "table full";
     case CPROF_E_JSON: return "invalid JSON";
     case CPROF_E_EXISTS: return "no free output file name";
+    case CPROF_E_FORMAT: return "not a readable Chrome trace";
     case CPROF_E_UNAVAILABLE: return "not available";
     default: return "unknown error";
     }

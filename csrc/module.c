@@ -1302,7 +1302,8 @@ static int module_exec(PyObject *m) {
         PyModule_AddIntConstant(m, "MAX_DEPTH", CPROF_MAX_DEPTH) < 0 ||
         PyModule_AddStringConstant(m, "__version__", CPROF_VERSION) < 0)
         return -1;
-    if (cprof_py_tracer_add(m) < 0 || cprof_py_hooks_add(m) < 0) return -1;
+    if (cprof_py_tracer_add(m) < 0 || cprof_py_hooks_add(m) < 0 || cprof_py_report_add(m) < 0)
+        return -1;
     return 0;
 }
 

@@ -22,5 +22,7 @@
 int cprof_py_tracer_add(PyObject *m);
 /* py_hooks.c: nn.Module forward hooks in C (with_modules) and tensor shape capture. */
 int cprof_py_hooks_add(PyObject *m);
+/* py_report.c: the trace reader for cprof report / merge, and TraceFormatError. */
+int cprof_py_report_add(PyObject *m);
 
 #endif

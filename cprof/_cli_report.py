@@ -1,0 +1,214 @@
+"""`cprof report` and `cprof merge`: analyse cprof or torch.profiler traces, merge rank traces.
+
+    cprof report TRACE [TRACE...] [--format table|csv|json|md] [--top N] [--html OUT.html]
+    cprof merge DIR_OR_FILES... -o merged.trace.json.gz [--force]
+
+Parsing and aggregation run in C (csrc/trace_read.c, trace_analyse.c, trace_gaps.c,
+trace_merge.c through cprof._C.trace_report / trace_merge); this module picks files, adds the
+diagnoses (_diagnose.py) and prints (_report_format.py, _html.py).
+
+Exit codes: 0 done; 1 an input could not be read or parsed, or the output not written (the
+message says which file, where and what to do); 2 bad arguments.
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+
+from . import _C
+from ._diagnose import diagnose, rank_table
+from ._report_format import TABLES, render
+
+FORMATS = ("table", "csv", "json", "md")
+TRACE_GLOBS = ("*.trace.json", "*.trace.json.gz", "*.pt.trace.json", "*.pt.trace.json.gz")
+
+
+class InputError(Exception):
+    """A file the user named cannot be used; the message says what to do."""
+
+
+def _positive_int(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
+def _nonneg_float(text):
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
+def add_parsers(sub):
+    p = sub.add_parser(
+        "report", help="analyse cprof or torch.profiler traces (plain or .gz)",
+        description="Kernel, CUDA API and memory summaries, GPU utilisation and idle time by "
+                    "cause, the largest gaps, GPU time per range/module/step and diagnoses, "
+                    "from cprof or torch.profiler traces. Several traces of one job (one per "
+                    "rank) also get a per-rank step table that points at stragglers.")
+    p.add_argument("traces", nargs="+", metavar="TRACE",
+                   help="trace files (.json / .json.gz) or directories holding them")
+    p.add_argument("--format", choices=FORMATS, default="table", help="output form (table)")
+    p.add_argument("--top", type=_positive_int, default=20,
+                   help="rows per table: kernels, API calls, ranges, modules, gaps (20)")
+    p.add_argument("--html", metavar="OUT.html",
+                   help="also write a self-contained HTML report (tables and charts)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the report here, not stdout")
+    p.add_argument("--short-gap-us", type=_nonneg_float, default=10.0,
+                   help="idle gaps shorter than this are 'short gaps between kernels' (10)")
+    p.add_argument("--small-copy-bytes", type=_nonneg_float, default=65536,
+                   help="copies below this size count as small (65536)")
+    p.add_argument("--tables", metavar="T1,T2",
+                   help="only these tables (" + ",".join(k for k, _, _ in TABLES) + ")")
+    p.set_defaults(func=cmd_report)
+    m = sub.add_parser(
+        "merge", help="put the rank traces of one job on one timeline",
+        description="Writes one trace with a process group per rank (names kept, 'rank R:' "
+                    "prefixed), timestamps on one time base, and prints the per-rank step "
+                    "times with stragglers flagged.")
+    m.add_argument("inputs", nargs="+", metavar="DIR_OR_FILE",
+                   help="rank traces, or directories holding them")
+    m.add_argument("-o", "--output", required=True, metavar="merged.trace.json.gz",
+                   help="the merged trace (gzip when it ends in .gz)")
+    m.add_argument("--force", action="store_true", help="replace the output if it exists")
+    m.add_argument("--format", choices=("table", "json", "md"), default="table",
+                   help="form of the printed rank table (table)")
+    m.set_defaults(func=cmd_merge)
+
+
+def find_traces(items):
+    """Files named, and the trace files inside directories named (sorted)."""
+    files = []
+    for item in items:
+        if os.path.isdir(item):
+            found = sorted({f for g in TRACE_GLOBS for f in glob.glob(os.path.join(item, g))})
+            if not found:
+                raise InputError(f"{item}: no trace files in this directory (looked for "
+                                 f"{', '.join(TRACE_GLOBS)})")
+            files.extend(found)
+        elif os.path.exists(item):
+            if not os.path.isfile(item):
+                raise InputError(f"{item}: not a regular file")
+            files.append(item)
+        else:
+            raise InputError(f"{item}: no such file or directory")
+    return files
+
+
+def analyse(path, top=20, short_gap_us=10.0, small_copy_bytes=65536):
+    """The report dict of one trace, diagnoses included. Raises InputError."""
+    try:
+        text = _C.trace_report(path, top=top, short_gap_us=short_gap_us,
+                               small_copy_bytes=int(small_copy_bytes))
+    except _C.TraceFormatError as err:
+        raise InputError(f"{err}") from None
+    except OSError as err:
+        raise InputError(f"{path}: {err.strerror or err}") from None
+    report = json.loads(text)
+    report["diagnoses"] = diagnose(report)
+    return report
+
+
+def combine(reports):
+    """One report, or several (ranks) with their rank table and cross-rank diagnoses."""
+    if len(reports) == 1:
+        return reports[0]
+    rows, diags = rank_table(reports)
+    return {"schema": "cprof.report/1", "reports": reports, "ranks": rows, "diagnoses": diags}
+
+
+def _fail(cmd, msg):
+    print(f"cprof {cmd}: error: {msg}", file=sys.stderr)
+    return 1
+
+
+def _write_text(path, text):
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def cmd_report(args):
+    sections = None
+    if args.tables:
+        sections = {s.strip() for s in args.tables.split(",") if s.strip()}
+        unknown = sections - {k for k, _, _ in TABLES}
+        if unknown:
+            return _fail("report", f"unknown table(s) {', '.join(sorted(unknown))}; choose "
+                         f"from {', '.join(k for k, _, _ in TABLES)}")
+    try:
+        files = find_traces(args.traces)
+        reports = [analyse(f, args.top, args.short_gap_us, args.small_copy_bytes)
+                   for f in files]
+    except InputError as err:
+        return _fail("report", err)
+    doc = combine(reports)
+    if args.format == "json":
+        text = json.dumps(doc, indent=1) + "\n"
+    else:
+        text = render(doc, args.format, sections)
+    try:
+        if args.html:
+            from . import _html
+            _write_text(args.html, _html.render(doc))
+        if args.output:
+            _write_text(args.output, text)
+    except OSError as err:
+        return _fail("report", f"cannot write {err.filename}: {err.strerror}; choose another "
+                     "path")
+    if not args.output:
+        sys.stdout.write(text)
+    if args.html:
+        print(f"cprof: HTML report written to {args.html}", file=sys.stderr)
+    return 0
+
+
+def cmd_merge(args):
+    try:
+        files = find_traces(args.inputs)
+    except InputError as err:
+        return _fail("merge", err)
+    out = args.output
+    out_dir = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(out_dir):
+        return _fail("merge", f"the output directory {out_dir} does not exist; create it first")
+    if os.path.abspath(out) in {os.path.abspath(f) for f in files}:
+        return _fail("merge", f"{out} is also an input; write the merged trace elsewhere")
+    try:
+        events, nbytes, texts = _C.trace_merge(files, out, gzip=6 if out.endswith(".gz") else 0,
+                                               replace=args.force)
+    except _C.TraceFormatError as err:
+        return _fail("merge", err)
+    except FileExistsError:
+        return _fail("merge", f"{out} exists; pass --force to replace it")
+    except OSError as err:
+        return _fail("merge", f"{err.filename or out}: {err.strerror or err}")
+    reports = [json.loads(t) for t in texts]
+    for r in reports:
+        r["diagnoses"] = diagnose(r)
+    rows, diags = rank_table(reports)
+    ranks = [r["rank"] for r in rows]
+    if len(set(ranks)) != len(ranks):
+        print("cprof merge: warning: several inputs carry the same rank "
+              f"({ranks}); they are still kept apart as separate process groups",
+              file=sys.stderr)
+    doc = {"schema": "cprof.report/1", "merged": out, "events": events, "bytes": nbytes,
+           "ranks": rows, "diagnoses": diags}
+    if args.format == "json":
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+    else:
+        sys.stdout.write(render({"reports": [], "ranks": rows, "diagnoses": diags},
+                                args.format))
+        print(f"cprof: merged {len(files)} traces ({events:,} events) into {out} "
+              f"({nbytes / 1e6:.1f} MB)", file=sys.stderr)
+    return 0

@@ -1,0 +1,198 @@
+"""Diagnoses in words, each with its evidence, from a report built in C (trace_analyse.c).
+
+Only aggregates are read here (no per-event loop): the thresholds below are the whole rule
+set, documented in docs/usage.md ("cprof report: diagnoses").
+"""
+import statistics
+
+LAUNCH_UTIL_PCT = 60.0       # launch-bound: the GPU is busy less than this share of the window
+LAUNCH_KERNEL_US = 20.0      # ... its kernels average less than this
+LAUNCH_HOST_SHARE = 0.5      # ... and at least half its idle time waits on the host
+SYNC_SHARE = 0.10            # sync stalls: waits or sync-caused idle above 10% of the window
+SMALL_COPIES = 10            # many small copies: at least this many below small_copy_bytes
+IDLE_UTIL_PCT = 50.0         # GPU mostly idle (not launch-bound): busy below this share
+STRAGGLER_RATIO = 1.10       # a rank whose median step is 10% above the ranks' median
+
+
+def _fmt_us(v):
+    v = float(v)
+    if v >= 1e6:
+        return f"{v / 1e6:.2f} s"
+    if v >= 1e3:
+        return f"{v / 1e3:.2f} ms"
+    return f"{v:.1f} µs"
+
+
+def _fmt_bytes(n):
+    n = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024.0
+    return f"{n:.1f} GB"
+
+
+def _d(id_, title, severity, summary, **evidence):
+    return {"id": id_, "title": title, "severity": severity, "summary": summary,
+            "evidence": evidence}
+
+
+def diagnose(r):
+    """The diagnoses of one trace's report, most severe first."""
+    out = []
+    tr = r.get("trace", {})
+    win = max(r.get("window", {}).get("dur_us", 0.0), 1e-9)
+    dropped = {k: v for k, v in (tr.get("dropped") or {}).items() if v}
+    if dropped:
+        out.append(_d("dropped", "Records were dropped while collecting", "high",
+                      "The trace is missing records (" + ", ".join(
+                          f"{k}: {v}" for k, v in dropped.items()) + "): totals below are "
+                      "lower bounds. Raise buffer_size_mb or shorten the window.", **dropped))
+    if tr.get("partial"):
+        out.append(_d("partial", "The trace is partial", "medium",
+                      f"Collection ended early ({tr.get('end', 'unknown')}); the last step may "
+                      "be incomplete.", end=tr.get("end", "unknown")))
+    kt = r.get("kernels_total", {})
+    avg_kernel = kt.get("total_us", 0.0) / kt["instances"] if kt.get("instances") else 0.0
+    launches = r.get("launches", {})
+    launch_bound = False
+    for dev in r.get("devices", []):
+        idle = dev["idle"]
+        itot = max(idle["total_us"], 1e-9)
+        host_share = (idle["host_us"] + idle["short_us"]) / itot
+        if (dev["util_pct"] < LAUNCH_UTIL_PCT and 0 < avg_kernel < LAUNCH_KERNEL_US
+                and host_share >= LAUNCH_HOST_SHARE):
+            launch_bound = True
+            out.append(_d(
+                "launch_bound", f"GPU {dev['device']} is launch-bound",
+                "high" if dev["util_pct"] < 30 else "medium",
+                f"GPU {dev['device']} is busy {dev['util_pct']:.1f}% of the "
+                f"{_fmt_us(win)} window; its {dev['kernels']:,} kernels average "
+                f"{avg_kernel:.1f} µs while a launch call takes "
+                f"{launches.get('avg_us', 0.0):.1f} µs on the CPU, and "
+                f"{100 * host_share:.0f}% of the idle time is the GPU waiting for the CPU to "
+                "launch work. Fewer, larger kernels help: torch.compile (mode="
+                "\"reduce-overhead\" uses CUDA graphs), CUDA graphs, fused ops, larger batches.",
+                device=dev["device"], util_pct=dev["util_pct"], kernels=dev["kernels"],
+                avg_kernel_us=round(avg_kernel, 3), launch_calls=launches.get("calls", 0),
+                avg_launch_us=round(launches.get("avg_us", 0.0), 3),
+                idle_waiting_on_host_pct=round(100 * host_share, 1)))
+    sync = r.get("sync", {})
+    sync_idle = sum(d["idle"]["sync_us"] for d in r.get("devices", []))
+    if sync.get("total_us", 0) >= SYNC_SHARE * win or sync_idle >= SYNC_SHARE * win:
+        names = ", ".join(f"{s['name']} ×{s['calls']}" for s in sync.get("by_name", [])[:3])
+        out.append(_d(
+            "sync_stalls", "Synchronisation stalls", "high" if sync_idle >= 0.25 * win
+            else "medium",
+            f"The CPU waits for the GPU {sync.get('calls', 0):,} times for "
+            f"{_fmt_us(sync.get('total_us', 0))} ({100 * sync.get('total_us', 0) / win:.1f}% "
+            f"of the window; {names or 'CUPTI sync records'}), and the GPU then sits idle "
+            f"{_fmt_us(sync_idle)} until new work arrives. Look for .item(), .cpu(), "
+            ".tolist(), printing tensors, torch.cuda.synchronize() or blocking copies inside "
+            "the step; keep values on the GPU or sync once per step.",
+            sync_calls=sync.get("calls", 0), sync_us=sync.get("total_us", 0),
+            sync_pct_of_window=round(100 * sync.get("total_us", 0) / win, 1),
+            gpu_idle_after_sync_us=round(sync_idle, 3)))
+    pageable = [m for m in r.get("memory", []) if m.get("pageable")]
+    if pageable:
+        n = sum(m["pageable"] for m in pageable)
+        out.append(_d(
+            "pageable_copies", "Copies from pageable host memory", "medium",
+            f"{n:,} host-device copies use pageable memory "
+            f"({', '.join(m['kind'] for m in pageable)}): they are staged through a driver "
+            "buffer, run at a fraction of the bandwidth and block the CPU. Pin the host "
+            "tensors (pin_memory=True in the DataLoader, tensor.pin_memory()) and copy with "
+            "non_blocking=True.", pageable_copies=n,
+            kinds=",".join(m["kind"] for m in pageable)))
+    small = [m for m in r.get("memory", []) if m.get("small") and m["kind"] != "memset"]
+    nsmall = sum(m["small"] for m in small)
+    if nsmall >= SMALL_COPIES:
+        out.append(_d(
+            "small_copies", "Many small host-device copies", "medium",
+            f"{nsmall:,} copies move less than 64 KB each; each costs a launch and a "
+            "synchronisation point. Batch them into one tensor, or keep the data on the GPU.",
+            small_copies=nsmall))
+    comp = r.get("compiled", {})
+    if comp.get("nested"):
+        out.append(_d(
+            "graph_breaks", "Graph breaks in compiled code", "medium",
+            f"{comp['nested']} of {comp['regions']} \"Torch-Compiled Region\" ranges run nested "
+            f"inside another (depth up to {comp['max_depth']}): torch.compile broke the graph "
+            "there (or code was skipped or disabled). Find the cause with "
+            "TORCH_LOGS=graph_breaks or torch._dynamo.explain(fn)(*args).",
+            compiled_regions=comp["regions"], nested_regions=comp["nested"],
+            max_depth=comp["max_depth"], compiled_functions=comp.get("compiled_functions", 0)))
+    if not launch_bound:
+        for dev in r.get("devices", []):
+            if dev["util_pct"] < IDLE_UTIL_PCT and r.get("gaps"):
+                g = max((g for g in r["gaps"] if g["device"] == dev["device"]),
+                        key=lambda g: g["dur_us"], default=None)
+                if g is None:
+                    continue
+                cpu = g["cpu"][0]["name"] if g.get("cpu") else "nothing recorded"
+                out.append(_d(
+                    "gpu_idle", f"GPU {dev['device']} is idle most of the window", "medium",
+                    f"GPU {dev['device']} is busy {dev['util_pct']:.1f}% of the window; idle "
+                    f"{_fmt_us(dev['idle']['total_us'])}: waiting on the host "
+                    f"{_fmt_us(dev['idle']['host_us'])}, after syncs "
+                    f"{_fmt_us(dev['idle']['sync_us'])}. The largest gap is "
+                    f"{_fmt_us(g['dur_us'])} while the CPU ran {cpu!r}.",
+                    device=dev["device"], util_pct=dev["util_pct"],
+                    largest_gap_us=g["dur_us"], cpu_during_gap=cpu))
+    if not r.get("devices"):
+        out.append(_d("cpu_only", "No GPU activity in this trace", "info",
+                      "The trace holds CPU ranges only (no GPU was used or collected); the "
+                      "tables show CPU time.", events=tr.get("events", 0)))
+    order = {"high": 0, "medium": 1, "info": 2}
+    out.sort(key=lambda d: order[d["severity"]])
+    return out
+
+
+def rank_table(reports):
+    """Per-rank step times and GPU figures, stragglers flagged; plus cross-rank diagnoses."""
+    rows = []
+    for i, r in enumerate(reports):
+        steps = [s["cpu_us"] for s in r.get("steps", [])]
+        rank = r["trace"].get("rank")
+        devs = r.get("devices", [])
+        rows.append({
+            "rank": rank if rank is not None else i,
+            "path": r["trace"]["path"],
+            "steps": len(steps),
+            "step_med_us": round(statistics.median(steps), 3) if steps else None,
+            "step_mean_us": round(statistics.fmean(steps), 3) if steps else None,
+            "step_max_us": round(max(steps), 3) if steps else None,
+            "gpu_busy_pct": round(statistics.fmean(d["util_pct"] for d in devs), 2)
+            if devs else None,
+            "collective_us": r.get("collectives", {}).get("total_us", 0.0),
+            "straggler": False,
+        })
+    diags = []
+    meds = [r["step_med_us"] for r in rows if r["step_med_us"]]
+    if len(meds) >= 2:
+        typical = statistics.median(meds)
+        for row in rows:
+            m = row["step_med_us"]
+            if m and typical and m / typical >= STRAGGLER_RATIO:
+                row["straggler"] = True
+        slow = [r for r in rows if r["straggler"]]
+        if slow:
+            worst = max(slow, key=lambda r: r["step_med_us"])
+            fastest_coll = min(rows, key=lambda r: r["collective_us"])
+            diags.append(_d(
+                "stragglers", "Straggler rank" + ("s" if len(slow) > 1 else ""), "high",
+                f"Rank {worst['rank']}'s median step takes {_fmt_us(worst['step_med_us'])}, "
+                f"{worst['step_med_us'] / typical:.2f}x the ranks' median "
+                f"({_fmt_us(typical)}); "
+                + (f"straggling ranks: {', '.join(str(r['rank']) for r in slow)}. " if
+                   len(slow) > 1 else "")
+                + "The others wait for it in their collectives"
+                + (f" (rank {fastest_coll['rank']} spends least time in collectives: "
+                   f"{_fmt_us(fastest_coll['collective_us'])})" if
+                   any(r["collective_us"] for r in rows) else "")
+                + ". Check its input pipeline, data sizes, host load and GPU clocks.",
+                straggler_ranks=",".join(str(r["rank"]) for r in slow),
+                worst_rank=worst["rank"], worst_step_med_us=worst["step_med_us"],
+                ranks_median_step_us=round(typical, 3),
+                ratio=round(worst["step_med_us"] / typical, 3)))
+    return rows, diags

@@ -1,0 +1,241 @@
+"""Text forms of a cprof report (table, csv, md; json is the dict itself). The report is built
+in C (csrc/trace_analyse.c, trace_gaps.c); this only lays out its small tables."""
+import csv
+import io
+
+from ._diagnose import _fmt_bytes, _fmt_us
+
+# (key, title, columns): columns are (field, header, kind) with kind f3 (3 decimals), int,
+# pct, str, bytes
+KERNEL_COLS = [("time_pct", "Time (%)", "pct"), ("total_us", "Total Time (us)", "f3"),
+               ("instances", "Instances", "int"), ("avg_us", "Avg (us)", "f3"),
+               ("med_us", "Med (us)", "f3"), ("min_us", "Min (us)", "f3"),
+               ("max_us", "Max (us)", "f3"), ("stddev_us", "StdDev (us)", "f3"),
+               ("name", "Name", "str")]
+TABLES = [
+    ("kernels", "CUDA GPU Kernel Summary", KERNEL_COLS),
+    ("cuda_api", "CUDA API Summary", KERNEL_COLS),
+    ("memory", "GPU Memory Operations", [
+        ("kind", "Kind", "str"), ("count", "Count", "int"), ("bytes", "Total", "bytes"),
+        ("total_us", "Time (us)", "f3"), ("gbps", "GB/s", "f3"),
+        ("pageable", "Pageable", "int"), ("small", "Small (<64KB)", "int")]),
+    ("devices", "GPU Utilisation", [
+        ("device", "Device", "int"), ("stream", "Stream", "str"), ("busy_us", "Busy (us)", "f3"),
+        ("util_pct", "Util (%)", "pct"), ("idle_us", "Idle (us)", "f3"),
+        ("host_us", "Wait host (us)", "f3"), ("sync_us", "After sync (us)", "f3"),
+        ("short_us", "Short gaps (us)", "f3"), ("other_us", "Other (us)", "f3")]),
+    ("gaps", "Largest GPU Idle Gaps", [
+        ("device", "Device", "int"), ("start_us", "Start (us)", "f3"),
+        ("dur_us", "Idle (us)", "f3"), ("kind", "Cause", "str"),
+        ("before", "After kernel", "str"), ("after", "Before kernel", "str"),
+        ("cpu_text", "CPU during the gap", "str")]),
+    ("steps", "Steps", [
+        ("step", "Step", "int"), ("cpu_us", "CPU (us)", "f3"), ("gpu_us", "GPU (us)", "f3"),
+        ("kernels", "GPU ops", "int"), ("name", "Name", "str")]),
+    ("ranges", "Top Ranges by GPU Time", [
+        ("gpu_us", "GPU (us)", "f3"), ("cpu_us", "CPU (us)", "f3"), ("calls", "Calls", "int"),
+        ("kernels", "GPU ops", "int"), ("cat", "Category", "str"), ("name", "Name", "str")]),
+    ("modules", "Top Modules by GPU Time", [
+        ("gpu_us", "GPU (us)", "f3"), ("cpu_us", "CPU (us)", "f3"), ("calls", "Calls", "int"),
+        ("kernels", "GPU ops", "int"), ("name", "Name", "str")]),
+]
+RANK_COLS = [("rank", "Rank", "int"), ("steps", "Steps", "int"),
+             ("step_med_us", "Step med (us)", "f3"), ("step_mean_us", "Step mean (us)", "f3"),
+             ("step_max_us", "Step max (us)", "f3"), ("gpu_busy_pct", "GPU busy (%)", "pct"),
+             ("collective_us", "Collectives (us)", "f3"), ("straggler_text", "Straggler", "str"),
+             ("path", "Trace", "str")]
+
+
+def _rows(report, key):
+    """The rows of one table, flattened for display."""
+    if key == "devices":
+        out = []
+        for d in report.get("devices", []):
+            i = d["idle"]
+            out.append({"device": d["device"], "stream": "all", "busy_us": d["busy_us"],
+                        "util_pct": d["util_pct"], "idle_us": i["total_us"],
+                        "host_us": i["host_us"], "sync_us": i["sync_us"],
+                        "short_us": i["short_us"], "other_us": i["other_us"]})
+            for s in d["streams"]:
+                out.append({"device": d["device"], "stream": str(s["stream"]),
+                            "busy_us": s["busy_us"], "util_pct": s["util_pct"]})
+        return out
+    if key == "gaps":
+        return [dict(g, cpu_text="; ".join(f"{c['name']} ({c['cat']}, {c['overlap_us']:.1f} us)"
+                                           for c in g.get("cpu", [])))
+                for g in report.get("gaps", [])]
+    return report.get(key, [])
+
+
+def _cell(v, kind):
+    if v is None or v == "":
+        return ""
+    if kind == "f3":
+        return f"{float(v):,.3f}"
+    if kind == "pct":
+        return f"{float(v):.1f}"
+    if kind == "int":
+        return f"{int(v):,}" if isinstance(v, (int, float)) else str(v)
+    if kind == "bytes":
+        return _fmt_bytes(v)
+    return str(v)
+
+
+def _clip(text, width):
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _text_table(rows, cols, clip=60):
+    """Aligned columns as `nsys stats` prints them; text columns other than the last are
+    clipped to clip characters (the last, usually the name, is printed whole)."""
+    head = [h for _, h, _ in cols]
+    body = [[_cell(r.get(f), k) if k != "str" or i == len(cols) - 1
+             else _clip(_cell(r.get(f), k), clip) for i, (f, _, k) in enumerate(cols)]
+            for r in rows]
+    widths = [max([len(head[i])] + [len(b[i]) for b in body]) for i in range(len(cols))]
+    lines = []
+    for cells in [head, ["-" * w for w in widths]] + body:
+        parts = []
+        for i, (c, (_, _, kind)) in enumerate(zip(cells, cols)):
+            last = i == len(cols) - 1
+            parts.append(c if last else (c.ljust(widths[i]) if kind == "str" else
+                                         c.rjust(widths[i])))
+        lines.append(" " + "  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+def _md_table(rows, cols):
+    def esc(s):
+        return s.replace("|", "\\|").replace("\n", " ")
+    lines = ["| " + " | ".join(h for _, h, _ in cols) + " |",
+             "| " + " | ".join("---" if k == "str" else "---:" for _, _, k in cols) + " |"]
+    for r in rows:
+        lines.append("| " + " | ".join(esc(_cell(r.get(f), k)) for f, _, k in cols) + " |")
+    return "\n".join(lines)
+
+
+def _header_lines(r):
+    tr, win = r["trace"], r["window"]
+    bits = [f"trace: {tr['path']}", f"producer: {tr['producer']}"]
+    if tr.get("rank") is not None:
+        bits.append(f"rank {tr['rank']}/{tr.get('world_size')}")
+    bits.append(f"{tr['events']:,} events")
+    bits.append(f"window {_fmt_us(win['dur_us'])}")
+    if tr.get("partial"):
+        bits.append(f"PARTIAL ({tr.get('end')})")
+    return ", ".join(bits)
+
+
+def _diag_lines(diags):
+    out = []
+    for d in diags:
+        out.append(f"[{d['severity']}] {d['title']}: {d['summary']}")
+        ev = ", ".join(f"{k}={v}" for k, v in d["evidence"].items())
+        if ev:
+            out.append(f"    evidence: {ev}")
+    return out
+
+
+def _one(report, fmt, sections):
+    out = []
+    if fmt == "table":
+        out.append(_header_lines(report))
+        out.append("")
+        out.append("** Diagnoses:")
+        out.extend(["  " + ln for ln in _diag_lines(report.get("diagnoses", []))] or
+                   ["  none: nothing stands out"])
+        for key, title, cols in TABLES:
+            if sections and key not in sections:
+                continue
+            rows = _rows(report, key)
+            out.append("")
+            out.append(f"** {title} ({key}):")
+            out.append("")
+            out.append(_text_table(rows, cols) if rows else "  (none in this trace)")
+        c = report.get("compiled", {})
+        if c.get("regions") or c.get("triton_kernels"):
+            out.append("")
+            out.append(f"** Compiled code: {c['regions']} Torch-Compiled Regions "
+                       f"({c['nested']} nested, max depth {c['max_depth']}), "
+                       f"{c['compiled_functions']} CompiledFunction, "
+                       f"{c['triton_kernels']} Triton kernels")
+    else:  # md
+        out.append(f"## {report['trace']['path']}")
+        out.append("")
+        out.append(_header_lines(report))
+        out.append("")
+        out.append("### Diagnoses")
+        out.append("")
+        for d in report.get("diagnoses", []) or []:
+            out.append(f"- **{d['title']}** ({d['severity']}): {d['summary']}")
+        if not report.get("diagnoses"):
+            out.append("- nothing stands out")
+        for key, title, cols in TABLES:
+            if sections and key not in sections:
+                continue
+            rows = _rows(report, key)
+            out.append("")
+            out.append(f"### {title}")
+            out.append("")
+            out.append(_md_table(rows, cols) if rows else "_none in this trace_")
+    return out
+
+
+def render(doc, fmt, sections=None):
+    """doc: one report, or {"reports": [...], "ranks": [...], "diagnoses": [...]}."""
+    reports = doc["reports"] if "reports" in doc else [doc]
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        blocks = []
+        for key, _, cols in TABLES + [("diagnoses", "", None)]:
+            if sections and key not in sections:
+                continue
+            blocks.append((key, cols))
+        if "ranks" in doc:
+            blocks.insert(0, ("ranks", RANK_COLS))
+        for bi, (key, cols) in enumerate(blocks):
+            if bi:
+                buf.write("\n")
+            if key == "diagnoses":
+                w.writerow(["table", "trace", "id", "severity", "title", "summary"])
+                for r in reports:
+                    for d in r.get("diagnoses", []):
+                        w.writerow([key, r["trace"]["path"], d["id"], d["severity"], d["title"],
+                                    d["summary"]])
+                for d in doc.get("diagnoses", []) if "reports" in doc else []:
+                    w.writerow([key, "", d["id"], d["severity"], d["title"], d["summary"]])
+                continue
+            if key == "ranks":
+                w.writerow(["table"] + [f for f, _, _ in cols])
+                for row in doc["ranks"]:
+                    w.writerow([key] + [row.get(f) for f, _, _ in cols])
+                continue
+            w.writerow(["table", "trace"] + [f for f, _, _ in cols])
+            for r in reports:
+                for row in _rows(r, key):
+                    w.writerow([key, r["trace"]["path"]] + [row.get(f, "") for f, _, _ in cols])
+        return buf.getvalue()
+    out = []
+    if "ranks" in doc:
+        rows = [dict(r, straggler_text="yes" if r["straggler"] else "") for r in doc["ranks"]]
+        if fmt == "table":
+            out.append("** Ranks (step time per rank):")
+            out.append("")
+            out.append(_text_table(rows, RANK_COLS))
+            out.append("")
+            out.extend(_diag_lines(doc.get("diagnoses", [])) or ["no straggler"])
+        else:
+            out.append("## Ranks")
+            out.append("")
+            out.append(_md_table(rows, RANK_COLS))
+            out.append("")
+            for d in doc.get("diagnoses", []):
+                out.append(f"- **{d['title']}** ({d['severity']}): {d['summary']}")
+        out.append("")
+    for i, r in enumerate(reports):
+        if i:
+            out.append("")
+            out.append("=" * 80 if fmt == "table" else "---")
+        out.extend(_one(r, fmt, sections))
+    return "\n".join(out) + "\n"

@@ -1,0 +1,652 @@
+/* The report of one parsed trace (cprof report): kernel and CUDA API summaries as `nsys stats`
+ * prints them, memory operations by kind, GPU time attributed to the CPU ranges, modules and
+ * steps that launched it, compiled-region nesting, collectives; utilisation and gaps come from
+ * trace_gaps.c. Output is JSON (cJSON); the words (diagnoses) are added in Python from it.
+ * Pure C on caller-owned data: any thread. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trace_read.h"
+
+static double us(int64_t ns) { return (double)ns / 1000.0; }
+
+static int starts_with(const cprof_trace *t, uint32_t id, const char *prefix) {
+    size_t n, m = strlen(prefix);
+    const char *s = cprof_trace_str(t, id, &n);
+    return n >= m && memcmp(s, prefix, m) == 0;
+}
+
+static int contains_ci(const cprof_trace *t, uint32_t id, const char *needle) {
+    size_t n, m = strlen(needle);
+    const char *s = cprof_trace_str(t, id, &n);
+    for (size_t i = 0; i + m <= n; i++) {
+        size_t k = 0;
+        while (k < m && (s[i + k] | 0x20) == needle[k]) k++;
+        if (k == m) return 1;
+    }
+    return 0;
+}
+
+static void add_str(cJSON *o, const char *key, const cprof_trace *t, uint32_t id) {
+    size_t n;
+    const char *s = cprof_trace_str(t, id, &n);
+    char stackbuf[256], *c = n < sizeof stackbuf ? stackbuf : malloc(n + 1);
+    if (!c) return;
+    memcpy(c, s, n);
+    c[n] = 0;
+    cJSON_AddStringToObject(o, key, c);
+    if (c != stackbuf) free(c);
+}
+
+/* ---- per-name duration statistics (kernels, API calls) ---- */
+
+typedef struct named_dur {
+    uint32_t name;
+    int64_t dur;
+} named_dur;
+
+static int cmp_named_dur(const void *a, const void *b) {
+    const named_dur *x = a, *y = b;
+    if (x->name != y->name) return x->name < y->name ? -1 : 1;
+    return (x->dur > y->dur) - (x->dur < y->dur);
+}
+
+typedef struct stat_row {
+    uint32_t name;
+    uint64_t n;
+    int64_t total, min, max;
+    double med, sd;
+} stat_row;
+
+static int cmp_row_total(const void *a, const void *b) {
+    const stat_row *x = a, *y = b;
+    if (x->total != y->total) return x->total < y->total ? 1 : -1;
+    return (x->name > y->name) - (x->name < y->name);
+}
+
+/* Rows of Time %, Total, Instances, Avg, Med, Min, Max, StdDev (sample), Name; top rows kept.
+ * *sum: the total over every name, *count: instances, *distinct: names. */
+static int stats_table(const cprof_trace *t, named_dur *v, size_t n, int top, cJSON *arr,
+                       int64_t *sum, uint64_t *count, uint64_t *distinct) {
+    qsort(v, n, sizeof *v, cmp_named_dur);
+    stat_row *rows = malloc((n ? n : 1) * sizeof *rows);
+    if (!rows) return CPROF_E_NOMEM;
+    size_t nr = 0;
+    int64_t all = 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        int64_t tot = 0;
+        while (j < n && v[j].name == v[i].name) tot += v[j++].dur;
+        uint64_t k = j - i;
+        double mean = (double)tot / (double)k, ss = 0;
+        for (size_t q = i; q < j; q++) ss += ((double)v[q].dur - mean) * ((double)v[q].dur - mean);
+        double med = k % 2 ? (double)v[i + k / 2].dur
+                           : ((double)v[i + k / 2 - 1].dur + (double)v[i + k / 2].dur) / 2.0;
+        rows[nr++] = (stat_row){v[i].name, k, tot, v[i].dur, v[j - 1].dur, med,
+                                k > 1 ? sqrt(ss / (double)(k - 1)) : 0.0};
+        all += tot;
+        i = j;
+    }
+    qsort(rows, nr, sizeof *rows, cmp_row_total);
+    for (size_t i = 0; i < nr && (top <= 0 || i < (size_t)top); i++) {
+        cJSON *r = cJSON_CreateObject();
+        if (!r) break;
+        cJSON_AddItemToArray(arr, r);
+        stat_row *s = &rows[i];
+        add_str(r, "name", t, s->name);
+        cJSON_AddNumberToObject(r, "time_pct",
+                                all ? round(10000.0 * (double)s->total / (double)all) / 100.0 : 0.0);
+        cJSON_AddNumberToObject(r, "total_us", us(s->total));
+        cJSON_AddNumberToObject(r, "instances", (double)s->n);
+        cJSON_AddNumberToObject(r, "avg_us", round((double)s->total / (double)s->n) / 1000.0);
+        cJSON_AddNumberToObject(r, "med_us", round(s->med) / 1000.0);
+        cJSON_AddNumberToObject(r, "min_us", us(s->min));
+        cJSON_AddNumberToObject(r, "max_us", us(s->max));
+        cJSON_AddNumberToObject(r, "stddev_us", round(s->sd) / 1000.0);
+    }
+    *sum = all;
+    *count = n;
+    *distinct = nr;
+    free(rows);
+    return CPROF_OK;
+}
+
+/* ---- memory operations by kind ---- */
+
+enum { MEM_HTOD, MEM_DTOH, MEM_DTOD, MEM_HTOH, MEM_PTOP, MEM_SET, MEM_OTHER, MEM_KINDS };
+static const char *const mem_names[MEM_KINDS] = {"HtoD", "DtoH", "DtoD", "HtoH",
+                                                 "PtoP", "memset", "other"};
+
+static int mem_kind(const cprof_trace *t, const cprof_tev *e) {
+    if (e->kind == CPROF_TK_MEMSET) return MEM_SET;
+    size_t n;
+    const char *s = cprof_trace_str(t, e->name, &n);
+    for (size_t i = 0; i + 4 <= n; i++) {
+        if (memcmp(s + i, "HtoD", 4) == 0) return MEM_HTOD;
+        if (memcmp(s + i, "DtoH", 4) == 0) return MEM_DTOH;
+        if (memcmp(s + i, "DtoD", 4) == 0) return MEM_DTOD;
+        if (memcmp(s + i, "HtoH", 4) == 0) return MEM_HTOH;
+        if (memcmp(s + i, "PtoP", 4) == 0) return MEM_PTOP;
+    }
+    return MEM_OTHER;
+}
+
+static void memory_table(const cprof_trace *t, const cprof_report_opts *o, cJSON *root) {
+    struct {
+        uint64_t count, pageable, small;
+        int64_t bytes, time;
+    } m[MEM_KINDS] = {{0}};
+    const cprof_tev *ev = cprof_trace_events(t);
+    size_t n = cprof_trace_nevents(t);
+    for (size_t i = 0; i < n; i++) {
+        const cprof_tev *e = &ev[i];
+        if (e->ph != 'X' || (e->kind != CPROF_TK_MEMCPY && e->kind != CPROF_TK_MEMSET)) continue;
+        int k = mem_kind(t, e);
+        int64_t bytes = e->bytes == CPROF_TEV_NONE ? 0 : e->bytes;
+        m[k].count++;
+        m[k].bytes += bytes;
+        m[k].time += e->dur_ns > 0 ? e->dur_ns : 0;
+        if (k != MEM_SET && contains_ci(t, e->name, "pageable")) m[k].pageable++;
+        if (k != MEM_SET && e->bytes != CPROF_TEV_NONE && bytes < o->small_copy_bytes) m[k].small++;
+    }
+    cJSON *arr = cJSON_AddArrayToObject(root, "memory");
+    for (int k = 0; k < MEM_KINDS && arr; k++) {
+        if (!m[k].count) continue;
+        cJSON *r = cJSON_CreateObject();
+        if (!r) return;
+        cJSON_AddItemToArray(arr, r);
+        cJSON_AddStringToObject(r, "kind", mem_names[k]);
+        cJSON_AddNumberToObject(r, "count", (double)m[k].count);
+        cJSON_AddNumberToObject(r, "bytes", (double)m[k].bytes);
+        cJSON_AddNumberToObject(r, "total_us", us(m[k].time));
+        /* bytes per ns is GB/s */
+        cJSON_AddNumberToObject(r, "gbps", m[k].time > 0
+                                               ? round(1000.0 * (double)m[k].bytes / (double)m[k].time) / 1000.0
+                                               : 0.0);
+        cJSON_AddNumberToObject(r, "pageable", (double)m[k].pageable);
+        cJSON_AddNumberToObject(r, "small", (double)m[k].small);
+    }
+}
+
+/* ---- GPU time attributed to the CPU ranges enclosing each launch ---- */
+
+typedef struct item {
+    int64_t pid, tid, ts, dur;
+    uint32_t idx;
+    uint8_t is_launch;
+} item;
+
+static int cmp_item(const void *a, const void *b) {
+    const item *x = a, *y = b;
+    if (x->pid != y->pid) return x->pid < y->pid ? -1 : 1;
+    if (x->tid != y->tid) return x->tid < y->tid ? -1 : 1;
+    if (x->ts != y->ts) return x->ts < y->ts ? -1 : 1;
+    if (x->is_launch != y->is_launch) return x->is_launch ? 1 : -1; /* a range opens first */
+    if (x->dur != y->dur) return x->dur > y->dur ? -1 : 1;            /* the parent first */
+    return (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+typedef struct agg {
+    uint64_t calls, kernels;
+    int64_t cpu, gpu;
+    uint8_t kind;
+} agg;
+
+typedef struct frame {
+    uint32_t idx;
+    int64_t end, gpu;
+    uint64_t kernels;
+    uint8_t outermost, compiled;
+} frame;
+
+typedef struct step {
+    uint32_t name;
+    int64_t num, start, cpu, gpu;
+    uint64_t kernels;
+} step;
+
+typedef struct attribution {
+    agg *by_name; /* indexed by string id */
+    uint32_t nnames;
+    step *steps;
+    size_t nsteps, capsteps;
+    uint64_t regions, nested, max_depth, compiled_functions;
+    int64_t unattributed_gpu;
+} attribution;
+
+/* GPU time and op count of each correlation id (kernels, copies, sets). */
+typedef struct gpu_by_corr {
+    int64_t *keys, *ns;
+    uint64_t *ops;
+    size_t mask;
+} gpu_by_corr;
+
+static uint64_t mix(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return x;
+}
+
+static int gpu_map_build(const cprof_trace *t, gpu_by_corr *m) {
+    const cprof_tev *ev = cprof_trace_events(t);
+    size_t n = cprof_trace_nevents(t), count = 0, cap = 1024;
+    for (size_t i = 0; i < n; i++)
+        if (cprof_trace_is_gpu_op(&ev[i]) && ev[i].correlation != CPROF_TEV_NONE) count++;
+    while (cap < count * 2) cap *= 2;
+    m->keys = malloc(cap * sizeof *m->keys);
+    m->ns = calloc(cap, sizeof *m->ns);
+    m->ops = calloc(cap, sizeof *m->ops);
+    if (!m->keys || !m->ns || !m->ops) return CPROF_E_NOMEM;
+    m->mask = cap - 1;
+    for (size_t i = 0; i < cap; i++) m->keys[i] = CPROF_TEV_NONE;
+    for (size_t i = 0; i < n; i++) {
+        const cprof_tev *e = &ev[i];
+        if (!cprof_trace_is_gpu_op(e) || e->correlation == CPROF_TEV_NONE) continue;
+        size_t h = mix((uint64_t)e->correlation) & m->mask;
+        while (m->keys[h] != CPROF_TEV_NONE && m->keys[h] != e->correlation) h = (h + 1) & m->mask;
+        m->keys[h] = e->correlation;
+        m->ns[h] += e->dur_ns > 0 ? e->dur_ns : 0;
+        m->ops[h]++;
+    }
+    return CPROF_OK;
+}
+
+static int64_t gpu_map_get(const gpu_by_corr *m, int64_t corr, uint64_t *ops) {
+    size_t h = mix((uint64_t)corr) & m->mask;
+    while (m->keys[h] != CPROF_TEV_NONE) {
+        if (m->keys[h] == corr) {
+            *ops = m->ops[h];
+            return m->ns[h];
+        }
+        h = (h + 1) & m->mask;
+    }
+    *ops = 0;
+    return -1;
+}
+
+static int is_range(const cprof_tev *e) {
+    return e->ph == 'X' && e->dur_ns >= 0 &&
+           (e->kind == CPROF_TK_CPU_OP || e->kind == CPROF_TK_USER_ANNOTATION ||
+            e->kind == CPROF_TK_PYTHON_FUNCTION);
+}
+
+static int64_t step_number(const cprof_trace *t, uint32_t name) {
+    size_t n;
+    const char *s = cprof_trace_str(t, name, &n);
+    const size_t p = sizeof "ProfilerStep#" - 1;
+    if (n <= p || memcmp(s, "ProfilerStep#", p) != 0) return -1;
+    int64_t v = 0;
+    for (size_t i = p; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9' || v > INT64_MAX / 10 - 10) return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    return v;
+}
+
+static void pop_frame(const cprof_trace *t, attribution *a, frame *stack, size_t *depth,
+                      uint32_t *active, uint64_t *compiled_depth) {
+    const cprof_tev *ev = cprof_trace_events(t);
+    frame *f = &stack[--*depth];
+    const cprof_tev *e = &ev[f->idx];
+    agg *g = &a->by_name[e->name];
+    g->calls++;
+    if (f->outermost) { /* recursion: count a name's time once */
+        g->cpu += e->dur_ns;
+        g->gpu += f->gpu;
+        g->kernels += f->kernels;
+    }
+    active[e->name]--;
+    if (f->compiled) (*compiled_depth)--;
+    if (*depth) {
+        stack[*depth - 1].gpu += f->gpu;
+        stack[*depth - 1].kernels += f->kernels;
+    }
+    int64_t num = step_number(t, e->name);
+    if (num >= 0) {
+        if (a->nsteps == a->capsteps) {
+            size_t cap = a->capsteps ? a->capsteps * 2 : 64;
+            step *ns = realloc(a->steps, cap * sizeof *ns);
+            if (!ns) return; /* a step row lost to memory: the totals above still hold */
+            a->steps = ns;
+            a->capsteps = cap;
+        }
+        a->steps[a->nsteps++] = (step){e->name, num, e->ts_ns, e->dur_ns, f->gpu, f->kernels};
+    }
+}
+
+static int attribute(const cprof_trace *t, attribution *a) {
+    const cprof_tev *ev = cprof_trace_events(t);
+    size_t n = cprof_trace_nevents(t), ni = 0;
+    gpu_by_corr gm = {0};
+    int rc = gpu_map_build(t, &gm);
+    item *items = NULL;
+    uint32_t *active = NULL;
+    frame *stack = NULL;
+    if (rc) goto out;
+    rc = CPROF_E_NOMEM;
+    for (size_t i = 0; i < n; i++)
+        if (is_range(&ev[i]) || ((ev[i].kind == CPROF_TK_RUNTIME || ev[i].kind == CPROF_TK_DRIVER) &&
+                                 ev[i].correlation != CPROF_TEV_NONE))
+            ni++;
+    items = malloc((ni ? ni : 1) * sizeof *items);
+    active = calloc(a->nnames, sizeof *active);
+    size_t cap = 256, depth = 0;
+    stack = malloc(cap * sizeof *stack);
+    if (!items || !active || !stack) goto out;
+    ni = 0;
+    for (size_t i = 0; i < n; i++) {
+        const cprof_tev *e = &ev[i];
+        if (is_range(e)) {
+            items[ni++] = (item){e->pid, e->tid, e->ts_ns, e->dur_ns, (uint32_t)i, 0};
+        } else if ((e->kind == CPROF_TK_RUNTIME || e->kind == CPROF_TK_DRIVER) &&
+                   e->correlation != CPROF_TEV_NONE) {
+            items[ni++] = (item){e->pid, e->tid, e->ts_ns, e->dur_ns, (uint32_t)i, 1};
+        }
+    }
+    qsort(items, ni, sizeof *items, cmp_item);
+    uint64_t compiled_depth = 0;
+    for (size_t q = 0; q < ni; q++) {
+        const item *it = &items[q];
+        if (q && (it->pid != items[q - 1].pid || it->tid != items[q - 1].tid))
+            while (depth) pop_frame(t, a, stack, &depth, active, &compiled_depth);
+        while (depth && stack[depth - 1].end <= it->ts)
+            pop_frame(t, a, stack, &depth, active, &compiled_depth);
+        const cprof_tev *e = &ev[it->idx];
+        if (it->is_launch) {
+            uint64_t ops;
+            int64_t g = gpu_map_get(&gm, e->correlation, &ops);
+            if (g < 0) continue;
+            if (depth) {
+                stack[depth - 1].gpu += g;
+                stack[depth - 1].kernels += ops;
+            } else {
+                a->unattributed_gpu += g;
+            }
+            continue;
+        }
+        if (depth == cap) {
+            frame *ns = realloc(stack, cap * 2 * sizeof *ns);
+            if (!ns) goto out;
+            stack = ns;
+            cap *= 2;
+        }
+        int compiled = starts_with(t, e->name, "Torch-Compiled Region");
+        if (compiled) {
+            a->regions++;
+            if (compiled_depth) a->nested++;
+            compiled_depth++;
+            if (compiled_depth > a->max_depth) a->max_depth = compiled_depth;
+        }
+        size_t nl;
+        const char *nm = cprof_trace_str(t, e->name, &nl);
+        if (nl == 16 && memcmp(nm, "CompiledFunction", 16) == 0) a->compiled_functions++;
+        if (!a->by_name[e->name].kind) a->by_name[e->name].kind = e->kind;
+        stack[depth++] = (frame){it->idx, e->ts_ns + e->dur_ns, 0, 0,
+                                 (uint8_t)(active[e->name]++ == 0), (uint8_t)compiled};
+    }
+    while (depth) pop_frame(t, a, stack, &depth, active, &compiled_depth);
+    rc = CPROF_OK;
+out:
+    free(items);
+    free(active);
+    free(stack);
+    free(gm.keys);
+    free(gm.ns);
+    free(gm.ops);
+    return rc;
+}
+
+typedef struct ranked {
+    uint32_t name;
+    int64_t gpu, cpu;
+} ranked;
+
+static int cmp_ranked(const void *a, const void *b) {
+    const ranked *x = a, *y = b;
+    if (x->gpu != y->gpu) return x->gpu < y->gpu ? 1 : -1;
+    if (x->cpu != y->cpu) return x->cpu < y->cpu ? 1 : -1;
+    return (x->name > y->name) - (x->name < y->name);
+}
+
+static const char *kind_cat(uint8_t k) {
+    switch (k) {
+    case CPROF_TK_CPU_OP: return "cpu_op";
+    case CPROF_TK_USER_ANNOTATION: return "user_annotation";
+    case CPROF_TK_PYTHON_FUNCTION: return "python_function";
+    default: return "other";
+    }
+}
+
+static int is_module(const cprof_trace *t, uint32_t name) {
+    return (cprof_trace_str_flags(t, name) & CPROF_TSTR_MODULE) ||
+           starts_with(t, name, "nn.Module: ");
+}
+
+/* which: 0 ranges (cpu_op / user_annotation, not steps or modules), 1 modules */
+static int ranked_table(const cprof_trace *t, const attribution *a, int which, int top,
+                        cJSON *arr) {
+    ranked *r = malloc((a->nnames ? a->nnames : 1) * sizeof *r);
+    if (!r) return CPROF_E_NOMEM;
+    size_t nr = 0;
+    for (uint32_t id = 1; id < a->nnames; id++) {
+        const agg *g = &a->by_name[id];
+        if (!g->calls) continue;
+        int mod = is_module(t, id);
+        if (which == 1 ? !mod
+                       : (mod || g->kind == CPROF_TK_PYTHON_FUNCTION || step_number(t, id) >= 0))
+            continue;
+        r[nr++] = (ranked){id, g->gpu, g->cpu};
+    }
+    qsort(r, nr, sizeof *r, cmp_ranked);
+    for (size_t i = 0; i < nr && (top <= 0 || i < (size_t)top); i++) {
+        const agg *g = &a->by_name[r[i].name];
+        cJSON *o = cJSON_CreateObject();
+        if (!o) break;
+        cJSON_AddItemToArray(arr, o);
+        add_str(o, "name", t, r[i].name);
+        cJSON_AddStringToObject(o, "cat", kind_cat(g->kind));
+        cJSON_AddNumberToObject(o, "calls", (double)g->calls);
+        cJSON_AddNumberToObject(o, "cpu_us", us(g->cpu));
+        cJSON_AddNumberToObject(o, "gpu_us", us(g->gpu));
+        cJSON_AddNumberToObject(o, "kernels", (double)g->kernels);
+    }
+    free(r);
+    return CPROF_OK;
+}
+
+static int cmp_step(const void *a, const void *b) {
+    const step *x = a, *y = b;
+    return (x->start > y->start) - (x->start < y->start);
+}
+
+/* ---- assembly ---- */
+
+static void add_info(const cprof_trace *t, const char *path, cJSON *root) {
+    const cprof_trace_info *in = cprof_trace_get_info(t);
+    cJSON *tr = cJSON_AddObjectToObject(root, "trace");
+    cJSON_AddStringToObject(tr, "path", path ? path : "");
+    cJSON_AddStringToObject(tr, "producer", in->is_cprof   ? "cprof"
+                                            : in->is_torch ? "torch.profiler"
+                                                           : "unknown");
+    if (in->rank != CPROF_TEV_NONE) cJSON_AddNumberToObject(tr, "rank", (double)in->rank);
+    else cJSON_AddNullToObject(tr, "rank");
+    if (in->world_size != CPROF_TEV_NONE)
+        cJSON_AddNumberToObject(tr, "world_size", (double)in->world_size);
+    else cJSON_AddNullToObject(tr, "world_size");
+    cJSON_AddBoolToObject(tr, "partial", in->partial == 1);
+    if (in->end_reason) add_str(tr, "end", t, in->end_reason);
+    cJSON_AddNumberToObject(tr, "events", (double)cprof_trace_nevents(t));
+    cJSON_AddNumberToObject(tr, "json_bytes", (double)in->text_bytes);
+    if (in->base_time_ns != CPROF_TEV_NONE)
+        cJSON_AddNumberToObject(tr, "base_time_ns", (double)in->base_time_ns);
+    cJSON *dropped = NULL;
+    size_t tl;
+    const char *text = cprof_trace_text(t, &tl);
+    if (text && in->dropped.len && (size_t)in->dropped.off + in->dropped.len <= tl)
+        dropped = cJSON_ParseWithLength(text + in->dropped.off, in->dropped.len);
+    if (dropped) cJSON_AddItemToObject(tr, "dropped", dropped);
+    else cJSON_AddNullToObject(tr, "dropped");
+}
+
+int cprof_report_build(const cprof_trace *t, const cprof_report_opts *opts, const char *path,
+                       char **json_out) {
+    cprof_report_opts o = *opts;
+    if (o.top <= 0) o.top = 20;
+    const cprof_tev *ev = cprof_trace_events(t);
+    size_t n = cprof_trace_nevents(t);
+    int rc = CPROF_E_NOMEM;
+    cJSON *root = cJSON_CreateObject();
+    named_dur *kd = NULL, *ad = NULL;
+    attribution a = {0};
+    if (!root) return CPROF_E_NOMEM;
+    cJSON_AddStringToObject(root, "schema", "cprof.report/1");
+    add_info(t, path, root);
+
+    /* the window: every timed event (metadata events carry ts 0 and do not count) */
+    int64_t w0 = INT64_MAX, w1 = INT64_MIN;
+    size_t nk = 0, na = 0;
+    for (size_t i = 0; i < n; i++) {
+        const cprof_tev *e = &ev[i];
+        if (e->ph == 'X' && e->dur_ns >= 0) {
+            if (e->ts_ns < w0) w0 = e->ts_ns;
+            if (e->ts_ns + e->dur_ns > w1) w1 = e->ts_ns + e->dur_ns;
+            if (e->kind == CPROF_TK_KERNEL) nk++;
+            else if (e->kind == CPROF_TK_RUNTIME || e->kind == CPROF_TK_DRIVER) na++;
+        } else if (e->ph == 'i' || e->ph == 'I' || e->ph == 'B' || e->ph == 'E') {
+            if (e->ts_ns < w0) w0 = e->ts_ns;
+            if (e->ts_ns > w1) w1 = e->ts_ns;
+        }
+    }
+    if (w0 > w1) w0 = w1 = 0;
+    cJSON *win = cJSON_AddObjectToObject(root, "window");
+    cJSON_AddNumberToObject(win, "start_us", us(w0));
+    cJSON_AddNumberToObject(win, "end_us", us(w1));
+    cJSON_AddNumberToObject(win, "dur_us", us(w1 - w0));
+
+    kd = malloc((nk ? nk : 1) * sizeof *kd);
+    ad = malloc((na ? na : 1) * sizeof *ad);
+    if (!kd || !ad) goto out;
+    nk = na = 0;
+    int64_t launch_total = 0, coll_total = 0, sync_total = 0;
+    uint64_t launches = 0, colls = 0, tritons = 0, syncs = 0;
+    struct {
+        uint32_t name;
+        uint64_t calls;
+        int64_t total;
+    } sync_by[16];
+    int nsync_names = 0;
+    for (size_t i = 0; i < n; i++) {
+        const cprof_tev *e = &ev[i];
+        if (e->ph != 'X' || e->dur_ns < 0) continue;
+        if (e->kind == CPROF_TK_KERNEL) {
+            kd[nk++] = (named_dur){e->name, e->dur_ns};
+            if (contains_ci(t, e->name, "nccl")) {
+                colls++;
+                coll_total += e->dur_ns;
+            }
+            if (starts_with(t, e->name, "triton_")) tritons++;
+        } else if (e->kind == CPROF_TK_RUNTIME || e->kind == CPROF_TK_DRIVER) {
+            ad[na++] = (named_dur){e->name, e->dur_ns};
+            if (contains_ci(t, e->name, "launch")) {
+                launches++;
+                launch_total += e->dur_ns;
+            }
+        }
+        if (cprof_trace_is_sync(t, e) && e->kind != CPROF_TK_SYNC) {
+            syncs++;
+            sync_total += e->dur_ns;
+            int q = 0;
+            while (q < nsync_names && sync_by[q].name != e->name) q++;
+            if (q == nsync_names && q < 16) { /* more than 16 kinds of sync: totals only */
+                sync_by[q].name = e->name;
+                sync_by[q].calls = 0;
+                sync_by[q].total = 0;
+                nsync_names++;
+            }
+            if (q < nsync_names) {
+                sync_by[q].calls++;
+                sync_by[q].total += e->dur_ns;
+            }
+        }
+    }
+    int64_t ksum, asum;
+    uint64_t kcount, kdistinct, acount, adistinct;
+    cJSON *karr = cJSON_AddArrayToObject(root, "kernels");
+    if (!karr || stats_table(t, kd, nk, o.top, karr, &ksum, &kcount, &kdistinct)) goto out;
+    cJSON *kt = cJSON_AddObjectToObject(root, "kernels_total");
+    cJSON_AddNumberToObject(kt, "total_us", us(ksum));
+    cJSON_AddNumberToObject(kt, "instances", (double)kcount);
+    cJSON_AddNumberToObject(kt, "distinct", (double)kdistinct);
+    cJSON *aarr = cJSON_AddArrayToObject(root, "cuda_api");
+    if (!aarr || stats_table(t, ad, na, o.top, aarr, &asum, &acount, &adistinct)) goto out;
+    memory_table(t, &o, root);
+
+    if (cprof_gaps_report(t, &o, w0, w1, root)) goto out;
+
+    /* attribution needs one slot per string id */
+    size_t nstr = 1;
+    for (size_t i = 0; i < n; i++)
+        if (ev[i].name >= nstr) nstr = (size_t)ev[i].name + 1;
+    a.nnames = (uint32_t)nstr;
+    a.by_name = calloc(nstr, sizeof *a.by_name);
+    if (!a.by_name || attribute(t, &a)) goto out;
+    cJSON *ranges = cJSON_AddArrayToObject(root, "ranges");
+    cJSON *modules = cJSON_AddArrayToObject(root, "modules");
+    if (!ranges || !modules || ranked_table(t, &a, 0, o.top, ranges) ||
+        ranked_table(t, &a, 1, o.top, modules))
+        goto out;
+    qsort(a.steps, a.nsteps, sizeof *a.steps, cmp_step);
+    cJSON *steps = cJSON_AddArrayToObject(root, "steps");
+    for (size_t i = 0; i < a.nsteps && steps; i++) {
+        cJSON *s = cJSON_CreateObject();
+        if (!s) goto out;
+        cJSON_AddItemToArray(steps, s);
+        add_str(s, "name", t, a.steps[i].name);
+        cJSON_AddNumberToObject(s, "step", (double)a.steps[i].num);
+        cJSON_AddNumberToObject(s, "start_us", us(a.steps[i].start));
+        cJSON_AddNumberToObject(s, "cpu_us", us(a.steps[i].cpu));
+        cJSON_AddNumberToObject(s, "gpu_us", us(a.steps[i].gpu));
+        cJSON_AddNumberToObject(s, "kernels", (double)a.steps[i].kernels);
+    }
+    cJSON *cr = cJSON_AddObjectToObject(root, "compiled");
+    cJSON_AddNumberToObject(cr, "regions", (double)a.regions);
+    cJSON_AddNumberToObject(cr, "nested", (double)a.nested);
+    cJSON_AddNumberToObject(cr, "max_depth", (double)a.max_depth);
+    cJSON_AddNumberToObject(cr, "compiled_functions", (double)a.compiled_functions);
+    cJSON_AddNumberToObject(cr, "triton_kernels", (double)tritons);
+    cJSON *lo = cJSON_AddObjectToObject(root, "launches");
+    cJSON_AddNumberToObject(lo, "calls", (double)launches);
+    cJSON_AddNumberToObject(lo, "total_us", us(launch_total));
+    cJSON_AddNumberToObject(lo, "avg_us", launches ? us(launch_total) / (double)launches : 0.0);
+    cJSON *so = cJSON_AddObjectToObject(root, "sync");
+    cJSON_AddNumberToObject(so, "calls", (double)syncs);
+    cJSON_AddNumberToObject(so, "total_us", us(sync_total));
+    cJSON *sb = cJSON_AddArrayToObject(so, "by_name");
+    for (int q = 0; q < nsync_names && sb; q++) {
+        cJSON *r = cJSON_CreateObject();
+        if (!r) goto out;
+        cJSON_AddItemToArray(sb, r);
+        add_str(r, "name", t, sync_by[q].name);
+        cJSON_AddNumberToObject(r, "calls", (double)sync_by[q].calls);
+        cJSON_AddNumberToObject(r, "total_us", us(sync_by[q].total));
+    }
+    cJSON *co = cJSON_AddObjectToObject(root, "collectives");
+    cJSON_AddNumberToObject(co, "kernels", (double)colls);
+    cJSON_AddNumberToObject(co, "total_us", us(coll_total));
+    cJSON_AddNumberToObject(root, "unattributed_gpu_us", us(a.unattributed_gpu));
+    char *text = cJSON_PrintUnformatted(root);
+    if (!text) goto out;
+    *json_out = text;
+    rc = CPROF_OK;
+out:
+    cJSON_Delete(root);
+    free(kd);
+    free(ad);
+    free(a.by_name);
+    free(a.steps);
+    return rc;
+}

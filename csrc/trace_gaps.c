@@ -1,0 +1,427 @@
+/* GPU utilisation of a parsed trace: busy time per device and stream (union of kernel, copy
+ * and set intervals), the idle time between them classified by cause, the largest gaps with
+ * what the CPU was doing, and a binned timeline per device. Part of `cprof report`
+ * (trace_analyse.c assembles the report). Pure C on caller-owned data: any thread. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trace_read.h"
+
+typedef struct op {
+    int64_t s, e;
+    int32_t dev, stream;
+    uint32_t idx;
+} op;
+
+typedef struct gap {
+    int64_t s, e;
+    int32_t dev;
+    int kind;
+    int64_t before, after; /* event indices, -1: none */
+} gap;
+
+enum { GAP_HOST, GAP_SYNC, GAP_SHORT, GAP_OTHER, GAP_KINDS };
+static const char *const gap_kind_names[GAP_KINDS] = {"host", "sync", "short", "other"};
+
+static int cmp_dev_start(const void *a, const void *b) {
+    const op *x = a, *y = b;
+    if (x->dev != y->dev) return x->dev < y->dev ? -1 : 1;
+    if (x->s != y->s) return x->s < y->s ? -1 : 1;
+    return (x->e > y->e) - (x->e < y->e);
+}
+
+static int cmp_stream_start(const void *a, const void *b) {
+    const op *x = a, *y = b;
+    if (x->dev != y->dev) return x->dev < y->dev ? -1 : 1;
+    if (x->stream != y->stream) return x->stream < y->stream ? -1 : 1;
+    return (x->s > y->s) - (x->s < y->s);
+}
+
+typedef struct span {
+    int64_t s, e;
+} span;
+
+static int cmp_span(const void *a, const void *b) {
+    const span *x = a, *y = b;
+    return (x->s > y->s) - (x->s < y->s);
+}
+
+int cprof_trace_is_gpu_op(const cprof_tev *e) {
+    return e->ph == 'X' && (e->kind == CPROF_TK_KERNEL || e->kind == CPROF_TK_MEMCPY ||
+                            e->kind == CPROF_TK_MEMSET);
+}
+
+static int name_contains(const cprof_trace *t, uint32_t id, const char *needle) {
+    size_t n;
+    const char *s = cprof_trace_str(t, id, &n);
+    size_t m = strlen(needle);
+    for (size_t i = 0; i + m <= n; i++)
+        if (memcmp(s + i, needle, m) == 0) return 1;
+    return 0;
+}
+
+/* CPU-side waits: CUPTI sync records and *Synchronize API calls. */
+int cprof_trace_is_sync(const cprof_trace *t, const cprof_tev *e) {
+    if (e->ph != 'X' || e->dur_ns < 0) return 0;
+    if (e->kind == CPROF_TK_SYNC) return 1;
+    return (e->kind == CPROF_TK_RUNTIME || e->kind == CPROF_TK_DRIVER) &&
+           name_contains(t, e->name, "Synchronize");
+}
+
+/* correlation id -> index of the API call that launched it (open addressing) */
+typedef struct corr_map {
+    int64_t *keys;
+    uint32_t *vals;
+    size_t mask;
+} corr_map;
+
+static uint64_t mix(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return x;
+}
+
+static int corr_launches(const cprof_trace *t, corr_map *m) {
+    size_t n = cprof_trace_nevents(t), cap = 1024;
+    const cprof_tev *ev = cprof_trace_events(t);
+    size_t count = 0;
+    for (size_t i = 0; i < n; i++)
+        if ((ev[i].kind == CPROF_TK_RUNTIME || ev[i].kind == CPROF_TK_DRIVER) &&
+            ev[i].correlation != CPROF_TEV_NONE)
+            count++;
+    while (cap < count * 2) cap *= 2;
+    m->keys = malloc(cap * sizeof *m->keys);
+    m->vals = malloc(cap * sizeof *m->vals);
+    if (!m->keys || !m->vals) {
+        free(m->keys);
+        free(m->vals);
+        return CPROF_E_NOMEM;
+    }
+    m->mask = cap - 1;
+    for (size_t i = 0; i < cap; i++) m->keys[i] = CPROF_TEV_NONE;
+    for (size_t i = 0; i < n; i++) {
+        const cprof_tev *e = &ev[i];
+        if ((e->kind != CPROF_TK_RUNTIME && e->kind != CPROF_TK_DRIVER) ||
+            e->correlation == CPROF_TEV_NONE)
+            continue;
+        size_t h = mix((uint64_t)e->correlation) & m->mask;
+        while (m->keys[h] != CPROF_TEV_NONE && m->keys[h] != e->correlation) h = (h + 1) & m->mask;
+        if (m->keys[h] == CPROF_TEV_NONE) { /* the first call of a correlation id wins */
+            m->keys[h] = e->correlation;
+            m->vals[h] = (uint32_t)i;
+        }
+    }
+    return CPROF_OK;
+}
+
+static int64_t corr_get(const corr_map *m, int64_t corr) {
+    if (corr == CPROF_TEV_NONE) return -1;
+    size_t h = mix((uint64_t)corr) & m->mask;
+    while (m->keys[h] != CPROF_TEV_NONE) {
+        if (m->keys[h] == corr) return m->vals[h];
+        h = (h + 1) & m->mask;
+    }
+    return -1;
+}
+
+/* Does any sync interval overlap [s, e)? spans sorted by start, pmax = prefix max of ends. */
+static int sync_overlaps(const span *sy, const int64_t *pmax, size_t n, int64_t s, int64_t e) {
+    size_t lo = 0, hi = n; /* first index with start >= e */
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (sy[mid].s < e) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo > 0 && pmax[lo - 1] > s;
+}
+
+static cJSON *add_obj(cJSON *arr) {
+    cJSON *o = cJSON_CreateObject();
+    if (o) cJSON_AddItemToArray(arr, o);
+    return o;
+}
+
+static double us(int64_t ns) { return (double)ns / 1000.0; }
+
+static double pct(int64_t part, int64_t whole) {
+    return whole > 0 ? (double)(int64_t)(10000.0 * (double)part / (double)whole + 0.5) / 100.0 : 0.0;
+}
+
+static void add_name(cJSON *o, const char *key, const cprof_trace *t, int64_t idx) {
+    if (idx < 0) {
+        cJSON_AddNullToObject(o, key);
+        return;
+    }
+    size_t n;
+    const char *s = cprof_trace_str(t, cprof_trace_events(t)[idx].name, &n);
+    char *c = malloc(n + 1);
+    if (!c) return;
+    memcpy(c, s, n);
+    c[n] = 0;
+    cJSON_AddStringToObject(o, key, c);
+    free(c);
+}
+
+typedef struct cand {
+    int64_t overlap, dur;
+    uint32_t idx;
+} cand;
+
+static int cmp_cand(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    return (x->dur > y->dur) - (x->dur < y->dur);
+}
+
+static int is_cpu_activity(const cprof_tev *e) {
+    switch (e->kind) {
+    case CPROF_TK_CPU_OP:
+    case CPROF_TK_USER_ANNOTATION:
+    case CPROF_TK_PYTHON_FUNCTION:
+    case CPROF_TK_RUNTIME:
+    case CPROF_TK_DRIVER:
+    case CPROF_TK_SYNC: return e->ph == 'X' && e->dur_ns >= 0;
+    default: return 0;
+    }
+}
+
+/* The innermost CPU events covering at least a tenth of the gap (at most 4, shortest first). */
+static void gap_cpu(const cprof_trace *t, const gap *g, cJSON *o) {
+    cJSON *arr = cJSON_AddArrayToObject(o, "cpu");
+    const cprof_tev *ev = cprof_trace_events(t);
+    size_t n = cprof_trace_nevents(t), nc = 0, cap = 64;
+    cand *c = malloc(cap * sizeof *c);
+    if (!c || !arr) {
+        free(c);
+        return;
+    }
+    int64_t need = (g->e - g->s) / 10;
+    for (size_t i = 0; i < n; i++) {
+        const cprof_tev *e = &ev[i];
+        if (!is_cpu_activity(e)) continue;
+        int64_t s = e->ts_ns > g->s ? e->ts_ns : g->s;
+        int64_t en = e->ts_ns + e->dur_ns < g->e ? e->ts_ns + e->dur_ns : g->e;
+        if (en - s <= need || en <= s) continue;
+        if (nc == cap) {
+            cand *nb = realloc(c, cap * 2 * sizeof *c);
+            if (!nb) break;
+            c = nb;
+            cap *= 2;
+        }
+        c[nc++] = (cand){en - s, e->dur_ns, (uint32_t)i};
+    }
+    qsort(c, nc, sizeof *c, cmp_cand);
+    for (size_t i = 0; i < nc && i < 4; i++) {
+        cJSON *r = add_obj(arr);
+        if (!r) break;
+        add_name(r, "name", t, c[i].idx);
+        size_t cn;
+        const char *cat = cprof_trace_str(t, ev[c[i].idx].cat, &cn);
+        char cbuf[64];
+        snprintf(cbuf, sizeof cbuf, "%.*s", (int)(cn < 63 ? cn : 63), cat);
+        cJSON_AddStringToObject(r, "cat", cbuf);
+        cJSON_AddNumberToObject(r, "overlap_us", us(c[i].overlap));
+        cJSON_AddNumberToObject(r, "dur_us", us(c[i].dur));
+    }
+    free(c);
+}
+
+static void keep_largest(gap *top, int *ntop, int cap, const gap *g) {
+    int64_t d = g->e - g->s;
+    int pos = *ntop;
+    while (pos > 0 && top[pos - 1].e - top[pos - 1].s < d) pos--;
+    if (pos >= cap) return;
+    int last = *ntop < cap ? *ntop : cap - 1;
+    memmove(&top[pos + 1], &top[pos], (size_t)(last - pos) * sizeof *top);
+    top[pos] = *g;
+    if (*ntop < cap) (*ntop)++;
+}
+
+int cprof_gaps_report(const cprof_trace *t, const cprof_report_opts *o, int64_t win0,
+                      int64_t win1, cJSON *root) {
+    const cprof_tev *ev = cprof_trace_events(t);
+    size_t n = cprof_trace_nevents(t), nops = 0, nsync = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (cprof_trace_is_gpu_op(&ev[i]) && ev[i].dur_ns >= 0) nops++;
+        else if (cprof_trace_is_sync(t, &ev[i])) nsync++;
+    }
+    cJSON *devices = cJSON_AddArrayToObject(root, "devices");
+    cJSON *gaps_out = cJSON_AddArrayToObject(root, "gaps");
+    if (!devices || !gaps_out) return CPROF_E_NOMEM;
+    if (nops == 0) return CPROF_OK;
+    int rc = CPROF_E_NOMEM;
+    int top_cap = o->top > 0 ? o->top : 10;
+    op *ops = malloc(nops * sizeof *ops);
+    span *sy = malloc((nsync ? nsync : 1) * sizeof *sy);
+    int64_t *pmax = malloc((nsync ? nsync : 1) * sizeof *pmax);
+    gap *top = malloc((size_t)top_cap * sizeof *top);
+    corr_map cm = {0};
+    if (!ops || !sy || !pmax || !top || corr_launches(t, &cm)) goto out;
+    size_t k = 0, ks = 0;
+    for (size_t i = 0; i < n; i++) {
+        const cprof_tev *e = &ev[i];
+        if (cprof_trace_is_gpu_op(e) && e->dur_ns >= 0) {
+            int32_t dev = e->device >= 0 ? e->device
+                          : (!CPROF_TEV_IS_STR(e->pid) && e->pid >= 0 && e->pid < 1024) ? (int32_t)e->pid : 0;
+            int32_t st = e->stream >= 0 ? e->stream
+                         : (!CPROF_TEV_IS_STR(e->tid) && e->tid >= 0 && e->tid < INT32_MAX) ? (int32_t)e->tid : 0;
+            ops[k++] = (op){e->ts_ns, e->ts_ns + e->dur_ns, dev, st, (uint32_t)i};
+        } else if (cprof_trace_is_sync(t, e)) {
+            sy[ks++] = (span){e->ts_ns, e->ts_ns + e->dur_ns};
+        }
+    }
+    qsort(sy, nsync, sizeof *sy, cmp_span);
+    for (size_t i = 0; i < nsync; i++) pmax[i] = i && pmax[i - 1] > sy[i].e ? pmax[i - 1] : sy[i].e;
+
+    /* per stream busy time (union per stream) */
+    qsort(ops, nops, sizeof *ops, cmp_stream_start);
+    typedef struct sstat {
+        int32_t dev, stream;
+        int64_t busy;
+        uint64_t ops;
+    } sstat;
+    size_t nst = 0;
+    sstat *streams = malloc(nops * sizeof *streams);
+    if (!streams) goto out;
+    for (size_t i = 0; i < nops;) {
+        size_t j = i;
+        int64_t busy = 0, cs = ops[i].s, ce = ops[i].e;
+        for (; j < nops && ops[j].dev == ops[i].dev && ops[j].stream == ops[i].stream; j++) {
+            if (ops[j].s > ce) {
+                busy += ce - cs;
+                cs = ops[j].s;
+                ce = ops[j].e;
+            } else if (ops[j].e > ce) {
+                ce = ops[j].e;
+            }
+        }
+        busy += ce - cs;
+        streams[nst++] = (sstat){ops[i].dev, ops[i].stream, busy, (uint64_t)(j - i)};
+        i = j;
+    }
+
+    /* per device: union, gaps, timeline */
+    qsort(ops, nops, sizeof *ops, cmp_dev_start);
+    int ntop = 0;
+    int bins = o->bins > 0 ? o->bins : 100;
+    int64_t wdur = win1 > win0 ? win1 - win0 : 1;
+    double *binv = calloc((size_t)bins, sizeof *binv);
+    if (!binv) {
+        free(streams);
+        goto out;
+    }
+    size_t si = 0;
+    for (size_t i = 0; i < nops;) {
+        int32_t dev = ops[i].dev;
+        int64_t idle[GAP_KINDS] = {0}, busy = 0, kernels = 0;
+        memset(binv, 0, (size_t)bins * sizeof *binv);
+        int64_t prev_end = win0, prev_last = -1; /* prev_last: the op that ended the last segment */
+        size_t j = i;
+        while (j < nops && ops[j].dev == dev) {
+            /* one busy segment: ops overlapping or touching, merged */
+            int64_t cs = ops[j].s, ce = ops[j].e, first = ops[j].idx, seg_last = ops[j].idx;
+            for (; j < nops && ops[j].dev == dev && ops[j].s <= ce; j++) {
+                if (ev[ops[j].idx].kind == CPROF_TK_KERNEL) kernels++;
+                if (ops[j].e > ce) {
+                    ce = ops[j].e;
+                    seg_last = ops[j].idx;
+                }
+            }
+            if (cs > prev_end) { /* the idle gap before this segment, classified */
+                gap g = {prev_end, cs, dev, GAP_HOST, prev_last, first};
+                int64_t launch = corr_get(&cm, ev[first].correlation);
+                if (cs - prev_end < o->short_gap_ns && prev_last >= 0) g.kind = GAP_SHORT;
+                else if (sync_overlaps(sy, pmax, nsync, prev_end, cs)) g.kind = GAP_SYNC;
+                else if (prev_last < 0 || launch < 0 || ev[launch].ts_ns > prev_end) g.kind = GAP_HOST;
+                else g.kind = GAP_OTHER;
+                idle[g.kind] += cs - prev_end;
+                keep_largest(top, &ntop, top_cap, &g);
+            }
+            busy += ce - cs;
+            /* the timeline: the segment's overlap with each bin */
+            int64_t a = cs < win0 ? win0 : cs, b = ce > win1 ? win1 : ce;
+            if (b > a) {
+                int b0 = (int)((double)(a - win0) * bins / (double)wdur);
+                int b1 = (int)((double)(b - 1 - win0) * bins / (double)wdur);
+                if (b1 >= bins) b1 = bins - 1;
+                if (b0 < 0) b0 = 0;
+                for (int q = b0; q <= b1; q++) {
+                    int64_t q0 = win0 + (int64_t)((double)wdur * q / bins);
+                    int64_t q1 = win0 + (int64_t)((double)wdur * (q + 1) / bins);
+                    int64_t x0 = a > q0 ? a : q0, x1 = b < q1 ? b : q1;
+                    if (x1 > x0 && q1 > q0) binv[q] += (double)(x1 - x0) / (double)(q1 - q0);
+                }
+            }
+            prev_end = ce;
+            prev_last = seg_last;
+        }
+        if (win1 > prev_end) { /* after the last GPU work: the CPU had nothing queued */
+            gap g = {prev_end, win1, dev, GAP_HOST, prev_last, -1};
+            if (sync_overlaps(sy, pmax, nsync, prev_end, win1)) g.kind = GAP_SYNC;
+            idle[g.kind] += win1 - prev_end;
+            keep_largest(top, &ntop, top_cap, &g);
+        }
+        cJSON *d = add_obj(devices);
+        if (!d) goto out_bins;
+        cJSON_AddNumberToObject(d, "device", dev);
+        cJSON_AddNumberToObject(d, "busy_us", us(busy));
+        cJSON_AddNumberToObject(d, "util_pct", pct(busy, wdur));
+        cJSON_AddNumberToObject(d, "kernels", (double)kernels);
+        cJSON *sarr = cJSON_AddArrayToObject(d, "streams");
+        for (; si < nst && streams[si].dev == dev; si++) {
+            cJSON *so = add_obj(sarr);
+            if (!so) goto out_bins;
+            cJSON_AddNumberToObject(so, "stream", streams[si].stream);
+            cJSON_AddNumberToObject(so, "busy_us", us(streams[si].busy));
+            cJSON_AddNumberToObject(so, "util_pct", pct(streams[si].busy, wdur));
+            cJSON_AddNumberToObject(so, "ops", (double)streams[si].ops);
+        }
+        cJSON *id = cJSON_AddObjectToObject(d, "idle");
+        int64_t itotal = idle[0] + idle[1] + idle[2] + idle[3];
+        cJSON_AddNumberToObject(id, "total_us", us(itotal));
+        for (int q = 0; q < GAP_KINDS; q++) {
+            char key[16];
+            snprintf(key, sizeof key, "%s_us", gap_kind_names[q]);
+            cJSON_AddNumberToObject(id, key, us(idle[q]));
+        }
+        cJSON *tl = cJSON_AddObjectToObject(d, "timeline");
+        cJSON_AddNumberToObject(tl, "start_us", us(win0));
+        cJSON_AddNumberToObject(tl, "bin_us", us(wdur) / bins);
+        cJSON *bp = cJSON_AddArrayToObject(tl, "busy_pct");
+        for (int q = 0; q < bins; q++) {
+            double v = binv[q] * 100.0;
+            cJSON_AddItemToArray(bp, cJSON_CreateNumber((double)(int64_t)(v * 10 + 0.5) / 10));
+        }
+        i = j;
+    }
+    for (int q = 0; q < ntop; q++) {
+        cJSON *g = add_obj(gaps_out);
+        if (!g) goto out_bins;
+        cJSON_AddNumberToObject(g, "device", top[q].dev);
+        int64_t ref = top[q].after >= 0 ? top[q].after : top[q].before;
+        int32_t stream = -1;
+        if (ref >= 0) stream = ev[ref].stream >= 0 ? ev[ref].stream : (int32_t)ev[ref].tid;
+        if (stream >= 0) cJSON_AddNumberToObject(g, "stream", stream);
+        else cJSON_AddNullToObject(g, "stream");
+        cJSON_AddNumberToObject(g, "start_us", us(top[q].s));
+        cJSON_AddNumberToObject(g, "dur_us", us(top[q].e - top[q].s));
+        cJSON_AddStringToObject(g, "kind", gap_kind_names[top[q].kind]);
+        add_name(g, "before", t, top[q].before);
+        add_name(g, "after", t, top[q].after);
+        gap_cpu(t, &top[q], g);
+    }
+    rc = CPROF_OK;
+out_bins:
+    free(binv);
+    free(streams);
+out:
+    free(ops);
+    free(sy);
+    free(pmax);
+    free(top);
+    free(cm.keys);
+    free(cm.vals);
+    return rc;
+}

@@ -1,0 +1,175 @@
+/* cprof merge: the rank traces of one job written as one trace. Events are copied from each
+ * input's text with only their pid, ts and flow id rewritten (everything else, args included,
+ * byte for byte), so the merge is as fast as the parse and loses nothing. Process names get a
+ * "rank R: " prefix and processes are ordered by rank. Pure C: any thread, GIL released. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trace_read.h"
+
+#define PID_STRIDE 10000000LL /* pid -> rank * PID_STRIDE + pid (Linux pids stay below 2^22) */
+#define SORT_STRIDE 100000LL
+
+static int flush(cprof_sink *sink, cprof_buf *b) {
+    if (b->oom) return CPROF_E_NOMEM;
+    int rc = b->len ? cprof_sink_write(sink, b->data, b->len) : CPROF_OK;
+    b->len = 0;
+    return rc;
+}
+
+static void put_pid(cprof_buf *b, const cprof_trace *t, int64_t pid, int64_t rank) {
+    if (CPROF_TEV_IS_STR(pid)) {
+        size_t n;
+        const char *s = cprof_trace_str(t, (uint32_t)(pid - INT64_MIN), &n);
+        char pre[32];
+        int pn = snprintf(pre, sizeof pre, "rank %lld ", (long long)rank);
+        char *tmp = malloc((size_t)pn + n);
+        if (!tmp) {
+            b->oom = 1;
+            return;
+        }
+        memcpy(tmp, pre, (size_t)pn);
+        memcpy(tmp + pn, s, n);
+        cprof_buf_json_str(b, tmp, (size_t)pn + n);
+        free(tmp);
+    } else {
+        cprof_buf_i64(b, rank * PID_STRIDE + pid);
+    }
+}
+
+/* A metadata event naming or ordering a process, rewritten for its rank. */
+static int process_meta(cprof_buf *b, const cprof_trace *t, const cprof_tev *e, int64_t rank) {
+    size_t n, vn = 0;
+    const char *name = cprof_trace_str(t, e->name, &n);
+    const char *val = cprof_trace_str(t, e->arg_name, &vn);
+    int is_name = n == 12 && memcmp(name, "process_name", 12) == 0;
+    int is_labels = n == 14 && memcmp(name, "process_labels", 14) == 0;
+    int is_sort = n == 18 && memcmp(name, "process_sort_index", 18) == 0;
+    if (!is_name && !is_labels && !is_sort) return 0;
+    cprof_buf_puts(b, "{\"ph\": \"M\", \"name\": ");
+    cprof_buf_json_str(b, name, n);
+    cprof_buf_puts(b, ", \"ts\": 0, \"pid\": ");
+    put_pid(b, t, e->pid, rank);
+    cprof_buf_puts(b, ", \"tid\": 0, \"args\": {");
+    if (is_sort) {
+        int64_t orig = e->sort_index < 0 ? 0 : e->sort_index;
+        if (orig >= SORT_STRIDE) orig = SORT_STRIDE - 1;
+        cprof_buf_puts(b, "\"sort_index\": ");
+        cprof_buf_i64(b, rank * SORT_STRIDE + orig);
+    } else {
+        char pre[48];
+        int pn = snprintf(pre, sizeof pre, is_name ? "rank %lld: " : "rank %lld, ", (long long)rank);
+        char *tmp = malloc((size_t)pn + vn);
+        if (!tmp) {
+            b->oom = 1;
+            return 1;
+        }
+        memcpy(tmp, pre, (size_t)pn);
+        memcpy(tmp + pn, val, vn);
+        cprof_buf_puts(b, is_name ? "\"name\": " : "\"labels\": ");
+        cprof_buf_json_str(b, tmp, vn ? (size_t)pn + vn : (size_t)pn - 2); /* no value: "rank R" */
+        free(tmp);
+    }
+    cprof_buf_puts(b, "}}");
+    return 1;
+}
+
+typedef struct patch {
+    cprof_tspan at;
+    int what; /* 0 pid, 1 ts, 2 id */
+} patch;
+
+int cprof_trace_merge(cprof_trace *const *traces, const int64_t *ranks, size_t n,
+                      const char *const *paths, cprof_sink *sink, uint64_t *events_out) {
+    if (!traces || !ranks || !sink || n == 0) return CPROF_E_ARG;
+    int64_t base = CPROF_TEV_NONE;
+    const cprof_trace *props = NULL;
+    for (size_t i = 0; i < n; i++) {
+        const cprof_trace_info *in = cprof_trace_get_info(traces[i]);
+        if (!cprof_trace_text(traces[i], NULL)) return CPROF_E_ARG;
+        if (in->base_time_ns != CPROF_TEV_NONE && (base == CPROF_TEV_NONE || in->base_time_ns < base))
+            base = in->base_time_ns;
+        if (!props && in->device_props.len) props = traces[i];
+    }
+    cprof_buf b;
+    cprof_buf_init(&b);
+    uint64_t written = 0;
+    int rc;
+    cprof_buf_puts(&b, "{\n  \"schemaVersion\": 1,\n  \"deviceProperties\": ");
+    if (props) {
+        const cprof_trace_info *in = cprof_trace_get_info(props);
+        cprof_buf_put(&b, cprof_trace_text(props, NULL) + in->device_props.off, in->device_props.len);
+    } else {
+        cprof_buf_puts(&b, "[]");
+    }
+    cprof_buf_puts(&b, ",\n  \"displayTimeUnit\": \"ms\",\n");
+    if (base != CPROF_TEV_NONE) {
+        cprof_buf_puts(&b, "  \"baseTimeNanoseconds\": ");
+        cprof_buf_i64(&b, base);
+        cprof_buf_puts(&b, ",\n");
+    }
+    cprof_buf_puts(&b, "  \"cprof\": {\"merged\": [");
+    for (size_t i = 0; i < n; i++) {
+        const cprof_trace_info *in = cprof_trace_get_info(traces[i]);
+        cprof_buf_puts(&b, i ? ", {\"rank\": " : "{\"rank\": ");
+        cprof_buf_i64(&b, ranks[i]);
+        cprof_buf_puts(&b, ", \"pid_offset\": ");
+        cprof_buf_i64(&b, ranks[i] * PID_STRIDE);
+        cprof_buf_puts(&b, ", \"events\": ");
+        cprof_buf_u64(&b, cprof_trace_nevents(traces[i]));
+        cprof_buf_puts(&b, ", \"partial\": ");
+        cprof_buf_puts(&b, in->partial == 1 ? "true" : "false");
+        if (paths && paths[i]) {
+            cprof_buf_puts(&b, ", \"path\": ");
+            cprof_buf_json_str(&b, paths[i], strlen(paths[i]));
+        }
+        cprof_buf_puts(&b, "}");
+    }
+    cprof_buf_puts(&b, "]},\n  \"traceEvents\": [\n");
+    for (size_t i = 0; i < n; i++) {
+        const cprof_trace *t = traces[i];
+        const cprof_trace_info *in = cprof_trace_get_info(t);
+        const char *text = cprof_trace_text(t, NULL);
+        const cprof_tev *ev = cprof_trace_events(t);
+        size_t ne = cprof_trace_nevents(t);
+        int64_t shift = (base != CPROF_TEV_NONE && in->base_time_ns != CPROF_TEV_NONE)
+                            ? in->base_time_ns - base : 0;
+        for (size_t k = 0; k < ne; k++) {
+            const cprof_tev *e = &ev[k];
+            if (written) cprof_buf_puts(&b, ",\n");
+            written++;
+            if (e->ph == 'M' && e->pid != CPROF_TEV_NONE && process_meta(&b, t, e, ranks[i]))
+                goto next;
+            patch p[3];
+            int np = 0;
+            if (e->pid_at.len) p[np++] = (patch){e->pid_at, 0};
+            if (e->ts_at.len && shift) p[np++] = (patch){e->ts_at, 1};
+            if (e->id_at.len && e->flow_id != CPROF_TEV_NONE) p[np++] = (patch){e->id_at, 2};
+            for (int x = 1; x < np; x++) /* in text order */
+                for (int y = x; y > 0 && p[y].at.off < p[y - 1].at.off; y--) {
+                    patch tmp = p[y];
+                    p[y] = p[y - 1];
+                    p[y - 1] = tmp;
+                }
+            const char *raw = text + e->raw_off;
+            uint32_t pos = 0;
+            for (int x = 0; x < np; x++) {
+                cprof_buf_put(&b, raw + pos, p[x].at.off - pos);
+                if (p[x].what == 0) put_pid(&b, t, e->pid, ranks[i]);
+                else if (p[x].what == 1) cprof_buf_us3(&b, e->ts_ns + shift);
+                else cprof_buf_i64(&b, e->flow_id * (int64_t)n + (int64_t)i);
+                pos = p[x].at.off + p[x].at.len;
+            }
+            cprof_buf_put(&b, raw + pos, e->raw_len - pos);
+        next:
+            if (b.len > (1u << 20) && (rc = flush(sink, &b))) goto out;
+        }
+    }
+    cprof_buf_puts(&b, "\n  ]\n}\n");
+    rc = flush(sink, &b);
+out:
+    cprof_buf_free(&b);
+    if (events_out) *events_out = written;
+    return rc;
+}

@@ -1,0 +1,692 @@
+/* Loads a Chrome trace (plain or gzip) and parses it into compact cprof_tev records with
+ * interned strings: a hand-written single-pass scanner over the whole text, because a DOM of a
+ * 1 GB trace (cJSON, Python's json) costs several times its size and most of the time.
+ * Only the fields the analysis and the merger use are decoded; everything else is skipped
+ * structurally, and every malformed byte is an error with its position. Any thread. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "json_scan.h"
+#include "trace_read.h"
+
+
+typedef struct tstr {
+    const char *s;
+    uint32_t len, hash;
+    uint8_t kind; /* 0xff: not computed */
+    uint8_t flags;
+} tstr;
+
+typedef struct arena_chunk {
+    struct arena_chunk *next;
+    size_t used, cap;
+    char data[];
+} arena_chunk;
+
+struct cprof_trace {
+    cprof_tev *ev;
+    size_t nev, capev;
+    tstr *strs;
+    uint32_t nstrs, capstrs;
+    uint32_t *table; /* open addressing: string ids, 0 empty */
+    uint32_t tmask;
+    arena_chunk *arena;
+    char *text; /* kept when keep_text */
+    size_t text_len;
+    cprof_trace_info info;
+};
+
+/* ---- strings ---- */
+
+static uint32_t hash_bytes(const char *s, size_t n) {
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 16777619u;
+    return h ? h : 1;
+}
+
+static char *arena_copy(cprof_trace *t, const char *s, size_t n) {
+    arena_chunk *c = t->arena;
+    if (!c || c->cap - c->used < n + 1) {
+        size_t cap = n + 1 > (1u << 20) ? n + 1 : (1u << 20);
+        c = malloc(sizeof *c + cap);
+        if (!c) return NULL;
+        c->next = t->arena;
+        c->used = 0;
+        c->cap = cap;
+        t->arena = c;
+    }
+    char *p = c->data + c->used;
+    memcpy(p, s, n);
+    p[n] = 0;
+    c->used += n + 1;
+    return p;
+}
+
+static int table_grow(cprof_trace *t) {
+    uint32_t cap = t->table ? (t->tmask + 1) * 2 : 4096;
+    uint32_t *nt = calloc(cap, sizeof *nt);
+    if (!nt) return CPROF_E_NOMEM;
+    for (uint32_t id = 1; id < t->nstrs; id++) {
+        uint32_t i = t->strs[id].hash & (cap - 1);
+        while (nt[i]) i = (i + 1) & (cap - 1);
+        nt[i] = id;
+    }
+    free(t->table);
+    t->table = nt;
+    t->tmask = cap - 1;
+    return CPROF_OK;
+}
+
+static int intern(cprof_trace *t, const char *s, size_t n, uint32_t *id) {
+    if (n >= UINT32_MAX) return CPROF_E_ARG;
+    if ((size_t)t->nstrs * 2 >= (size_t)t->tmask + 1 && table_grow(t)) return CPROF_E_NOMEM;
+    uint32_t h = hash_bytes(s, n), i = h & t->tmask;
+    for (uint32_t cur; (cur = t->table[i]) != 0; i = (i + 1) & t->tmask) {
+        const tstr *e = &t->strs[cur];
+        if (e->hash == h && e->len == n && memcmp(e->s, s, n) == 0) {
+            *id = cur;
+            return CPROF_OK;
+        }
+    }
+    if (t->nstrs == t->capstrs) {
+        uint32_t cap = t->capstrs * 2;
+        tstr *ns = realloc(t->strs, cap * sizeof *ns);
+        if (!ns) return CPROF_E_NOMEM;
+        t->strs = ns;
+        t->capstrs = cap;
+    }
+    char *copy = arena_copy(t, s, n);
+    if (!copy) return CPROF_E_NOMEM;
+    t->strs[t->nstrs] = (tstr){copy, (uint32_t)n, h, 0xff, 0};
+    t->table[i] = t->nstrs;
+    *id = t->nstrs++;
+    return CPROF_OK;
+}
+
+/* ---- events ---- */
+
+#define KEY(s, n, lit) ((n) == sizeof(lit) - 1 && memcmp((s), (lit), sizeof(lit) - 1) == 0)
+
+static int lower_eq(const char *s, size_t n, const char *lit) {
+    size_t m = strlen(lit);
+    if (n != m) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c >= 'A' && c <= 'Z') c = (char)(c - 'A' + 'a');
+        if (c != lit[i]) return 0;
+    }
+    return 1;
+}
+
+static uint8_t kind_of(const char *s, size_t n) {
+    static const struct {
+        const char *cat;
+        uint8_t kind;
+    } cats[] = {
+        {"kernel", CPROF_TK_KERNEL},           {"gpu_memcpy", CPROF_TK_MEMCPY},
+        {"memcpy", CPROF_TK_MEMCPY},           {"gpu_memset", CPROF_TK_MEMSET},
+        {"memset", CPROF_TK_MEMSET},           {"cuda_runtime", CPROF_TK_RUNTIME},
+        {"runtime", CPROF_TK_RUNTIME},         {"cuda_driver", CPROF_TK_DRIVER},
+        {"driver", CPROF_TK_DRIVER},           {"cuda_sync", CPROF_TK_SYNC},
+        {"cpu_op", CPROF_TK_CPU_OP},           {"operator", CPROF_TK_CPU_OP},
+        {"user_annotation", CPROF_TK_USER_ANNOTATION},
+        {"python_function", CPROF_TK_PYTHON_FUNCTION},
+        {"gpu_user_annotation", CPROF_TK_GPU_USER_ANNOTATION},
+        {"ac2g", CPROF_TK_FLOW},               {"fwdbwd", CPROF_TK_FLOW},
+    };
+    for (size_t i = 0; i < sizeof cats / sizeof cats[0]; i++)
+        if (lower_eq(s, n, cats[i].cat)) return cats[i].kind;
+    return CPROF_TK_OTHER;
+}
+
+/* A pid/tid: a number, or a string interned. */
+static int id_value(cprof_js *ps, int64_t *out, cprof_tspan *at, const char *ev0) {
+    cprof_js_ws(ps);
+    const char *v0 = ps->p;
+    if (ps->p < ps->end && *ps->p == '"') {
+        const char *s;
+        size_t n;
+        uint32_t id;
+        if (cprof_js_str(ps, &s, &n)) return CPROF_E_FORMAT;
+        int rc = intern(((cprof_trace *)ps->user), s, n, &id);
+        if (rc) return rc;
+        *out = CPROF_TEV_STR(id);
+    } else {
+        if (cprof_js_int(ps, out)) return CPROF_E_FORMAT;
+    }
+    if (at) *at = (cprof_tspan){(uint32_t)(v0 - ev0), (uint32_t)(ps->p - v0)};
+    return CPROF_OK;
+}
+
+static int int_value(cprof_js *ps, int64_t *out) {
+    cprof_js_ws(ps);
+    if (ps->p < ps->end && (*ps->p == '-' || (*ps->p >= '0' && *ps->p <= '9'))) {
+        return cprof_js_int(ps, out) ? CPROF_E_FORMAT : CPROF_OK;
+    }
+    return cprof_js_skip(ps, 1); /* a string or null where a number was expected: ignored */
+}
+
+static int args_object(cprof_js *ps, cprof_tev *e) {
+    cprof_js_ws(ps);
+    if (ps->p >= ps->end || *ps->p != '{') return cprof_js_skip(ps, 1);
+    ps->p++;
+    cprof_js_ws(ps);
+    if (ps->p < ps->end && *ps->p == '}') {
+        ps->p++;
+        return CPROF_OK;
+    }
+    for (;;) {
+        const char *k;
+        size_t kn;
+        int rc;
+        if (cprof_js_str(ps, &k, &kn) || cprof_js_expect(ps, ':', "expected ':' after a key")) return CPROF_E_FORMAT;
+        int64_t v;
+        if (KEY(k, kn, "correlation")) {
+            rc = int_value(ps, &e->correlation);
+        } else if (KEY(k, kn, "External id")) {
+            rc = int_value(ps, &e->external_id);
+        } else if (KEY(k, kn, "bytes")) {
+            rc = int_value(ps, &e->bytes);
+        } else if (KEY(k, kn, "device")) {
+            v = -1;
+            rc = int_value(ps, &v);
+            e->device = (int32_t)v;
+        } else if (KEY(k, kn, "stream")) {
+            v = -1;
+            rc = int_value(ps, &v);
+            e->stream = (int32_t)v;
+        } else if (KEY(k, kn, "sort_index")) {
+            v = -1;
+            rc = int_value(ps, &v);
+            e->sort_index = (int32_t)v;
+        } else if ((KEY(k, kn, "name") || KEY(k, kn, "labels")) && e->ph == 'M') {
+            cprof_js_ws(ps);
+            if (ps->p < ps->end && *ps->p == '"') {
+                const char *s;
+                size_t n;
+                rc = cprof_js_str(ps, &s, &n);
+                if (!rc) rc = intern(((cprof_trace *)ps->user), s, n, &e->arg_name);
+            } else {
+                rc = cprof_js_skip(ps, 1);
+            }
+        } else {
+            rc = cprof_js_skip(ps, 1);
+        }
+        if (rc) return rc;
+        cprof_js_ws(ps);
+        if (ps->p >= ps->end) return cprof_js_fail(ps, ps->end, "reading an event's args");
+        if (*ps->p == ',') {
+            ps->p++;
+            continue;
+        }
+        if (*ps->p == '}') {
+            ps->p++;
+            return CPROF_OK;
+        }
+        return cprof_js_fail(ps, ps->p, "expected ',' or '}' in an event's args");
+    }
+}
+
+static int event(cprof_js *ps, cprof_trace *t) {
+    cprof_js_ws(ps);
+    const char *ev0 = ps->p;
+    if (ps->p >= ps->end) return cprof_js_fail(ps, ps->end, "reading traceEvents");
+    if (*ps->p != '{') return cprof_js_fail(ps, ps->p, "an element of traceEvents is not an object");
+    if (t->nev == t->capev) {
+        size_t cap = t->capev ? t->capev * 2 : 65536;
+        cprof_tev *ne = realloc(t->ev, cap * sizeof *ne);
+        if (!ne) return CPROF_E_NOMEM;
+        t->ev = ne;
+        t->capev = cap;
+    }
+    cprof_tev *e = &t->ev[t->nev];
+    memset(e, 0, sizeof *e);
+    e->dur_ns = -1;
+    e->pid = e->tid = e->correlation = e->external_id = e->bytes = e->flow_id = CPROF_TEV_NONE;
+    e->device = e->stream = e->sort_index = -1;
+    e->raw_off = (uint64_t)(ev0 - ps->base);
+    ps->p++;
+    cprof_js_ws(ps);
+    const char *args_at = NULL;
+    if (ps->p < ps->end && *ps->p == '}') {
+        ps->p++;
+    } else {
+        for (;;) {
+            const char *k;
+            size_t kn;
+            int rc = CPROF_OK;
+            if (cprof_js_str(ps, &k, &kn) || cprof_js_expect(ps, ':', "expected ':' after a key"))
+                return CPROF_E_FORMAT;
+            cprof_js_ws(ps);
+            const char *v0 = ps->p;
+            if (KEY(k, kn, "ph")) {
+                const char *s;
+                size_t n;
+                if (ps->p < ps->end && *ps->p == '"') {
+                    rc = cprof_js_str(ps, &s, &n);
+                    if (!rc) e->ph = n ? (uint8_t)s[0] : 0;
+                } else {
+                    rc = cprof_js_skip(ps, 1);
+                }
+            } else if (KEY(k, kn, "name") || KEY(k, kn, "cat")) {
+                uint32_t *dst = k[0] == 'n' ? &e->name : &e->cat;
+                if (ps->p < ps->end && *ps->p == '"') {
+                    const char *s;
+                    size_t n;
+                    rc = cprof_js_str(ps, &s, &n);
+                    if (!rc) rc = intern(t, s, n, dst);
+                } else {
+                    rc = cprof_js_skip(ps, 1);
+                }
+            } else if (KEY(k, kn, "ts") || KEY(k, kn, "dur")) {
+                double d;
+                int64_t m;
+                int ex, ii;
+                if (ps->p < ps->end && *ps->p == '"') {
+                    rc = cprof_js_fail(ps, ps->p, "\"ts\"/\"dur\" must be numbers");
+                } else {
+                    rc = cprof_js_num(ps, &d, &m, &ex, &ii);
+                    if (!rc) {
+                        if (k[0] == 't') {
+                            e->ts_ns = m;
+                            e->ts_at = (cprof_tspan){(uint32_t)(v0 - ev0), (uint32_t)(ps->p - v0)};
+                        } else {
+                            e->dur_ns = m < 0 ? 0 : m;
+                        }
+                    }
+                }
+            } else if (KEY(k, kn, "pid")) {
+                rc = id_value(ps, &e->pid, &e->pid_at, ev0);
+            } else if (KEY(k, kn, "tid")) {
+                rc = id_value(ps, &e->tid, NULL, ev0);
+            } else if (KEY(k, kn, "id")) {
+                if (ps->p < ps->end && *ps->p != '"' && *ps->p != '{') {
+                    rc = int_value(ps, &e->flow_id);
+                    e->id_at = (cprof_tspan){(uint32_t)(v0 - ev0), (uint32_t)(ps->p - v0)};
+                } else {
+                    rc = cprof_js_skip(ps, 1);
+                }
+            } else if (KEY(k, kn, "args")) {
+                args_at = ps->p;
+                rc = args_object(ps, e);
+            } else {
+                rc = cprof_js_skip(ps, 1);
+            }
+            if (rc) return rc;
+            cprof_js_ws(ps);
+            if (ps->p >= ps->end) return cprof_js_fail(ps, ps->end, "reading an event");
+            if (*ps->p == ',') {
+                ps->p++;
+                continue;
+            }
+            if (*ps->p == '}') {
+                ps->p++;
+                break;
+            }
+            return cprof_js_fail(ps, ps->p, "expected ',' or '}' in an event");
+        }
+    }
+    (void)args_at;
+    size_t len = (size_t)(ps->p - ev0);
+    if (len > UINT32_MAX) return cprof_js_fail(ps, ev0, "an event longer than 4 GB");
+    e->raw_len = (uint32_t)len;
+    if (e->cat) {
+        tstr *c = &t->strs[e->cat];
+        if (c->kind == 0xff) c->kind = kind_of(c->s, c->len);
+        e->kind = c->kind;
+    }
+    t->nev++;
+    return CPROF_OK;
+}
+
+static int trace_events(cprof_js *ps, cprof_trace *t) {
+    if (cprof_js_expect(ps, '[', "\"traceEvents\" must be an array")) return CPROF_E_FORMAT;
+    cprof_js_ws(ps);
+    if (ps->p < ps->end && *ps->p == ']') {
+        ps->p++;
+        return CPROF_OK;
+    }
+    for (;;) {
+        int rc = event(ps, t);
+        if (rc) return rc;
+        cprof_js_ws(ps);
+        if (ps->p >= ps->end) return cprof_js_fail(ps, ps->end, "reading traceEvents");
+        if (*ps->p == ',') {
+            ps->p++;
+            cprof_js_ws(ps);
+            /* a trailing comma before ']' (some writers leave one): accepted */
+            if (ps->p < ps->end && *ps->p == ']') {
+                ps->p++;
+                return CPROF_OK;
+            }
+            continue;
+        }
+        if (*ps->p == ']') {
+            ps->p++;
+            return CPROF_OK;
+        }
+        return cprof_js_fail(ps, ps->p, "expected ',' or ']' between events");
+    }
+}
+
+/* Members of a small object at the top level, each handed to fn(key, ...). */
+typedef int (*member_fn)(cprof_js *ps, cprof_trace *t, const char *k, size_t kn);
+
+static int object_members(cprof_js *ps, cprof_trace *t, member_fn fn, const char *what) {
+    if (cprof_js_expect(ps, '{', what)) return CPROF_E_FORMAT;
+    cprof_js_ws(ps);
+    if (ps->p < ps->end && *ps->p == '}') {
+        ps->p++;
+        return CPROF_OK;
+    }
+    for (;;) {
+        const char *k;
+        size_t kn;
+        if (cprof_js_str(ps, &k, &kn)) return CPROF_E_FORMAT;
+        /* the key may live in scratch, which the value's strings overwrite: copy it */
+        char key[64];
+        size_t keyn = kn < sizeof key ? kn : sizeof key - 1;
+        memcpy(key, k, keyn);
+        key[keyn] = 0;
+        if (cprof_js_expect(ps, ':', "expected ':' after a key")) return CPROF_E_FORMAT;
+        int rc = fn(ps, t, key, keyn);
+        if (rc) return rc;
+        cprof_js_ws(ps);
+        if (ps->p >= ps->end) return cprof_js_fail(ps, ps->end, what);
+        if (*ps->p == ',') {
+            ps->p++;
+            continue;
+        }
+        if (*ps->p == '}') {
+            ps->p++;
+            return CPROF_OK;
+        }
+        return cprof_js_fail(ps, ps->p, "expected ',' or '}'");
+    }
+}
+
+static int dist_member(cprof_js *ps, cprof_trace *t, const char *k, size_t kn) {
+    if (KEY(k, kn, "rank")) return int_value(ps, &t->info.rank);
+    if (KEY(k, kn, "world_size")) return int_value(ps, &t->info.world_size);
+    if (KEY(k, kn, "backend")) {
+        cprof_js_ws(ps);
+        if (ps->p < ps->end && *ps->p == '"') {
+            const char *s;
+            size_t n;
+            if (cprof_js_str(ps, &s, &n)) return CPROF_E_FORMAT;
+            return intern(t, s, n, &t->info.backend);
+        }
+    }
+    return cprof_js_skip(ps, 1);
+}
+
+static int module_list(cprof_js *ps, cprof_trace *t) {
+    cprof_js_ws(ps);
+    if (ps->p >= ps->end || *ps->p != '[') return cprof_js_skip(ps, 1);
+    ps->p++;
+    cprof_js_ws(ps);
+    if (ps->p < ps->end && *ps->p == ']') {
+        ps->p++;
+        return CPROF_OK;
+    }
+    for (;;) {
+        cprof_js_ws(ps);
+        if (ps->p < ps->end && *ps->p == '"') {
+            const char *s;
+            size_t n;
+            uint32_t id;
+            if (cprof_js_str(ps, &s, &n)) return CPROF_E_FORMAT;
+            int rc = intern(t, s, n, &id);
+            if (rc) return rc;
+            t->strs[id].flags |= CPROF_TSTR_MODULE;
+        } else if (cprof_js_skip(ps, 1)) {
+            return CPROF_E_FORMAT;
+        }
+        cprof_js_ws(ps);
+        if (ps->p >= ps->end) return cprof_js_fail(ps, ps->end, "reading cprof.modules");
+        if (*ps->p == ',') {
+            ps->p++;
+            continue;
+        }
+        if (*ps->p == ']') {
+            ps->p++;
+            return CPROF_OK;
+        }
+        return cprof_js_fail(ps, ps->p, "expected ',' or ']'");
+    }
+}
+
+static int cprof_member(cprof_js *ps, cprof_trace *t, const char *k, size_t kn) {
+    cprof_js_ws(ps);
+    if (KEY(k, kn, "partial")) {
+        if (ps->p < ps->end && *ps->p == 't') {
+            t->info.partial = 1;
+            return cprof_js_literal(ps, "true", 4);
+        }
+        if (ps->p < ps->end && *ps->p == 'f') {
+            t->info.partial = 0;
+            return cprof_js_literal(ps, "false", 5);
+        }
+    } else if (KEY(k, kn, "end") && ps->p < ps->end && *ps->p == '"') {
+        const char *s;
+        size_t n;
+        if (cprof_js_str(ps, &s, &n)) return CPROF_E_FORMAT;
+        return intern(t, s, n, &t->info.end_reason);
+    } else if (KEY(k, kn, "modules")) {
+        return module_list(ps, t);
+    } else if (KEY(k, kn, "dropped")) {
+        const char *v0 = ps->p;
+        int rc = cprof_js_skip(ps, 1);
+        t->info.dropped = (cprof_tspan){(uint32_t)(v0 - ps->base), (uint32_t)(ps->p - v0)};
+        if ((size_t)(v0 - ps->base) > UINT32_MAX) t->info.dropped.len = 0;
+        return rc;
+    }
+    return cprof_js_skip(ps, 1);
+}
+
+static int top_member(cprof_js *ps, cprof_trace *t, const char *k, size_t kn) {
+    cprof_js_ws(ps);
+    const char *v0 = ps->p;
+    if (KEY(k, kn, "traceEvents")) return trace_events(ps, t);
+    if (KEY(k, kn, "distributedInfo") && ps->p < ps->end && *ps->p == '{')
+        return object_members(ps, t, dist_member, "reading distributedInfo");
+    if (KEY(k, kn, "cprof") && ps->p < ps->end && *ps->p == '{') {
+        t->info.is_cprof = 1;
+        return object_members(ps, t, cprof_member, "reading the cprof metadata");
+    }
+    if (KEY(k, kn, "baseTimeNanoseconds")) return int_value(ps, &t->info.base_time_ns);
+    if (KEY(k, kn, "schemaVersion") || KEY(k, kn, "trace_id")) t->info.is_torch = 1;
+    int rc = cprof_js_skip(ps, 1);
+    if (!rc && KEY(k, kn, "deviceProperties") && (size_t)(v0 - ps->base) <= UINT32_MAX)
+        t->info.device_props = (cprof_tspan){(uint32_t)(v0 - ps->base), (uint32_t)(ps->p - v0)};
+    return rc;
+}
+
+static int parse_all(cprof_js *ps, cprof_trace *t) {
+    cprof_js_ws(ps);
+    /* a UTF-8 byte order mark is tolerated */
+    if (ps->end - ps->p >= 3 && memcmp(ps->p, "\xef\xbb\xbf", 3) == 0) ps->p += 3;
+    cprof_js_ws(ps);
+    if (ps->p >= ps->end) return cprof_js_fail(ps, ps->p, "reading the top level (the file is empty)");
+    int rc;
+    if (*ps->p == '[') { /* the array form of the Chrome format */
+        rc = trace_events(ps, t);
+    } else if (*ps->p == '{') {
+        rc = object_members(ps, t, top_member, "reading the top-level object");
+    } else {
+        return cprof_js_fail(ps, ps->p, "a trace is a JSON object with \"traceEvents\" (or an array of "
+                               "events); this is neither");
+    }
+    if (rc) return rc;
+    cprof_js_ws(ps);
+    if (ps->p < ps->end && *ps->p != 0)
+        return cprof_js_fail(ps, ps->p, "text after the end of the trace");
+    return CPROF_OK;
+}
+
+static cprof_trace *trace_new(void) {
+    cprof_trace *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->capstrs = 1024;
+    t->strs = malloc(t->capstrs * sizeof *t->strs);
+    if (!t->strs || table_grow(t)) {
+        free(t->strs);
+        free(t->table);
+        free(t);
+        return NULL;
+    }
+    t->strs[0] = (tstr){"", 0, 0, CPROF_TK_OTHER, 0};
+    t->nstrs = 1;
+    t->info.rank = t->info.world_size = t->info.base_time_ns = CPROF_TEV_NONE;
+    t->info.partial = -1;
+    return t;
+}
+
+/* Parses text (owned: kept or freed here). */
+static int parse_owned(char *text, size_t len, int keep_text, cprof_trace **out, char *err,
+                       size_t errcap) {
+    cprof_trace *t = trace_new();
+    if (!t) {
+        free(text);
+        return CPROF_E_NOMEM;
+    }
+    cprof_js ps = {text, text, text + len, t, err, errcap, 0, NULL, 0};
+    int rc = parse_all(&ps, t);
+    free(ps.scratch);
+    if (rc == CPROF_E_NOMEM && err && errcap)
+        snprintf(err, errcap, "out of memory while parsing the trace (%zu bytes of JSON)", len);
+    t->info.text_bytes = len;
+    if (rc) {
+        free(text);
+        cprof_trace_free(t);
+        return rc;
+    }
+    if (keep_text) {
+        t->text = text;
+        t->text_len = len;
+    } else {
+        free(text);
+    }
+    *out = t;
+    return CPROF_OK;
+}
+
+int cprof_trace_parse(const char *text, size_t len, int keep_text, cprof_trace **out, char *err,
+                      size_t errcap) {
+    if (!out || (!text && len)) return CPROF_E_ARG;
+    char *copy = malloc(len + 1);
+    if (!copy) return CPROF_E_NOMEM;
+    if (len) memcpy(copy, text, len);
+    copy[len] = 0;
+    return parse_owned(copy, len, keep_text, out, err, errcap);
+}
+
+int cprof_trace_load(const char *path, int keep_text, cprof_trace **out, char *err,
+                     size_t errcap, int *errno_out) {
+    if (!path || !out) return CPROF_E_ARG;
+    errno = 0;
+    gzFile f = gzopen(path, "rb");
+    if (!f) {
+        if (errno_out) *errno_out = errno ? errno : ENOMEM;
+        snprintf(err, errcap, "cannot open %s: %s", path, strerror(errno ? errno : ENOMEM));
+        return CPROF_E_IO;
+    }
+    gzbuffer(f, 1u << 18);
+    size_t cap = 1u << 22, len = 0;
+    char *buf = malloc(cap + 1);
+    if (!buf) {
+        gzclose(f);
+        return CPROF_E_NOMEM;
+    }
+    for (;;) {
+        if (cap - len < (1u << 20)) {
+            size_t ncap = cap * 2;
+            char *nb = realloc(buf, ncap + 1);
+            if (!nb) {
+                free(buf);
+                gzclose(f);
+                snprintf(err, errcap, "out of memory reading %s (%zu bytes so far)", path, len);
+                return CPROF_E_NOMEM;
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        size_t want = cap - len;
+        if (want > (1u << 30)) want = 1u << 30;
+        int got = gzread(f, buf + len, (unsigned)want);
+        if (got < 0) {
+            int zerr;
+            const char *msg = gzerror(f, &zerr);
+            int e = errno;
+            snprintf(err, errcap, "%s: %s after %zu bytes (%s)", path,
+                     zerr == Z_ERRNO ? "read error" : "corrupt gzip data", len,
+                     zerr == Z_ERRNO ? strerror(e) : msg);
+            free(buf);
+            gzclose(f);
+            if (errno_out) *errno_out = e;
+            return zerr == Z_ERRNO ? CPROF_E_IO : CPROF_E_ZLIB;
+        }
+        if (got == 0) break;
+        len += (size_t)got;
+    }
+    int zerr = Z_OK;
+    gzerror(f, &zerr);
+    int direct = gzdirect(f);
+    gzclose(f);
+    if (zerr == Z_BUF_ERROR && !direct) {
+        snprintf(err, errcap, "%s: the gzip stream ends early after %zu bytes of JSON: the file "
+                 "is truncated (cut off, or still being written)", path, len);
+        free(buf);
+        return CPROF_E_FORMAT;
+    }
+    buf[len] = 0;
+    int rc = parse_owned(buf, len, keep_text, out, err, errcap);
+    if (rc == CPROF_E_FORMAT && err && errcap) {
+        /* name the file in front of the parser's message */
+        size_t n = strlen(err);
+        size_t pl = strlen(path) + 2;
+        if (n + pl < errcap) {
+            memmove(err + pl, err, n + 1);
+            memcpy(err, path, pl - 2);
+            err[pl - 2] = ':';
+            err[pl - 1] = ' ';
+        }
+    }
+    return rc;
+}
+
+void cprof_trace_free(cprof_trace *t) {
+    if (!t) return;
+    free(t->ev);
+    free(t->strs);
+    free(t->table);
+    free(t->text);
+    for (arena_chunk *c = t->arena, *n; c; c = n) {
+        n = c->next;
+        free(c);
+    }
+    free(t);
+}
+
+size_t cprof_trace_nevents(const cprof_trace *t) { return t->nev; }
+const cprof_tev *cprof_trace_events(const cprof_trace *t) { return t->ev; }
+
+const char *cprof_trace_str(const cprof_trace *t, uint32_t id, size_t *len) {
+    if (id >= t->nstrs) id = 0;
+    if (len) *len = t->strs[id].len;
+    return t->strs[id].s;
+}
+
+unsigned cprof_trace_str_flags(const cprof_trace *t, uint32_t id) {
+    return id < t->nstrs ? t->strs[id].flags : 0;
+}
+
+const char *cprof_trace_text(const cprof_trace *t, size_t *len) {
+    if (len) *len = t->text_len;
+    return t->text;
+}
+
+const cprof_trace_info *cprof_trace_get_info(const cprof_trace *t) { return &t->info; }

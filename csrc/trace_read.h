@@ -1,0 +1,132 @@
+/* Reading Chrome traces (cprof's and torch.profiler's, plain or gzip) for `cprof report` and
+ * `cprof merge`: the loader/parser (trace_read.c), the analysis (trace_analyse.c, gaps in
+ * trace_gaps.c) and the rank merger (trace_merge.c). Core header: no Python. Every function
+ * is pure C work on data owned by the caller: any thread, the GIL released. */
+#ifndef CPROF_TRACE_READ_H
+#define CPROF_TRACE_READ_H
+
+#include "cprof.h"
+
+/* What an event is, from its "cat" (case-insensitive; Kineto's old capitalised names too). */
+enum cprof_tkind {
+    CPROF_TK_OTHER = 0,
+    CPROF_TK_KERNEL,
+    CPROF_TK_MEMCPY,
+    CPROF_TK_MEMSET,
+    CPROF_TK_RUNTIME,
+    CPROF_TK_DRIVER,
+    CPROF_TK_SYNC,
+    CPROF_TK_CPU_OP,
+    CPROF_TK_USER_ANNOTATION,
+    CPROF_TK_PYTHON_FUNCTION,
+    CPROF_TK_GPU_USER_ANNOTATION,
+    CPROF_TK_FLOW, /* ac2g and other flow categories */
+    CPROF_TK_COUNT
+};
+
+/* A string-valued pid/tid is stored as CPROF_TEV_STR(id of the string). */
+#define CPROF_TEV_STR(id) (INT64_MIN + (int64_t)(id))
+#define CPROF_TEV_IS_STR(v) ((v) < INT64_MIN + (int64_t)(1u << 31))
+#define CPROF_TEV_NONE INT64_MIN /* absent numeric field (correlation, bytes, ...) */
+
+/* Span of a value inside the event's raw JSON text (offset from the event's first byte). */
+typedef struct cprof_tspan {
+    uint32_t off;
+    uint32_t len;
+} cprof_tspan;
+
+/* One trace event; 128 bytes. Times in ns relative to the trace's time base (ts is µs). */
+typedef struct cprof_tev {
+    int64_t ts_ns, dur_ns;      /* dur_ns: -1 when absent */
+    int64_t pid, tid;           /* CPROF_TEV_NONE when absent */
+    int64_t correlation;        /* args.correlation; CPROF_TEV_NONE when absent */
+    int64_t external_id;        /* args["External id"] */
+    int64_t bytes;              /* args.bytes */
+    int64_t flow_id;            /* "id" of a flow event (numeric only) */
+    uint64_t raw_off;           /* the event's JSON text: buffer offset and length */
+    uint32_t raw_len;
+    uint32_t name, cat;         /* string ids (0: absent) */
+    uint32_t arg_name;          /* metadata events: args.name / args.labels */
+    int32_t device, stream;     /* args.device / args.stream; -1 absent */
+    int32_t sort_index;         /* metadata sort_index; -1 absent */
+    cprof_tspan pid_at, ts_at, id_at; /* where those values sit in the raw text (len 0: absent) */
+    uint8_t ph;                 /* 'X', 'B', 'E', 'i', 'I', 's', 't', 'f', 'M', 'C', ... 0: none */
+    uint8_t kind;               /* enum cprof_tkind */
+    uint8_t pad[2];
+} cprof_tev;
+
+typedef struct cprof_trace cprof_trace;
+
+/* Loads path (gzip or plain, detected from the bytes) and parses it. keep_text keeps the
+ * decompressed text after parsing (cprof merge copies events from it). On CPROF_E_FORMAT,
+ * CPROF_E_IO (errno in *errno_out) or CPROF_E_ZLIB, err (cap errcap) says what and where
+ * (byte offset, line, column). Returns 0 and *out, or a negative code. */
+int cprof_trace_load(const char *path, int keep_text, cprof_trace **out, char *err,
+                     size_t errcap, int *errno_out);
+/* Parses len bytes of JSON text (copied). Same contract as cprof_trace_load. */
+CPROF_EXPORT int cprof_trace_parse(const char *text, size_t len, int keep_text,
+                                   cprof_trace **out, char *err, size_t errcap);
+void cprof_trace_free(cprof_trace *t);
+
+/* Read access. */
+size_t cprof_trace_nevents(const cprof_trace *t);
+const cprof_tev *cprof_trace_events(const cprof_trace *t);
+/* The bytes of string id (not NUL-terminated); id 0 and unknown ids give "". */
+const char *cprof_trace_str(const cprof_trace *t, uint32_t id, size_t *len);
+/* Flags of a string: CPROF_TSTR_MODULE when the trace's cprof metadata lists it as a module. */
+#define CPROF_TSTR_MODULE 1u
+unsigned cprof_trace_str_flags(const cprof_trace *t, uint32_t id);
+/* The kept text (keep_text), or NULL. */
+const char *cprof_trace_text(const cprof_trace *t, size_t *len);
+
+/* Top-level facts. Absent numbers are CPROF_TEV_NONE; absent spans have len 0. */
+typedef struct cprof_trace_info {
+    int64_t rank, world_size;
+    int64_t base_time_ns;       /* baseTimeNanoseconds (ts values are relative to it) */
+    uint32_t backend;           /* distributedInfo.backend string id */
+    int partial;                /* cprof.partial: 1 true, 0 false, -1 absent */
+    uint32_t end_reason;        /* cprof.end string id */
+    int is_cprof;               /* a "cprof" metadata object is present */
+    int is_torch;               /* Kineto's keys (schemaVersion + deviceProperties/trace_id...) */
+    cprof_tspan device_props;   /* the raw deviceProperties value (offset from text start) */
+    cprof_tspan dropped;        /* the raw cprof.dropped object */
+    uint64_t text_bytes;        /* size of the decompressed JSON */
+} cprof_trace_info;
+const cprof_trace_info *cprof_trace_get_info(const cprof_trace *t);
+
+/* ---- trace_analyse.c ---- */
+typedef struct cprof_report_opts {
+    int top;                    /* rows kept per table (kernels, api, ranges, modules, gaps) */
+    int64_t short_gap_ns;       /* idle gaps shorter than this count as "short" */
+    int64_t small_copy_bytes;   /* copies below this many bytes count as "small" */
+    int bins;                   /* utilisation timeline bins per device */
+} cprof_report_opts;
+
+/* The report of one trace as JSON text (malloc'd, NUL-terminated; the caller frees it):
+ * kernel / API / memory summaries, utilisation, idle breakdown and largest gaps, GPU time
+ * attributed to ranges, modules and steps, compiled-region nesting. Layout: docs/usage.md
+ * ("cprof report") and cprof/_cli_report.py. path is echoed into the report. */
+int cprof_report_build(const cprof_trace *t, const cprof_report_opts *opts, const char *path,
+                       char **json_out);
+
+/* ---- trace_gaps.c ---- */
+struct cJSON;
+/* Adds "devices" (busy time per device and stream, idle time by cause: host / sync / short /
+ * other, a binned busy timeline) and "gaps" (the largest idle gaps, with the CPU events
+ * covering them) to root, over the window [win0, win1). */
+int cprof_gaps_report(const cprof_trace *t, const cprof_report_opts *o, int64_t win0,
+                      int64_t win1, struct cJSON *root);
+/* A kernel, copy or set on a GPU (complete event). */
+int cprof_trace_is_gpu_op(const cprof_tev *e);
+/* A CPU-side wait for the GPU: a CUPTI sync record or a *Synchronize API call. */
+int cprof_trace_is_sync(const cprof_trace *t, const cprof_tev *e);
+
+/* ---- trace_merge.c ---- */
+/* Writes the traces of one job (already loaded with keep_text) as one trace through sink:
+ * each input's processes become "rank R" process groups (pid -> R*10^7+pid, string pids
+ * prefixed), timestamps moved onto the earliest time base, flow ids made unique
+ * (id*n+index), metadata kept. ranks[i] labels input i. *events_out: events written. */
+int cprof_trace_merge(cprof_trace *const *traces, const int64_t *ranks, size_t n,
+                      const char *const *paths, cprof_sink *sink, uint64_t *events_out);
+
+#endif
