@@ -17,6 +17,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# headless Chromium for tests/test_html.py (renders the `cprof report --html` page): only when asked
+# (CPROF_HTML_TESTS=1) or on CI (CI set, as CI services do); ~120 MB download, ~10 s to install
+if { [ "${CPROF_HTML_TESTS:-}" = 1 ] || [ -n "${CI:-}" ]; } \
+   && ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null \
+   && ! command -v google-chrome >/dev/null; then
+  echo "setup: apt-get install chromium (for the HTML report test)"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
+fi
+
 pip_install() { $PY -m pip install -q --disable-pip-version-check "$@"; }
 # torch: the CPU build the machine offers (a local file); never a multi-GB CUDA download
 $PY -c "import torch" 2>/dev/null || pip_install torch==2.13.0
