@@ -1,0 +1,273 @@
+"""cprof report / cprof merge end to end, from a subprocess as a user runs them: numbers checked
+against values computed by hand from the fake CUPTI script (tests/fake_cupti: the timeline of
+fake_cupti_script_basic, in µs after t0), every output format, HTML, exit codes, merging."""
+import csv
+import gzip
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, load_trace
+
+FAKE_DIR = os.path.join(ROOT, "tests", "fake_cupti")
+FAKE_SO = os.path.join(FAKE_DIR, "libfake_cupti.so")
+
+
+def cprof(*args, check=True, cwd=None):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-m", "cprof", *map(str, args)], capture_output=True,
+                       text=True, env=env, timeout=300, cwd=cwd)
+    if check:
+        assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+
+@pytest.fixture(scope="module")
+def gpu_trace(tmp_path_factory):
+    """A cprof trace with scripted GPU activity (kernels on streams 7 and 13, copies, a set,
+    a stream sync, a graph launch, a driver launch)."""
+    r = subprocess.run(["bash", os.path.join(FAKE_DIR, "build.sh")], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot build the fake CUPTI library: {r.stderr[-500:]}")
+    out = tmp_path_factory.mktemp("fake")
+    env = dict(os.environ, CPROF_REPO=ROOT, CPROF_OUT=str(out), CPROF_CUPTI_PATH=FAKE_SO,
+               CPROF_LIBCUDA_PATH=FAKE_SO)
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "gpu_fake_script.py"),
+                        "basic"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):])["trace"]
+
+
+@pytest.fixture(scope="module")
+def report(gpu_trace):
+    return json.loads(cprof("report", gpu_trace, "--format", "json").stdout)
+
+
+def by_name(rows, needle):
+    return [r for r in rows if needle in r["name"]][0]
+
+
+def test_kernel_summary_matches_hand_computed(report):
+    k = report["kernels"]
+    assert [r["instances"] for r in k] == [2, 2, 1, 1, 1]
+    gemm = by_name(k, "gemm")  # 45 µs on stream 13 + 19 µs in the graph
+    assert gemm == {**gemm, "total_us": 64, "instances": 2, "avg_us": 32, "med_us": 32,
+                    "min_us": 19, "max_us": 45, "time_pct": 47.76}
+    assert gemm["stddev_us"] == pytest.approx(18.385, abs=1e-3)  # sample: sqrt(2 * 13^2)
+    assert report["kernels_total"] == {"total_us": 134, "instances": 7, "distinct": 5}
+    assert sum(r["time_pct"] for r in k) == pytest.approx(100, abs=0.05)
+
+
+def test_api_and_memory_summaries(report):
+    api = {r["name"]: r for r in report["cuda_api"]}
+    assert api["cudaLaunchKernel"]["instances"] == 4
+    assert api["cudaStreamSynchronize"]["total_us"] == 70
+    assert api["cuLaunchKernel"]["total_us"] == 4
+    mem = {m["kind"]: m for m in report["memory"]}
+    assert mem["HtoD"] == {"kind": "HtoD", "count": 1, "bytes": 4 << 20, "total_us": 8,
+                           "gbps": 524.288, "pageable": 1, "small": 0}
+    assert mem["DtoH"]["bytes"] == 1 << 20 and mem["DtoH"]["pageable"] == 0
+    assert mem["memset"]["count"] == 1 and mem["memset"]["total_us"] == 4
+    assert report["launches"]["calls"] == 6  # 4 cudaLaunchKernel, graph, cuLaunchKernel
+    assert report["sync"]["calls"] == 1 and report["sync"]["total_us"] == 70
+
+
+def test_utilisation_and_idle_breakdown(report):
+    (dev,) = report["devices"]
+    # union of [20,30] [45,95] [105,125] [152,160] [180,200] [216,220] [325,340] [341,360]
+    # [390,395] µs
+    assert dev["busy_us"] == 151 and dev["kernels"] == 7
+    streams = {s["stream"]: s for s in dev["streams"]}
+    assert streams[7]["busy_us"] == 81 and streams[7]["ops"] == 7
+    assert streams[13]["busy_us"] == 85 and streams[13]["ops"] == 3
+    win = report["window"]["dur_us"]
+    assert dev["util_pct"] == pytest.approx(100 * 151 / win, abs=0.01)
+    idle = dev["idle"]
+    assert idle["total_us"] == pytest.approx(win - 151, abs=1e-3)
+    assert idle["total_us"] == pytest.approx(
+        idle["host_us"] + idle["sync_us"] + idle["short_us"] + idle["other_us"], abs=1e-3)
+    assert idle["sync_us"] == 105   # [220, 325): the CPU waited in cudaStreamSynchronize
+    assert idle["short_us"] == 1    # [340, 341] inside the graph
+    tl = dev["timeline"]
+    assert len(tl["busy_pct"]) == 100
+    assert sum(tl["busy_pct"]) * tl["bin_us"] / 100 == pytest.approx(151, rel=0.02)
+
+
+def test_largest_gaps_name_the_cpu_work(report):
+    gaps = report["gaps"]
+    assert [g["dur_us"] for g in gaps] == sorted((g["dur_us"] for g in gaps), reverse=True)
+    sync = [g for g in gaps if g["kind"] == "sync"][0]
+    assert sync["dur_us"] == 105 and sync["before"] == "Memset (Device)"
+    assert "FillFunctor" in sync["after"]
+    assert {c["name"] for c in sync["cpu"]} >= {"cudaStreamSynchronize", "Stream Sync"}
+    copy_gap = [g for g in gaps if g["dur_us"] == 27][0]  # [125, 152): memcpy launched at 130
+    assert copy_gap["kind"] == "host" and copy_gap["after"].startswith("Memcpy HtoD")
+    assert copy_gap["cpu"][0]["name"] == "cudaMemcpyAsync"
+
+
+def test_gpu_time_attributed_to_ranges(report):
+    ranges = {r["name"]: r for r in report["ranges"]}
+    # every GPU op (7 kernels, 2 copies, 1 set) was launched inside "launches" inside "step"
+    assert ranges["launches"]["gpu_us"] == 166 and ranges["launches"]["kernels"] == 10
+    assert ranges["step"]["gpu_us"] == 166
+    assert report["unattributed_gpu_us"] == 0
+    assert report["compiled"]["triton_kernels"] == 1
+
+
+def test_diagnoses_carry_evidence(report):
+    ids = {d["id"]: d for d in report["diagnoses"]}
+    assert "launch_bound" in ids and "pageable_copies" in ids
+    lb = ids["launch_bound"]
+    assert lb["evidence"]["kernels"] == 7 and lb["evidence"]["util_pct"] < 10
+    assert "launch" in lb["summary"]
+    assert ids["pageable_copies"]["evidence"]["pageable_copies"] == 1
+
+
+def test_table_csv_md_formats(gpu_trace):
+    table = cprof("report", gpu_trace).stdout
+    assert "CUDA GPU Kernel Summary" in table and "Time (%)" in table and "StdDev" in table
+    assert "47.8" in table and "launch-bound" in table
+    rows = list(csv.reader(io.StringIO(cprof("report", gpu_trace, "--format", "csv").stdout)))
+    kernels = [r for r in rows if r and r[0] == "kernels"]
+    assert len(kernels) == 5 and float(kernels[0][3]) == 64.0  # table, trace, time_pct, total
+    md = cprof("report", gpu_trace, "--format", "md").stdout
+    assert "| Time (%) |" in md and "### CUDA GPU Kernel Summary" in md
+    top = json.loads(cprof("report", gpu_trace, "--format", "json", "--top", "2").stdout)
+    assert len(top["kernels"]) == 2 and top["kernels_total"]["distinct"] == 5
+    only = cprof("report", gpu_trace, "--tables", "memory").stdout
+    assert "GPU Memory Operations" in only and "Kernel Summary" not in only
+
+
+def test_html_report_is_self_contained(gpu_trace, tmp_path):
+    out = tmp_path / "r.html"
+    r = cprof("report", gpu_trace, "--html", out, "-o", tmp_path / "r.txt")
+    assert r.stdout == "" and "HTML report written" in r.stderr
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>") and 'id="kernels"' in page
+    assert "http://" not in page and "https://" not in page
+    assert "Kernel Summary" in (tmp_path / "r.txt").read_text()
+
+
+def test_torch_profiler_trace_is_analysed(tmp_path):
+    torch = pytest.importorskip("torch")
+    m = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU())
+    path = tmp_path / "torch.pt.trace.json"
+    with torch.profiler.profile(schedule=torch.profiler.schedule(wait=0, warmup=1, active=3),
+                                on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as p:
+        for _ in range(4):
+            m(torch.randn(4, 16))
+            p.step()
+    rep = json.loads(cprof("report", path, "--format", "json").stdout)
+    assert rep["trace"]["producer"] == "torch.profiler"
+    steps = sorted((e for e in load_trace(path)["traceEvents"] if e.get("ph") == "X" and
+                    e.get("cat") == "user_annotation" and
+                    e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])
+    assert len(steps) == 3
+    assert [s["name"] for s in rep["steps"]] == [e["name"] for e in steps]
+    assert [s["cpu_us"] for s in rep["steps"]] == pytest.approx([e["dur"] for e in steps],
+                                                                 abs=1e-3)
+    assert any(r["cat"] == "cpu_op" for r in rep["ranges"])
+    assert {d["id"] for d in rep["diagnoses"]} >= {"cpu_only"}
+
+
+def test_bad_input_exit_codes(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [{"ph": "X", "name": "a"')
+    r = cprof("report", bad, check=False)
+    assert r.returncode == 1 and "truncated" in r.stderr and "bad.json" in r.stderr
+    assert r.stdout == ""
+    r = cprof("report", tmp_path / "missing.json", check=False)
+    assert r.returncode == 1 and "no such file" in r.stderr
+    (tmp_path / "empty").mkdir()
+    r = cprof("report", tmp_path / "empty", check=False)
+    assert r.returncode == 1 and "no trace files" in r.stderr
+    notjson = tmp_path / "x.trace.json"
+    notjson.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    r = cprof("report", notjson, check=False)
+    assert r.returncode == 1 and "cprof report: error:" in r.stderr
+    for args in (["--top", "0"], ["--format", "xml"], []):
+        r = cprof("report", *args, *([notjson] if args else []), check=False)
+        assert r.returncode == 2, args
+    r = cprof("report", bad, "--tables", "nope", check=False)
+    assert r.returncode == 1 and "unknown table" in r.stderr
+
+
+def _rank_trace(path, rank, base_ns, step_us):
+    """A small torch-style rank trace: steps of step_us with one kernel each, a flow."""
+    ev = [{"ph": "M", "name": "process_name", "pid": 4242, "tid": 0, "ts": 0,
+           "args": {"name": "python"}},
+          {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "ts": 0,
+           "args": {"name": "GPU 0"}},
+          {"ph": "M", "name": "process_sort_index", "pid": 0, "tid": 0, "ts": 0,
+           "args": {"sort_index": 5000000}}]
+    for s in range(4):
+        t0 = 1000.0 + s * step_us
+        ev += [
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 4242,
+             "tid": 4242, "ts": t0, "dur": step_us - 1},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 4242,
+             "tid": 4242, "ts": t0 + 1, "dur": 2, "args": {"correlation": s + 1}},
+            {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+             "pid": 0, "tid": 7, "ts": t0 + 4, "dur": 10,
+             "args": {"device": 0, "stream": 7, "correlation": s + 1}},
+            {"ph": "s", "id": s + 1, "pid": 4242, "tid": 4242, "ts": t0 + 1, "cat": "ac2g",
+             "name": "ac2g"},
+            {"ph": "f", "id": s + 1, "pid": 0, "tid": 7, "ts": t0 + 4, "cat": "ac2g",
+             "name": "ac2g", "bp": "e"}]
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "Fake"}],
+           "distributedInfo": {"rank": rank, "world_size": 2, "backend": "nccl"},
+           "baseTimeNanoseconds": base_ns, "traceEvents": ev}
+    with gzip.open(path, "wt") as f:
+        json.dump(doc, f)
+    return doc
+
+
+def test_merge_puts_ranks_on_one_timeline(tmp_path):
+    d = tmp_path / "job"
+    d.mkdir()
+    r0 = _rank_trace(d / "job-rank0.trace.json.gz", 0, 1_700_000_000_000_000_000, 100.0)
+    _rank_trace(d / "job-rank1.trace.json.gz", 1, 1_700_000_000_000_500_000, 130.0)
+    out = tmp_path / "merged.trace.json.gz"
+    r = cprof("merge", d, "-o", out)
+    assert "merged 2 traces" in r.stderr
+    assert "Straggler" in r.stdout and "yes" in r.stdout
+    m = load_trace(out)
+    ev = m["traceEvents"]
+    assert len(ev) == 2 * len(r0["traceEvents"])
+    assert m["baseTimeNanoseconds"] == 1_700_000_000_000_000_000
+    names = {(e["pid"], e["args"]["name"]) for e in ev if e.get("name") == "process_name"}
+    assert names == {(4242, "rank 0: python"), (0, "rank 0: GPU 0"),
+                     (10_004_242, "rank 1: python"), (10_000_000, "rank 1: GPU 0")}
+    steps = {(e["pid"], e["name"]): e["ts"] for e in ev if e.get("cat") == "user_annotation"}
+    assert steps[(4242, "ProfilerStep#0")] == 1000.0
+    assert steps[(10_004_242, "ProfilerStep#0")] == pytest.approx(1500.0)  # +500 µs base
+    flows = [e["id"] for e in ev if e.get("ph") in ("s", "f")]
+    assert len(set(flows)) == len(flows) // 2  # each pair kept, no id shared across ranks
+    kernels = [e for e in ev if e.get("cat") == "kernel"]
+    assert all(e["args"]["device"] == 0 for e in kernels)  # args untouched
+    assert m["cprof"]["merged"][1]["rank"] == 1
+    # the merged file is itself a trace cprof reads
+    rep = json.loads(cprof("report", out, "--format", "json").stdout)
+    assert rep["kernels_total"]["instances"] == 8
+    # no overwrite without --force
+    r = cprof("merge", d, "-o", out, check=False)
+    assert r.returncode == 1 and "--force" in r.stderr
+    cprof("merge", d, "-o", out, "--force")
+
+
+def test_report_of_several_ranks_flags_the_straggler(tmp_path):
+    _rank_trace(tmp_path / "a-rank0.trace.json.gz", 0, 1_700_000_000_000_000_000, 100.0)
+    _rank_trace(tmp_path / "a-rank1.trace.json.gz", 1, 1_700_000_000_000_000_000, 130.0)
+    doc = json.loads(cprof("report", tmp_path, "--format", "json").stdout)
+    ranks = {r["rank"]: r for r in doc["ranks"]}
+    assert ranks[0]["step_med_us"] == 99 and ranks[1]["step_med_us"] == 129
+    assert ranks[1]["straggler"] and not ranks[0]["straggler"]
+    assert ranks[0]["collective_us"] == 40
+    (diag,) = doc["diagnoses"]
+    assert diag["id"] == "stragglers" and diag["evidence"]["worst_rank"] == 1
