@@ -67,6 +67,8 @@ def add_parsers(sub):
                    help="idle gaps shorter than this are 'short gaps between kernels' (10)")
     p.add_argument("--small-copy-bytes", type=_nonneg_float, default=65536,
                    help="copies below this size count as small (65536)")
+    p.add_argument("--step-range", metavar="NAME",
+                   help="ranges of this name are the steps (default: torch's ProfilerStep#N)")
     p.add_argument("--tables", metavar="T1,T2",
                    help="only these tables (" + ",".join(k for k, _, _ in TABLES) + ")")
     p.set_defaults(func=cmd_report)
@@ -80,6 +82,8 @@ def add_parsers(sub):
     m.add_argument("-o", "--output", required=True, metavar="merged.trace.json.gz",
                    help="the merged trace (gzip when it ends in .gz)")
     m.add_argument("--force", action="store_true", help="replace the output if it exists")
+    m.add_argument("--step-range", metavar="NAME",
+                   help="ranges of this name are the steps (default: torch's ProfilerStep#N)")
     m.add_argument("--format", choices=("table", "json", "md"), default="table",
                    help="form of the printed rank table (table)")
     m.set_defaults(func=cmd_merge)
@@ -104,11 +108,11 @@ def find_traces(items):
     return files
 
 
-def analyse(path, top=20, short_gap_us=10.0, small_copy_bytes=65536):
+def analyse(path, top=20, short_gap_us=10.0, small_copy_bytes=65536, step_name=None):
     """The report dict of one trace, diagnoses included. Raises InputError."""
     try:
         text = _C.trace_report(path, top=top, short_gap_us=short_gap_us,
-                               small_copy_bytes=int(small_copy_bytes))
+                               small_copy_bytes=int(small_copy_bytes), step_name=step_name)
     except _C.TraceFormatError as err:
         raise InputError(f"{err}") from None
     except OSError as err:
@@ -148,8 +152,8 @@ def cmd_report(args):
                          f"from {', '.join(k for k, _, _ in TABLES)}")
     try:
         files = find_traces(args.traces)
-        reports = [analyse(f, args.top, args.short_gap_us, args.small_copy_bytes)
-                   for f in files]
+        reports = [analyse(f, args.top, args.short_gap_us, args.small_copy_bytes,
+                           args.step_range) for f in files]
     except InputError as err:
         return _fail("report", err)
     doc = combine(reports)
@@ -186,7 +190,8 @@ def cmd_merge(args):
         return _fail("merge", f"{out} is also an input; write the merged trace elsewhere")
     try:
         events, nbytes, texts = _C.trace_merge(files, out, gzip=6 if out.endswith(".gz") else 0,
-                                               replace=args.force)
+                                               replace=args.force,
+                                               step_name=args.step_range)
     except _C.TraceFormatError as err:
         return _fail("merge", err)
     except FileExistsError:

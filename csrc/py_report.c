@@ -62,15 +62,17 @@ static PyObject *report_result(PyObject *m, cprof_trace *t, const cprof_report_o
 }
 
 static PyObject *py_trace_report(PyObject *m, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"path", "top", "short_gap_us", "small_copy_bytes", "bins", NULL};
+    static char *kwlist[] = {"path", "top", "short_gap_us", "small_copy_bytes", "bins",
+                             "step_name", NULL};
     PyObject *path_obj;
     int top = 20, bins = 100;
     double short_gap_us = 10.0;
     long long small = 65536;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|idLi", kwlist, PyUnicode_FSConverter,
-                                     &path_obj, &top, &short_gap_us, &small, &bins))
+    const char *step_name = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|idLiz", kwlist, PyUnicode_FSConverter,
+                                     &path_obj, &top, &short_gap_us, &small, &bins, &step_name))
         return NULL;
-    cprof_report_opts o = {top, 0, 0, 0};
+    cprof_report_opts o = {top, 0, 0, 0, step_name};
     if (parse_opts(NULL, short_gap_us, small, bins, &o) < 0) {
         Py_DECREF(path_obj);
         return NULL;
@@ -89,15 +91,17 @@ static PyObject *py_trace_report(PyObject *m, PyObject *args, PyObject *kw) {
 }
 
 static PyObject *py_trace_report_bytes(PyObject *m, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"data", "top", "short_gap_us", "small_copy_bytes", "bins", NULL};
+    static char *kwlist[] = {"data", "top", "short_gap_us", "small_copy_bytes", "bins",
+                             "step_name", NULL};
     Py_buffer buf;
     int top = 20, bins = 100;
     double short_gap_us = 10.0;
     long long small = 65536;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*|idLi", kwlist, &buf, &top, &short_gap_us,
-                                     &small, &bins))
+    const char *step_name = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*|idLiz", kwlist, &buf, &top, &short_gap_us,
+                                     &small, &bins, &step_name))
         return NULL;
-    cprof_report_opts o = {top, 0, 0, 0};
+    cprof_report_opts o = {top, 0, 0, 0, step_name};
     if (parse_opts(NULL, short_gap_us, small, bins, &o) < 0) {
         PyBuffer_Release(&buf);
         return NULL;
@@ -114,12 +118,14 @@ static PyObject *py_trace_report_bytes(PyObject *m, PyObject *args, PyObject *kw
 }
 
 static PyObject *py_trace_merge(PyObject *m, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"paths", "out", "ranks", "gzip", "replace", "top", NULL};
+    static char *kwlist[] = {"paths", "out", "ranks", "gzip", "replace", "top", "step_name",
+                             NULL};
     PyObject *paths_obj, *out_obj, *ranks_obj = Py_None;
     int gzip_level = 6, replace = 0, top = 20;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO&|Oipi", kwlist, &paths_obj,
+    const char *step_name = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO&|Oipiz", kwlist, &paths_obj,
                                      PyUnicode_FSConverter, &out_obj, &ranks_obj, &gzip_level,
-                                     &replace, &top))
+                                     &replace, &top, &step_name))
         return NULL;
     PyObject *result = NULL, *seq = PySequence_Fast(paths_obj, "paths must be a list of files");
     Py_ssize_t n = seq ? PySequence_Fast_GET_SIZE(seq) : 0;
@@ -155,7 +161,7 @@ static PyObject *py_trace_merge(PyObject *m, PyObject *args, PyObject *kw) {
         }
     }
     const char *out = PyBytes_AS_STRING(out_obj);
-    cprof_report_opts o = {top, 10000, 65536, 100};
+    cprof_report_opts o = {top, 10000, 65536, 100, step_name};
     char err[ERRCAP] = "";
     int rc = CPROF_OK, err_no = 0;
     Py_ssize_t failed_at = -1;
@@ -229,12 +235,14 @@ done:
 
 static PyMethodDef report_methods[] = {
     {"trace_report", (PyCFunction)(void (*)(void))py_trace_report, METH_VARARGS | METH_KEYWORDS,
-     "trace_report(path, top=20, short_gap_us=10.0, small_copy_bytes=65536, bins=100) -> "
+     "trace_report(path, top=20, short_gap_us=10.0, small_copy_bytes=65536, bins=100, "
+     "step_name=None) -> "
      "the report of a Chrome trace (plain or gzip) as JSON text."},
     {"trace_report_bytes", (PyCFunction)(void (*)(void))py_trace_report_bytes,
      METH_VARARGS | METH_KEYWORDS, "trace_report_bytes(data, ...) -> the report of JSON bytes."},
     {"trace_merge", (PyCFunction)(void (*)(void))py_trace_merge, METH_VARARGS | METH_KEYWORDS,
-     "trace_merge(paths, out, ranks=None, gzip=6, replace=False, top=20) -> (events, bytes, "
+     "trace_merge(paths, out, ranks=None, gzip=6, replace=False, top=20, step_name=None) -> "
+     "(events, bytes, "
      "[report JSON of each input])."},
     {NULL, NULL, 0, NULL},
 };

@@ -209,6 +209,8 @@ typedef struct step {
 } step;
 
 typedef struct attribution {
+    const char *step_name; /* NULL: ProfilerStep#N */
+    size_t step_name_len;
     agg *by_name; /* indexed by string id */
     uint32_t nnames;
     step *steps;
@@ -287,6 +289,15 @@ static int64_t step_number(const cprof_trace *t, uint32_t name) {
     return v;
 }
 
+/* The step number of a range name, or -1: ProfilerStep#N, or any number for the user's own
+ * step range (renumbered in time order after the sweep). */
+static int64_t step_of(const cprof_trace *t, const attribution *a, uint32_t name) {
+    if (!a->step_name) return step_number(t, name);
+    size_t n;
+    const char *s = cprof_trace_str(t, name, &n);
+    return n == a->step_name_len && memcmp(s, a->step_name, n) == 0 ? 0 : -1;
+}
+
 static void pop_frame(const cprof_trace *t, attribution *a, frame *stack, size_t *depth,
                       uint32_t *active, uint64_t *compiled_depth) {
     const cprof_tev *ev = cprof_trace_events(t);
@@ -305,7 +316,7 @@ static void pop_frame(const cprof_trace *t, attribution *a, frame *stack, size_t
         stack[*depth - 1].gpu += f->gpu;
         stack[*depth - 1].kernels += f->kernels;
     }
-    int64_t num = step_number(t, e->name);
+    int64_t num = step_of(t, a, e->name);
     if (num >= 0) {
         if (a->nsteps == a->capsteps) {
             size_t cap = a->capsteps ? a->capsteps * 2 : 64;
@@ -437,7 +448,7 @@ static int ranked_table(const cprof_trace *t, const attribution *a, int which, i
         if (!g->calls) continue;
         int mod = is_module(t, id);
         if (which == 1 ? !mod
-                       : (mod || g->kind == CPROF_TK_PYTHON_FUNCTION || step_number(t, id) >= 0))
+                       : (mod || g->kind == CPROF_TK_PYTHON_FUNCTION || step_of(t, a, id) >= 0))
             continue;
         r[nr++] = (ranked){id, g->gpu, g->cpu};
     }
@@ -592,6 +603,8 @@ int cprof_report_build(const cprof_trace *t, const cprof_report_opts *opts, cons
     for (size_t i = 0; i < n; i++)
         if (ev[i].name >= nstr) nstr = (size_t)ev[i].name + 1;
     a.nnames = (uint32_t)nstr;
+    a.step_name = o.step_name && *o.step_name ? o.step_name : NULL;
+    a.step_name_len = a.step_name ? strlen(a.step_name) : 0;
     a.by_name = calloc(nstr, sizeof *a.by_name);
     if (!a.by_name || attribute(t, &a)) goto out;
     cJSON *ranges = cJSON_AddArrayToObject(root, "ranges");
@@ -600,6 +613,8 @@ int cprof_report_build(const cprof_trace *t, const cprof_report_opts *opts, cons
         ranked_table(t, &a, 1, o.top, modules))
         goto out;
     qsort(a.steps, a.nsteps, sizeof *a.steps, cmp_step);
+    if (a.step_name)
+        for (size_t i = 0; i < a.nsteps; i++) a.steps[i].num = (int64_t)i;
     cJSON *steps = cJSON_AddArrayToObject(root, "steps");
     for (size_t i = 0; i < a.nsteps && steps; i++) {
         cJSON *s = cJSON_CreateObject();

@@ -100,6 +100,8 @@ typedef struct cprof_report_opts {
     int64_t short_gap_ns;       /* idle gaps shorter than this count as "short" */
     int64_t small_copy_bytes;   /* copies below this many bytes count as "small" */
     int bins;                   /* utilisation timeline bins per device */
+    const char *step_name;      /* ranges of this exact name are the steps (numbered in time
+                                   order); NULL: torch's ProfilerStep#N */
 } cprof_report_opts;
 
 /* The report of one trace as JSON text (malloc'd, NUL-terminated; the caller frees it):
