@@ -9,7 +9,7 @@ See docs/usage.md. The C extension cprof._C holds the event store, the clock and
 writer; this package configures, starts, stops and presents."""
 from . import _C
 from ._C import (CprofError, CuptiBusyError, GpuUnavailableError, NoOpenRangeError,
-                 TraceWriteError, WindowStateError)
+                 TraceFormatError, TraceWriteError, WindowStateError)
 from ._features import features
 from ._profile import ProfilerActivity, profile, tensorboard_trace_handler
 from ._results import EventList, FunctionEventAvg, ProfilerEvent
@@ -56,6 +56,7 @@ __all__ = [
     "GpuUnavailableError",
     "NoOpenRangeError",
     "ProfilerContext",
+    "TraceFormatError",
     "TraceWriteError",
     "WindowStateError",
     "add_profiler_args",
