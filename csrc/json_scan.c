@@ -1,4 +1,5 @@
 /* The JSON scanner of json_scan.h (used by trace_read.c). Any thread, one scanner each. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,7 +179,8 @@ static int num_full(cprof_js *ps, double *d, int64_t *milli, int *exact, int *is
         neg = 1;
         p++;
     }
-    if (p >= end || *p < '0' || *p > '9') return cprof_js_fail(ps, start, "expected a number");
+    if (p >= end) return cprof_js_fail(ps, end, "reading a number");
+    if (*p < '0' || *p > '9') return cprof_js_fail(ps, start, "expected a number");
     uint64_t ip = 0;
     int big = 0;
     while (p < end && *p >= '0' && *p <= '9') {
@@ -215,17 +217,15 @@ static int num_full(cprof_js *ps, double *d, int64_t *milli, int *exact, int *is
         *milli = neg ? -v : v;
         *d = (double)*milli / 1000.0;
     } else {
-        char buf[64];
-        size_t n = (size_t)(p - start);
-        if (n >= sizeof buf) n = sizeof buf - 1;
-        memcpy(buf, start, n);
-        buf[n] = 0;
-        *d = strtod(buf, NULL);
+        /* the text is NUL-terminated past its end (trace_read.c), and the number was
+         * validated up to p, where strtod stops too */
+        *d = strtod(start, NULL);
         double x = *d * 1000.0;
-        *milli = (x >= -9.2e18 && x <= 9.2e18) ? (int64_t)x : 0;
+        /* out of range: saturated, so callers can reject it (never wrapped, never 0) */
+        *milli = x >= 9.2e18 ? INT64_MAX : x <= -9.2e18 ? INT64_MIN : (int64_t)llround(x);
     }
     if (*is_int) *ival = neg ? -(int64_t)ip : (int64_t)ip;
-    else *ival = (*d >= -9.2e18 && *d <= 9.2e18) ? (int64_t)*d : 0;
+    else *ival = *d >= 9.2e18 ? INT64_MAX : *d <= -9.2e18 ? INT64_MIN : (int64_t)*d;
     return CPROF_OK;
 }
 

@@ -32,7 +32,8 @@ int cprof_js_expect(cprof_js *ps, char c, const char *what);
  * string) when it held escapes. */
 int cprof_js_str(cprof_js *ps, const char **s, size_t *n);
 /* A number: *d as a double, *milli as exact thousandths when it has no exponent (*exact),
- * *is_int when it has no fraction either. */
+ * else rounded; *is_int when it has no fraction either. Values beyond +-9.2e18 thousandths
+ * saturate at INT64_MAX / INT64_MIN. The text must be NUL-terminated past ps->end. */
 int cprof_js_num(cprof_js *ps, double *d, int64_t *milli, int *exact, int *is_int);
 /* An integer-valued number (a fraction is truncated). */
 int cprof_js_int(cprof_js *ps, int64_t *out);

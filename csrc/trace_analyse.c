@@ -31,14 +31,10 @@ static int contains_ci(const cprof_trace *t, uint32_t id, const char *needle) {
 }
 
 static void add_str(cJSON *o, const char *key, const cprof_trace *t, uint32_t id) {
-    size_t n;
-    const char *s = cprof_trace_str(t, id, &n);
-    char stackbuf[256], *c = n < sizeof stackbuf ? stackbuf : malloc(n + 1);
+    char *c = cprof_trace_cstr(t, id);
     if (!c) return;
-    memcpy(c, s, n);
-    c[n] = 0;
     cJSON_AddStringToObject(o, key, c);
-    if (c != stackbuf) free(c);
+    free(c);
 }
 
 /* ---- per-name duration statistics (kernels, API calls) ---- */

@@ -25,6 +25,18 @@ typedef struct gap {
 enum { GAP_HOST, GAP_SYNC, GAP_SHORT, GAP_OTHER, GAP_KINDS };
 static const char *const gap_kind_names[GAP_KINDS] = {"host", "sync", "short", "other"};
 
+/* The device and stream of a GPU op: args first, else Kineto's pid (device) / tid (stream);
+ * string tids (no stream number) are stream 0. */
+static int32_t op_device(const cprof_tev *e) {
+    if (e->device >= 0) return e->device;
+    return (!CPROF_TEV_IS_STR(e->pid) && e->pid >= 0 && e->pid < 1024) ? (int32_t)e->pid : 0;
+}
+
+static int32_t op_stream(const cprof_tev *e) {
+    if (e->stream >= 0) return e->stream;
+    return (!CPROF_TEV_IS_STR(e->tid) && e->tid >= 0 && e->tid < INT32_MAX) ? (int32_t)e->tid : 0;
+}
+
 static int cmp_dev_start(const void *a, const void *b) {
     const op *x = a, *y = b;
     if (x->dev != y->dev) return x->dev < y->dev ? -1 : 1;
@@ -155,12 +167,8 @@ static void add_name(cJSON *o, const char *key, const cprof_trace *t, int64_t id
         cJSON_AddNullToObject(o, key);
         return;
     }
-    size_t n;
-    const char *s = cprof_trace_str(t, cprof_trace_events(t)[idx].name, &n);
-    char *c = malloc(n + 1);
+    char *c = cprof_trace_cstr(t, cprof_trace_events(t)[idx].name);
     if (!c) return;
-    memcpy(c, s, n);
-    c[n] = 0;
     cJSON_AddStringToObject(o, key, c);
     free(c);
 }
@@ -263,11 +271,7 @@ int cprof_gaps_report(const cprof_trace *t, const cprof_report_opts *o, int64_t 
     for (size_t i = 0; i < n; i++) {
         const cprof_tev *e = &ev[i];
         if (cprof_trace_is_gpu_op(e) && e->dur_ns >= 0) {
-            int32_t dev = e->device >= 0 ? e->device
-                          : (!CPROF_TEV_IS_STR(e->pid) && e->pid >= 0 && e->pid < 1024) ? (int32_t)e->pid : 0;
-            int32_t st = e->stream >= 0 ? e->stream
-                         : (!CPROF_TEV_IS_STR(e->tid) && e->tid >= 0 && e->tid < INT32_MAX) ? (int32_t)e->tid : 0;
-            ops[k++] = (op){e->ts_ns, e->ts_ns + e->dur_ns, dev, st, (uint32_t)i};
+            ops[k++] = (op){e->ts_ns, e->ts_ns + e->dur_ns, op_device(e), op_stream(e), (uint32_t)i};
         } else if (cprof_trace_is_sync(t, e)) {
             sy[ks++] = (span){e->ts_ns, e->ts_ns + e->dur_ns};
         }
@@ -401,9 +405,7 @@ int cprof_gaps_report(const cprof_trace *t, const cprof_report_opts *o, int64_t 
         if (!g) goto out_bins;
         cJSON_AddNumberToObject(g, "device", top[q].dev);
         int64_t ref = top[q].after >= 0 ? top[q].after : top[q].before;
-        int32_t stream = -1;
-        if (ref >= 0) stream = ev[ref].stream >= 0 ? ev[ref].stream : (int32_t)ev[ref].tid;
-        if (stream >= 0) cJSON_AddNumberToObject(g, "stream", stream);
+        if (ref >= 0) cJSON_AddNumberToObject(g, "stream", op_stream(&ev[ref]));
         else cJSON_AddNullToObject(g, "stream");
         cJSON_AddNumberToObject(g, "start_us", us(top[q].s));
         cJSON_AddNumberToObject(g, "dur_us", us(top[q].e - top[q].s));

@@ -108,6 +108,9 @@ static int intern(cprof_trace *t, const char *s, size_t n, uint32_t *id) {
 
 /* ---- events ---- */
 
+/* |ts| and dur are bounded so that sums and differences of times never overflow int64 */
+#define TIME_LIMIT_NS (INT64_C(1) << 61)
+
 #define KEY(s, n, lit) ((n) == sizeof(lit) - 1 && memcmp((s), (lit), sizeof(lit) - 1) == 0)
 
 static int lower_eq(const char *s, size_t n, const char *lit) {
@@ -146,6 +149,10 @@ static uint8_t kind_of(const char *s, size_t n) {
 static int id_value(cprof_js *ps, int64_t *out, cprof_tspan *at, const char *ev0) {
     cprof_js_ws(ps);
     const char *v0 = ps->p;
+    if (ps->p < ps->end && *ps->p == 'n') { /* null: absent */
+        *out = CPROF_TEV_NONE;
+        return cprof_js_literal(ps, "null", 4);
+    }
     if (ps->p < ps->end && *ps->p == '"') {
         const char *s;
         size_t n;
@@ -289,6 +296,9 @@ static int event(cprof_js *ps, cprof_trace *t) {
                     rc = cprof_js_fail(ps, ps->p, "\"ts\"/\"dur\" must be numbers");
                 } else {
                     rc = cprof_js_num(ps, &d, &m, &ex, &ii);
+                    if (!rc && (m > TIME_LIMIT_NS || m < -TIME_LIMIT_NS))
+                        rc = cprof_js_fail(ps, v0, "a \"ts\" or \"dur\" beyond +-2^61 ns "
+                                                   "(73 years): the trace is corrupt");
                     if (!rc) {
                         if (k[0] == 't') {
                             e->ts_ns = m;
@@ -521,9 +531,13 @@ static int parse_all(cprof_js *ps, cprof_trace *t) {
                                "events); this is neither");
     }
     if (rc) return rc;
-    cprof_js_ws(ps);
-    if (ps->p < ps->end && *ps->p != 0)
-        return cprof_js_fail(ps, ps->p, "text after the end of the trace");
+    /* NUL padding after the end (a preallocated file) is tolerated; anything else is not */
+    for (;;) {
+        cprof_js_ws(ps);
+        if (ps->p < ps->end && *ps->p == 0) ps->p++;
+        else break;
+    }
+    if (ps->p < ps->end) return cprof_js_fail(ps, ps->p, "text after the end of the trace");
     return CPROF_OK;
 }
 
@@ -621,8 +635,8 @@ int cprof_trace_load(const char *path, int keep_text, cprof_trace **out, char *e
             int zerr;
             const char *msg = gzerror(f, &zerr);
             int e = errno;
-            snprintf(err, errcap, "%s: %s after %zu bytes (%s)", path,
-                     zerr == Z_ERRNO ? "read error" : "corrupt gzip data", len,
+            snprintf(err, errcap, "%s: %s (%s); the file is damaged: copy or write it again",
+                     path, zerr == Z_ERRNO ? "read error" : "corrupt gzip data",
                      zerr == Z_ERRNO ? strerror(e) : msg);
             free(buf);
             gzclose(f);
@@ -678,6 +692,25 @@ const char *cprof_trace_str(const cprof_trace *t, uint32_t id, size_t *len) {
     if (id >= t->nstrs) id = 0;
     if (len) *len = t->strs[id].len;
     return t->strs[id].s;
+}
+
+char *cprof_trace_cstr(const cprof_trace *t, uint32_t id) {
+    size_t n, nul = 0;
+    const char *s = cprof_trace_str(t, id, &n);
+    for (size_t i = 0; i < n; i++) nul += s[i] == 0;
+    char *c = malloc(n + 2 * nul + 1), *o = c;
+    if (!c) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i]) {
+            *o++ = s[i];
+        } else { /* U+FFFD */
+            *o++ = (char)0xef;
+            *o++ = (char)0xbf;
+            *o++ = (char)0xbd;
+        }
+    }
+    *o = 0;
+    return c;
 }
 
 unsigned cprof_trace_str_flags(const cprof_trace *t, uint32_t id) {
