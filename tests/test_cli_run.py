@@ -1,0 +1,380 @@
+"""`cprof run` (cprof/_cli_run.py), each case a `python -m cprof run ...` subprocess running a
+program from tests/cli_run_scripts/."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import ROOT, load_trace, ranges_of
+
+SCRIPTS = os.path.join(ROOT, "tests", "cli_run_scripts")
+BASIC = os.path.join(SCRIPTS, "basic.py")
+TIMED = os.path.join(SCRIPTS, "timed.py")
+CAPTURE = os.path.join(SCRIPTS, "capture.py")
+MODEL = os.path.join(SCRIPTS, "model.py")
+WRITTEN = re.compile(r"^cprof: trace written to (\S+) \((\d+) events, [\d.]+ (B|KB|MB|GB)\)$",
+                     re.M)
+
+
+def _env():
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               OMP_NUM_THREADS="1")
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "CPROF_PROFILER_DIR"):
+        env.pop(k, None)
+    return env
+
+
+def _cmd(*args):
+    return [sys.executable, "-m", "cprof", "run", *map(str, args)]
+
+
+def cprof_run(*args, cwd=None, timeout=60, text=True):
+    return subprocess.run(_cmd(*args), env=_env(), cwd=cwd, capture_output=True, text=text,
+                          timeout=timeout)
+
+
+def plain_run(*args, cwd=None, text=True):
+    return subprocess.run([sys.executable, *map(str, args)], env=_env(), cwd=cwd,
+                          capture_output=True, text=text, timeout=60)
+
+
+def run_many(arg_lists):
+    """Runs several `cprof run`s at once (the torch imports dominate); returns their
+    CompletedProcess-like results in order."""
+    procs = [subprocess.Popen(_cmd(*a), env=_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for a in arg_lists]
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=120)
+        out.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr))
+    return out
+
+
+def not_cprof(stderr):
+    return "".join(line for line in stderr.splitlines(keepends=True)
+                   if not line.startswith("cprof: "))
+
+
+def names(trace, cat="user_annotation"):
+    return [e["name"] for e in sorted(ranges_of(trace, cat), key=lambda e: e["ts"])]
+
+
+def written(proc):
+    """The trace path of the "trace written" line (exactly one)."""
+    (m,) = WRITTEN.findall(proc.stderr)
+    return m[0]
+
+
+# ---------------------------------------------------------------- the program, unchanged
+
+def test_script_args_stdout_stderr_pass_through(tmp_path):
+    args = ("basic.py", "--lr", "3", "-o", "x")
+    raw = cprof_run("-o", tmp_path / "raw", *args, cwd=SCRIPTS, text=False)
+    assert raw.stdout == plain_run(*args, cwd=SCRIPTS, text=False).stdout  # byte for byte
+    assert b"raw bytes\r\n" in raw.stdout
+    ran = cprof_run("-o", tmp_path, *args, cwd=SCRIPTS)
+    plain = plain_run(*args, cwd=SCRIPTS)
+    assert ran.returncode == plain.returncode == 0, ran.stderr
+    assert f"argv=['basic.py', '--lr', '3', '-o', 'x'] name=__main__ path0={SCRIPTS}\n" \
+        in ran.stdout
+    assert f"file={BASIC}\n" in ran.stdout  # absolute, as python sets it
+    assert not_cprof(ran.stderr) == plain.stderr == "to stderr\n"
+    path = written(ran)
+    assert path == str(tmp_path / "basic.trace.json.gz")
+    t = load_trace(path)
+    assert names(t) == ["work"]
+    assert t["cprof"]["partial"] is False and t["cprof"]["end"] == "normal"
+    assert t["cprof"]["argv"] == ["basic.py", "--lr", "3", "-o", "x"]
+    # cprof run's defaults: no stack, no shapes
+    assert t["cprof"]["config"]["with_stack"] is False
+    assert t["cprof"]["config"]["record_shapes"] is False
+
+
+@pytest.mark.parametrize("opts", [(), ("--with-stack",)])
+def test_module(tmp_path, opts):
+    ran = cprof_run("-o", tmp_path, *opts, "-m", "basic", "a", "b", cwd=SCRIPTS)
+    plain = plain_run("-m", "basic", "a", "b", cwd=SCRIPTS)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == plain.stdout
+    assert f"argv=['{BASIC}', 'a', 'b'] name=__main__ path0={SCRIPTS}\n" in ran.stdout
+    t = load_trace(tmp_path / "basic.trace.json.gz")
+    assert names(t) == ["work"]
+    if opts:
+        # the program's calls, from its module code down; nothing of cprof's or runpy's
+        calls = [e["name"] for e in ranges_of(t, "python_function")]
+        assert calls[0] == f"{BASIC}(1): <module>"
+        assert not any("cprof" in n.replace(ROOT, "") or "runpy" in n for n in calls)
+        assert "builtins.sum" in [e["name"] for e in ranges_of(t, "cpu_op")]
+
+
+def test_syntax_error(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("print('x'\n")
+    ran = cprof_run("-o", tmp_path / "out", bad)
+    plain = plain_run(bad)
+    assert ran.returncode == plain.returncode == 1
+    assert ran.stderr == plain.stderr and "SyntaxError" in ran.stderr
+    assert not (tmp_path / "out").exists() or not os.listdir(tmp_path / "out")
+
+
+def test_torch_imported_after_the_window_opened(tmp_path):
+    """The window opens before the program imports torch: its record_function ranges and
+    (--record-shapes) module calls are captured all the same."""
+    ran = cprof_run("-o", tmp_path, "--record-shapes", MODEL)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "(2, 4)\n"
+    t = load_trace(written(ran))
+    assert names(t) == ["forward_pass", "Net", "fc"]
+    (fc,) = [e for e in ranges_of(t) if e["name"] == "fc"]
+    assert fc["args"]["Input Dims"] == [[2, 8]]
+
+
+def test_with_stack_records_the_import_of_torch(tmp_path):
+    """cprof run hooks the import of torch (to catch its glue up); the tracer records nothing
+    under cprof's code, so the hook must let it record the import. A stand-in torch."""
+    fake = os.path.join(SCRIPTS, "fake_torch")
+    env = dict(_env(), PYTHONPATH=fake + os.pathsep + _env()["PYTHONPATH"])
+    ran = subprocess.run(_cmd("-o", tmp_path, "--with-stack",
+                              os.path.join(SCRIPTS, "imports_torch.py")),
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "torch\n"
+    calls = [e["name"] for e in ranges_of(load_trace(written(ran)), "python_function")]
+    init = os.path.join(fake, "torch", "__init__.py")
+    assert f"{init}(1): <module>" in calls and f"{init}(6): imported_helper" in calls
+
+
+def test_memory_and_unavailable_gpu(tmp_path):
+    ran = cprof_run("-o", tmp_path, "--activities", "cpu,mem", BASIC)
+    assert ran.returncode == 0, ran.stderr
+    assert re.search(r"^cprof: memory: peak CPU RSS [\d.]+ [KMG]?B", ran.stderr, re.M)
+    assert ran.stdout == plain_run(BASIC).stdout  # ProfilerContext's stdout lines are not made
+    ran = cprof_run("-o", tmp_path, "--name", "gpu", "--activities", "GPU", BASIC)
+    assert ran.returncode == 0, ran.stderr
+    if "GPU activity was asked for but is not collected" in ran.stderr:  # no GPU here
+        t = load_trace(written(ran))
+        assert t["cprof"]["config"]["collected_activities"] == ["CPU"]
+
+
+@pytest.mark.parametrize("args, code, end, opts", [
+    (("exit", "0"), 0, None, ()),
+    (("exit", "3"), 3, "SystemExit", ()),
+    (("raise",), 1, "ValueError", ()),
+    (("raise",), 1, "ValueError", ("--with-stack",)),  # the program runs from a bootstrap
+    (("sysexit-msg",), 1, "SystemExit", ()),
+])
+def test_exit_code_and_partial_trace(tmp_path, args, code, end, opts):
+    ran = cprof_run("-o", tmp_path, *opts, BASIC, *args)
+    assert ran.returncode == code, ran.stderr
+    t = load_trace(written(ran))
+    assert t["cprof"]["partial"] is (end is not None)
+    assert t["cprof"]["end"] == (end or "normal")
+    if args[0] in ("raise", "sysexit-msg"):
+        # the traceback / message exactly as python prints it: no cprof or runpy frames
+        plain = plain_run(BASIC, *args)
+        assert plain.returncode == code
+        assert not_cprof(ran.stderr) == plain.stderr
+    if args[0] == "raise":
+        assert "ValueError: boom" in ran.stderr and "_cli_run" not in ran.stderr
+        assert "failing" in names(t)  # the range the exception left, ended at the window's end
+
+
+@pytest.mark.parametrize("sig, code, end, opts", [
+    (signal.SIGINT, 130, "KeyboardInterrupt", ()),
+    (signal.SIGTERM, 143, "Terminated", ()),
+    (signal.SIGTERM, 143, "Terminated", ("--with-stack",)),  # same process id after exec
+])
+def test_signal_writes_partial_trace(tmp_path, sig, code, end, opts):
+    mode = "sigint" if sig == signal.SIGINT else "sigterm"
+    p = subprocess.Popen(_cmd("-o", tmp_path, *opts, BASIC, mode), env=_env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = [p.stdout.readline() for _ in range(4)]
+        assert lines[3] == "ready\n", lines  # sleeping inside the range "waiting"
+        p.send_signal(sig)
+        stdout, stderr = p.communicate(timeout=30)
+    finally:
+        p.kill()
+        p.wait()
+    assert p.returncode == code, stderr
+    assert "not interrupted" not in stdout
+    t = load_trace(tmp_path / "basic.trace.json.gz")
+    assert t["cprof"]["partial"] is True and t["cprof"]["end"] == end
+    assert names(t) == ["work", "waiting"]
+    if sig == signal.SIGINT:
+        assert stderr.rstrip().endswith("KeyboardInterrupt")  # its traceback, as python does
+    else:
+        assert "cprof: terminated by SIGTERM" in stderr
+
+
+def test_forked_child_keeps_default_sigterm(tmp_path):
+    ran = cprof_run("-o", tmp_path, os.path.join(SCRIPTS, "fork_terminate.py"))
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == f"child exit {-signal.SIGTERM}\n"
+    assert "Terminated" not in ran.stderr
+
+
+# ---------------------------------------------------------------- when the window is open
+
+def test_delay_and_duration(tmp_path):
+    # timed.py: early [0, 0.2] s, middle [0.6, 0.9] s, late [1.5, 1.7] s; window [0.4, 1.0] s
+    # with --with-stack: the timer thread opens the window, the main thread's calls are traced
+    ran = cprof_run("-o", tmp_path, "--delay", "0.4", "--duration", "0.6", "--with-stack",
+                    TIMED)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "done\n"
+    t = load_trace(written(ran))
+    assert names(t) == ["middle"]
+    calls = [e["name"] for e in ranges_of(t, "python_function") + ranges_of(t, "cpu_op")]
+    assert any(n.endswith("until") for n in calls) and "time.sleep" in calls
+    assert not any("_cli_run" in n for n in calls)  # cprof's timer is not traced
+    run = t["cprof"]["cprof_run"]
+    assert run["opened_by"] == "--delay 0.4 s reached"
+    assert run["closed_by"] == "--duration 0.6 s reached"
+    assert t["cprof"]["partial"] is False
+
+
+def test_duration_longer_than_program(tmp_path):
+    ran = cprof_run("-o", tmp_path, "--duration", "30", TIMED, "short")
+    assert ran.returncode == 0, ran.stderr
+    t = load_trace(written(ran))
+    assert names(t) == ["early", "middle"]
+    assert t["cprof"]["partial"] is False
+    assert t["cprof"]["cprof_run"]["closed_by"].startswith("program end")
+
+
+def test_delay_longer_than_program(tmp_path):
+    ran = cprof_run("-o", tmp_path, "--delay", "5", TIMED, "short")
+    assert ran.returncode == 0, ran.stderr
+    assert "cprof: no trace written: the capture range never started (the program ended " \
+        "after" in ran.stderr
+    assert not WRITTEN.search(ran.stderr)
+    assert not tmp_path.exists() or os.listdir(tmp_path) == []
+
+
+# capture.py also knows "autograd" (torch.autograd.profiler.record_function: the same class
+# as torch.profiler.record_function) and "nvtx" (range_push / range_pop, which nvtx.range
+# calls): left out, each torch import costs ~2 s of CPU
+CAPTURE_KINDS = ["cprof", "cprof_decorator", "push", "record_function", "nvtx_range",
+                 "cudaProfilerApi", "cuda_profile"]
+
+
+def test_capture_range(tmp_path):
+    """The window is exactly the first range "target" (whatever made it) and what is inside;
+    cudaProfilerApi: between torch.cuda.profiler.start() and stop(), which on CPU torch
+    (no CUDA) cprof handles without calling torch's (it would raise)."""
+    runs = []
+    for kind in CAPTURE_KINDS:
+        rng = "cudaProfilerApi" if kind.startswith("cuda") else "range:target"
+        runs.append(("-o", tmp_path, "--name", kind, "--capture-range", rng, CAPTURE, kind))
+    runs.append(("-o", tmp_path, "--name", "never", "--capture-range", "range:nope", CAPTURE,
+                 "cprof"))
+    results = run_many(runs)
+    for kind, ran in zip(CAPTURE_KINDS, results):
+        assert ran.returncode == 0, (kind, ran.stderr)
+        assert ran.stdout == "done\n", kind
+        t = load_trace(tmp_path / f"{kind}.trace.json.gz")
+        assert names(t) == ["target", "inner"], kind
+        run = t["cprof"]["cprof_run"]
+        if kind.startswith("cuda"):
+            assert (run["opened_by"], run["closed_by"]) == (
+                "torch.cuda.profiler.start()", "torch.cuda.profiler.stop()"), kind
+        else:
+            assert (run["opened_by"], run["closed_by"]) == (
+                "range 'target' began", "range 'target' ended"), kind
+        assert t["cprof"]["partial"] is False
+    never = results[-1]
+    assert never.returncode == 0
+    assert "cprof: no trace written: the capture range never started (no range named " \
+        "'nope' began)" in never.stderr
+    assert not os.path.exists(tmp_path / "never.trace.json.gz")
+
+
+# ---------------------------------------------------------------- options
+
+def test_name_output_dir_no_gzip_quiet_report(tmp_path):
+    out = tmp_path / "new" / "dir"
+    ran = cprof_run("--no-gzip", "--name", "custom", "-o", out, "--quiet", "--record-shapes",
+                    BASIC)
+    assert ran.returncode == 0
+    assert not_cprof(ran.stderr) == ran.stderr == "to stderr\n"  # --quiet: no cprof lines
+    t = load_trace(out / "custom.trace.json")  # plain JSON
+    assert names(t) == ["work"]
+    assert t["cprof"]["config"]["record_shapes"] is True
+    ran = cprof_run("--output-dir", out, "--name=custom", "--report", "--no-gzip", BASIC)
+    assert written(ran) == str(out / "custom-1.trace.json")  # never overwrites
+    assert "cprof: CPU ranges of the window" in ran.stderr and "work" in ran.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (("nope.py",), "no such file: nope.py"),
+    ((), "no program given"),
+    (("--quiet",), "no program given"),
+    (("-m",), "no program given"),
+    (("-m", "no_such_module_xyz"), "no module named 'no_such_module_xyz'"),
+    (("--activities", "CPU,TPU", BASIC), "unknown profiler activity 'TPU'"),
+    (("--capture-range", "nvtx", BASIC), "--capture-range must be cudaProfilerApi or "
+                                          "range:NAME"),
+    (("--capture-range", "range:", BASIC), "--capture-range must be"),
+    (("--delay", "-1", BASIC), "--delay must be 0 or more seconds, got -1"),
+    (("--delay", "soon", BASIC), "argument --delay: invalid float value: 'soon'"),
+    (("--duration", "0", BASIC), "--duration must be more than 0 seconds"),
+    (("--delay", "1", "--capture-range", "cudaProfilerApi", BASIC),
+     "--delay cannot be combined with --capture-range"),
+    (("--name", "a/b", BASIC), "--name must be a non-empty file name without '/'"),
+    (("--bogus", BASIC), "unrecognized arguments: --bogus"),
+])
+def test_bad_input(tmp_path, args, message):
+    ran = cprof_run("-o", tmp_path, *args)
+    assert ran.returncode == 2, ran.stderr
+    assert f"cprof run: error: {message}" in ran.stderr
+    assert ran.stdout == ""
+    assert not os.path.exists(tmp_path / "basic.trace.json.gz")
+
+
+def test_output_dir_not_writable(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("")
+    ran = cprof_run("-o", f, BASIC)
+    assert ran.returncode == 2
+    assert "cprof run: error: the output directory" in ran.stderr
+    assert "cannot be created" in ran.stderr
+    assert "done" not in ran.stdout  # not run
+
+
+def test_help():
+    top = subprocess.run([sys.executable, "-m", "cprof", "--help"], env=_env(),
+                         capture_output=True, text=True, timeout=60)
+    assert top.returncode == 0
+    assert re.search(r"^\s+run\s+profile a Python script", top.stdout, re.M)
+    ran = cprof_run("--help")
+    assert ran.returncode == 0
+    assert "cprof run [options] -m module [args...]" in ran.stdout
+    for opt in ("--activities", "--output-dir", "--name", "--delay", "--duration",
+                "--capture-range", "--with-stack", "--record-shapes", "--no-gzip", "--quiet",
+                "--report"):
+        assert opt in ran.stdout
+
+
+# ---------------------------------------------------------------- torchrun
+
+def test_torchrun_two_ranks(tmp_path):
+    pytest.importorskip("torch.distributed.run")
+    env = dict(_env(), MASTER_ADDR="127.0.0.1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone",
+           "-m", "cprof", "run", "-o", str(tmp_path), "--name", "dist",
+           os.path.join(SCRIPTS, "dist_prog.py")]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("rank done") == 2
+    for rank in (0, 1):
+        t = load_trace(tmp_path / f"dist-rank{rank}.trace.json.gz")
+        assert t["distributedInfo"]["rank"] == rank
+        assert t["distributedInfo"]["world_size"] == 2
+        assert names(t) == [f"on_rank{rank}"]
+    assert time.monotonic() - start < 60
