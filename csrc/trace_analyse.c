@@ -200,7 +200,7 @@ typedef struct frame {
 
 typedef struct step {
     uint32_t name;
-    int64_t num, start, cpu, gpu;
+    int64_t pid, num, start, cpu, gpu;
     uint64_t kernels;
 } step;
 
@@ -321,8 +321,79 @@ static void pop_frame(const cprof_trace *t, attribution *a, frame *stack, size_t
             a->steps = ns;
             a->capsteps = cap;
         }
-        a->steps[a->nsteps++] = (step){e->name, num, e->ts_ns, e->dur_ns, f->gpu, f->kernels};
+        a->steps[a->nsteps++] = (step){e->name, e->pid, num, e->ts_ns, e->dur_ns, f->gpu, f->kernels};
     }
+}
+
+typedef struct launch {
+    int64_t pid, ts, gpu;
+    uint64_t ops;
+} launch;
+
+static int cmp_launch(const void *a, const void *b) {
+    const launch *x = a, *y = b;
+    if (x->pid != y->pid) return x->pid < y->pid ? -1 : 1;
+    return (x->ts > y->ts) - (x->ts < y->ts);
+}
+
+/* A step's GPU work is every launch made in its time span by any thread of its process (the
+ * backward pass runs on autograd threads), as HTA counts it: binary search over launches
+ * sorted by (pid, ts) with prefix sums. Replaces the per-thread totals of the sweep. */
+static int steps_by_time(const cprof_trace *t, attribution *a, const gpu_by_corr *gm) {
+    if (!a->nsteps) return CPROF_OK;
+    const cprof_tev *ev = cprof_trace_events(t);
+    size_t n = cprof_trace_nevents(t), nl = 0;
+    for (size_t i = 0; i < n; i++)
+        if ((ev[i].kind == CPROF_TK_RUNTIME || ev[i].kind == CPROF_TK_DRIVER) &&
+            ev[i].correlation != CPROF_TEV_NONE)
+            nl++;
+    launch *l = malloc((nl + 1) * sizeof *l);
+    if (!l) return CPROF_E_NOMEM;
+    nl = 0;
+    for (size_t i = 0; i < n; i++) {
+        const cprof_tev *e = &ev[i];
+        if ((e->kind != CPROF_TK_RUNTIME && e->kind != CPROF_TK_DRIVER) ||
+            e->correlation == CPROF_TEV_NONE)
+            continue;
+        uint64_t ops;
+        int64_t g = gpu_map_get(gm, e->correlation, &ops);
+        if (g >= 0) l[nl++] = (launch){e->pid, e->ts_ns, g, ops};
+    }
+    qsort(l, nl, sizeof *l, cmp_launch);
+    for (size_t i = 1; i < nl; i++) { /* prefix sums, restarting at each process */
+        if (l[i].pid != l[i - 1].pid) continue;
+        l[i].gpu += l[i - 1].gpu;
+        l[i].ops += l[i - 1].ops;
+    }
+    for (size_t s = 0; s < a->nsteps; s++) {
+        step *st = &a->steps[s];
+        /* first launch >= (pid, start) and first >= (pid, end) */
+        size_t bounds[2];
+        int64_t keys[2] = {st->start, st->start + st->cpu};
+        for (int q = 0; q < 2; q++) {
+            size_t lo = 0, hi = nl;
+            while (lo < hi) {
+                size_t mid = (lo + hi) / 2;
+                if (l[mid].pid < st->pid || (l[mid].pid == st->pid && l[mid].ts < keys[q])) lo = mid + 1;
+                else hi = mid;
+            }
+            bounds[q] = lo;
+        }
+        int64_t g0 = 0, g1 = 0;
+        uint64_t o0 = 0, o1 = 0;
+        if (bounds[1] > 0 && l[bounds[1] - 1].pid == st->pid) {
+            g1 = l[bounds[1] - 1].gpu;
+            o1 = l[bounds[1] - 1].ops;
+        }
+        if (bounds[0] > 0 && l[bounds[0] - 1].pid == st->pid) {
+            g0 = l[bounds[0] - 1].gpu;
+            o0 = l[bounds[0] - 1].ops;
+        }
+        st->gpu = g1 - g0;
+        st->kernels = o1 - o0;
+    }
+    free(l);
+    return CPROF_OK;
 }
 
 static int attribute(const cprof_trace *t, attribution *a) {
@@ -396,7 +467,7 @@ static int attribute(const cprof_trace *t, attribution *a) {
                                  (uint8_t)(active[e->name]++ == 0), (uint8_t)compiled};
     }
     while (depth) pop_frame(t, a, stack, &depth, active, &compiled_depth);
-    rc = CPROF_OK;
+    rc = steps_by_time(t, a, &gm);
 out:
     free(items);
     free(active);
@@ -608,7 +679,9 @@ int cprof_report_build(const cprof_trace *t, const cprof_report_opts *opts, cons
     if (!ranges || !modules || ranked_table(t, &a, 0, o.top, ranges) ||
         ranked_table(t, &a, 1, o.top, modules))
         goto out;
-    qsort(a.steps, a.nsteps, sizeof *a.steps, cmp_step);
+    /* qsort(NULL, 0, ...) is undefined (UBSan: nonnull argument) and a.steps is NULL when
+     * the trace has no steps */
+    if (a.nsteps) qsort(a.steps, a.nsteps, sizeof *a.steps, cmp_step);
     if (a.step_name)
         for (size_t i = 0; i < a.nsteps; i++) a.steps[i].num = (int64_t)i;
     cJSON *steps = cJSON_AddArrayToObject(root, "steps");

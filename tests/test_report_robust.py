@@ -1071,7 +1071,14 @@ def reference(events, modules=()):
     steps = []
     for e in ranges:
         if is_step(e.get("name", "")):
-            g, o = inside((e.get("pid"), e.get("tid")), e["ts"], e["ts"] + e["dur"])
+            # a step's GPU work: launches in its span from every thread of its process
+            # (backward runs on autograd threads), as HTA counts it
+            g = o = 0
+            for th in prefix:
+                if th[0] == e.get("pid"):
+                    gg, oo = inside(th, e["ts"], e["ts"] + e["dur"])
+                    g += gg
+                    o += oo
             steps.append({"name": e["name"], "step": int(e["name"].split("#")[1]),
                           "start": e["ts"], "cpu_us": e["dur"] / 1000, "gpu_us": g / 1000,
                           "kernels": o})
