@@ -271,3 +271,34 @@ def test_report_of_several_ranks_flags_the_straggler(tmp_path):
     assert ranks[0]["collective_us"] == 40
     (diag,) = doc["diagnoses"]
     assert diag["id"] == "stragglers" and diag["evidence"]["worst_rank"] == 1
+
+
+GRAPH_BREAK_PROGRAM = r"""
+import sys, torch, torch.profiler as P
+def f(x):
+    x = torch.sin(x) + 1
+    print("graph break")  # dynamo cannot trace print: the frame is split in two
+    return torch.cos(x) * 2
+cf = torch.compile(f, backend="eager")
+x = torch.randn(100)
+cf(x)
+with P.profile() as p:
+    for _ in range(3):
+        cf(x)
+p.export_chrome_trace(sys.argv[1])
+"""
+
+
+def test_graph_breaks_found_in_a_real_compiled_trace(tmp_path):
+    """torch.compile with a graph break, profiled by torch.profiler on CPU: the resumed frame
+    runs as a "Torch-Compiled Region" nested inside the first one (seed 001)."""
+    pytest.importorskip("torch")
+    path = tmp_path / "gb.pt.trace.json"
+    r = subprocess.run([sys.executable, "-c", GRAPH_BREAK_PROGRAM, str(path)],
+                       capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        pytest.skip(f"torch.compile unavailable here: {r.stderr[-300:]}")
+    rep = json.loads(cprof("report", path, "--format", "json").stdout)
+    assert rep["compiled"]["regions"] == 6 and rep["compiled"]["nested"] == 3
+    gb = [d for d in rep["diagnoses"] if d["id"] == "graph_breaks"][0]
+    assert gb["evidence"]["nested_regions"] == 3 and gb["evidence"]["max_depth"] == 2
