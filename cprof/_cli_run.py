@@ -304,6 +304,7 @@ class _Session:
         self._critical = 0
         self.t0 = time.monotonic()
         self.summary = None
+        self.pid = os.getpid()  # a child forked from the program closes nothing (the parent's)
 
     # -- SIGTERM --
     def forked(self):
@@ -381,6 +382,8 @@ class _Session:
     def _close(self, why, exc_type):
         self.state = "closed"
         self.closed_by = why
+        if os.getpid() != self.pid:
+            return
         o = self.opts
         window = getattr(self.ctx, "_window", None)
         if window is not None:  # in the trace's metadata: how this window came about

@@ -13,6 +13,7 @@ import warnings
 
 from . import _C
 from . import _glue
+from . import _lifecycle
 from . import _schedule as _schedule_mod
 from ._dist import rank_info
 from ._features import gpu_unavailable_reason
@@ -108,7 +109,10 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
     (with_stack: also record calls of C functions such as torch ops; default True),
     ``ranks`` (profile only these ranks; others run unprofiled), ``buffer_size_mb`` (cap of
     the CPU range buffers), ``strict`` (a CUPTI held by another tool is an error rather than
-    a warning and CPU-only collection)."""
+    a warning and CPU-only collection).
+
+    SIGTERM and interpreter exit while started stop it as an exception would: the window is
+    closed marked partial and on_trace_ready runs (see cprof/_lifecycle.py)."""
 
     def __init__(self, *, activities=None, schedule=None, on_trace_ready=None,
                  record_shapes=False, profile_memory=False, with_stack=False, with_flops=False,
@@ -176,6 +180,9 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         self._glue = None
         self._pending_error = None
         self._window_exc = None
+        self._pid = None           # the process that started it (see _in_other_process)
+        self._forks = 0
+        self._lifecycle_owner = self  # what ends the window at SIGTERM / exit (_lifecycle)
         self.traces_ready = 0
         self.memory = None         # memory snapshot of the last window (profile_memory + CUDA)
         self.action_map = self._build_action_map()
@@ -246,35 +253,113 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
     def start(self):
         if not self.enabled:
             return
+        if self._in_other_process():
+            self._forget_in_child()
         if self._started:
             raise _C.WindowStateError("cprof.profile: start() called twice; call stop() first")
         self._started = True
+        _lifecycle.enter_critical()
         try:
-            self._run_transitions(ProfilerAction.NONE, self.current_action)
-        except BaseException:
-            self._started = False
-            self._abort_window()
-            raise
-        self._enter_step()
+            try:
+                self._run_transitions(ProfilerAction.NONE, self.current_action)
+            except BaseException:
+                self._started = False
+                self._abort_window()
+                raise
+            self._pid = os.getpid()
+            self._forks = _lifecycle.forks
+            _lifecycle.opened(self, self._lifecycle_owner)
+            self._enter_step()
+        finally:
+            _lifecycle.leave_critical()
 
     def stop(self):
+        """Stops profiling (the last window closes; on_trace_ready runs if it recorded). Called
+        while a KeyboardInterrupt, SystemExit or GeneratorExit is being handled (in a finally:
+        or except: block), the window is marked partial with that exception's name, as the
+        with-block marks any exception. In a process forked from the one that started it:
+        nothing (the window is the parent's)."""
         if not self.enabled:
             return
+        if self._in_other_process():
+            self._forget_in_child()
+            return
+        if self._started and self._window is not None and self._window_exc is None:
+            exc = sys.exc_info()[1]
+            if exc is not None and not isinstance(exc, Exception):
+                self._window_exc = type(exc)
+        self._stop()
+
+    def _stop(self):
         if not self._started:
             raise _C.WindowStateError(
                 "cprof.profile: stop() without start(); use `with cprof.profile(...)` or call "
                 "start() first")
-        self._exit_step()
-        self._started = False
+        _lifecycle.enter_critical()
         try:
-            self._run_transitions(self.current_action, None)
+            self._exit_step()
+            self._started = False
+            try:
+                self._run_transitions(self.current_action, None)
+            finally:
+                self._uninstall_glue()
+                _lifecycle.closed(self)
         finally:
-            self._uninstall_glue()
+            _lifecycle.leave_critical()
+
+    # -- process lifecycle (_lifecycle.py) --
+    def _in_other_process(self):
+        """True in a child forked after start() (os.fork runs _lifecycle's hook: a counter
+        compare is cheaper than os.getpid(), a system call, on every step)."""
+        return self._pid is not None and self._forks != _lifecycle.forks
+
+    def _forget_in_child(self):
+        """In a child forked while this profiler ran: drop the parent's window without
+        closing or writing it (the child's store forgot it at fork) and remove the captures,
+        so the child runs unprofiled; a later start() opens a window of the child's own."""
+        if self._started:
+            _lifecycle.debug("cprof: profiler started by process %s: stopped without writing "
+                             "in forked process %d", self._pid, os.getpid())
+        self._forget()
+
+    def _forget(self):
+        g, self._glue = self._glue, None
+        if g is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                g.remove()
+        self._window = None
+        self._step_range = None  # its (unrecorded) slot stays on this thread's stack
+        self._window_exc = None
+        self._started = False
+
+    def _lifecycle_end(self, reason):
+        """SIGTERM or interpreter exit while started: stop, the window marked partial with
+        end reason."""
+        if not self._lost_window():
+            # the program's ranges are still open inside the step range: popping it would close
+            # the innermost of them; the window's stop closes (truncates) them all instead
+            self._step_range = None
+            self.__exit__(reason, None, None)
+
+    def _lost_window(self):
+        """True (and the profiler reset) when its window was closed behind its back (a raw
+        _C.stop()): there is nothing left to end or write."""
+        if self._window is None or _C.active():
+            return False
+        _lifecycle.debug("cprof: the profiler's window was closed by someone else; nothing to "
+                         "write")
+        self._forget()
+        _lifecycle.closed(self)
+        return True
 
     def step(self):
         """Ends step N and starts step N+1 (each a ProfilerStep#N range when a schedule is
         given); runs the schedule's transition, writing a trace when a cycle completes."""
         if not self.enabled:
+            return
+        if self._forks != _lifecycle.forks and self._pid is not None:  # _in_other_process
+            self._forget_in_child()
             return
         if not self._started:
             raise _C.WindowStateError(
@@ -283,24 +368,38 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         self._exit_step()
         prev = self.current_action
         action = as_action(self.schedule(self.step_num + 1))  # validated before any change
-        self.step_num += 1
-        self.current_action = action
+        # a SIGTERM waits while a window opens, restarts or closes; not on the steps whose
+        # transition is empty (same action, except RECORD_AND_SAVE): ~0.15 us saved a step
+        critical = prev is not action or action is ProfilerAction.RECORD_AND_SAVE
+        if critical:
+            _lifecycle.enter_critical()
         try:
-            self._run_transitions(prev, self.current_action)
+            self.step_num += 1
+            self.current_action = action
+            try:
+                self._run_transitions(prev, self.current_action)
+            finally:
+                self._enter_step()
         finally:
-            self._enter_step()
+            if critical:
+                _lifecycle.leave_critical()
 
     def __enter__(self):
         self.start()
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        if not self.enabled or not self._started:
+        if not self.enabled:
+            return False
+        if self._in_other_process():
+            self._forget_in_child()
+            return False
+        if not self._started:
             return False
         if self._window is not None and exc_type is not None:
             self._window_exc = exc_type
         try:
-            self.stop()
+            self._stop()
         except Exception:
             if exc_type is None:
                 raise
@@ -476,6 +575,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         suffix = ".gz" if path.endswith(".gz") else ""
         result = w.write(path[: len(path) - len(suffix)], suffix, gzip=bool(suffix),
                          replace=True, extra=self._export_extra(w))
+        if result is None:  # a forked child: the window is the parent's to write
+            return None
         self.last_export = result
         return result.path
 

@@ -14,6 +14,7 @@ from collections import namedtuple
 
 from . import _C
 from ._dist import rank_info
+from ._lifecycle import debug
 
 WriteResult = namedtuple("WriteResult", "path events bytes seconds")
 
@@ -62,6 +63,17 @@ class Window:
         self.start_time = None
         self.partial = False
         self.end_reason = None
+        self.pid = None  # the process that opened it: elsewhere (a forked child) it is not ours
+
+    def foreign(self, what):
+        """True (with a debug note) in a process other than the one that opened the window: a
+        child forked inside it, where stop / write must do nothing (the child's store forgot
+        the window at fork, and the files are the parent's to write)."""
+        if self.pid is None or self.pid == os.getpid():
+            return False
+        debug("cprof: %s of a window opened by process %d ignored in process %d (a forked "
+              "child)", what, self.pid, os.getpid())
+        return True
 
     def start(self):
         if _C.active():
@@ -70,6 +82,7 @@ class Window:
                 "ProfilerContext / call stop()) before opening another")
         _C.set_buffer_cap(int(self.buffer_mb * (1 << 20)))
         _C.start()
+        self.pid = os.getpid()
         self.start_time = time.time()
         if self.gpu:
             try:
@@ -95,6 +108,8 @@ class Window:
     def restart(self):
         """Discards what the window collected so far (a schedule's warmup) and goes on
         collecting: the CPU store and CUPTI are closed and reopened."""
+        if self.foreign("restart"):
+            return
         gpu_on = self.gpu and _C.gpu_active()
         if gpu_on:
             _sync_cuda()
@@ -116,7 +131,10 @@ class Window:
                               stacklevel=3)
 
     def stop(self, exc_type=None):
-        """Closes the window. exc_type: the exception that ended it, if any."""
+        """Closes the window. exc_type: the exception that ended it (or a str: "SIGTERM",
+        "exit"), if any. Returns the snapshot (None in a forked child: nothing is closed)."""
+        if self.foreign("stop"):
+            return None
         if self.gpu and _C.gpu_active():
             _sync_cuda()  # let launched work finish, so its records are complete
             try:
@@ -132,7 +150,7 @@ class Window:
         self.snapshot = snap
         if exc_type is not None:
             self.partial = True
-            self.end_reason = exc_type.__name__
+            self.end_reason = exc_type if isinstance(exc_type, str) else exc_type.__name__
         if snap.dropped:
             warnings.warn(
                 f"cprof: {snap.dropped} of {snap.dropped + snap.ranges} ranges were dropped "
@@ -179,6 +197,8 @@ class Window:
     def write(self, stem, suffix, gzip=True, replace=False, extra=None):
         """Writes the snapshot to stem+suffix (stem-N+suffix if taken). The snapshot is kept
         if the write fails, so it can be retried elsewhere."""
+        if self.foreign("write"):
+            return None
         if self.snapshot is None:
             raise _C.WindowStateError("cprof: nothing to write: the window has not been stopped")
         meta, rank, world, backend = self.metadata(extra)

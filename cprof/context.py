@@ -7,6 +7,7 @@ import warnings
 
 from . import _C
 from . import _glue
+from . import _lifecycle
 from ._dist import rank_info
 from ._profile import normalize_activities as _normalize
 from ._profile import profile
@@ -48,6 +49,12 @@ class ProfilerContext:
     shapes (``with_modules`` records them without shapes), ``MEM`` tracks memory and, with
     CUDA, writes ``{name}[-rank{R}]-memory-{ts}.pickle`` (pytorch.org/memory_viz) and a
     ``.txt`` summary beside the trace. ``ranks`` limits profiling to those ranks.
+
+    An exception, Ctrl-C, SIGTERM (default disposition, window opened in the main thread) or
+    the interpreter's exit with the window open still write the trace, marked partial (its
+    "cprof" metadata: "partial": true, "end": the exception's name, "SIGTERM" or "exit"). A
+    child forked inside the window writes nothing (see cprof/_lifecycle.py). One window per
+    process: opening a second raises WindowStateError and leaves the first one as it was.
     """
 
     def __init__(
@@ -103,6 +110,8 @@ class ProfilerContext:
                              _api="ProfilerContext")
         if not self._prof.enabled:  # this rank is not profiled
             self.enabled = False
+        # SIGTERM / exit with the window open end it through this object: its file naming
+        self._prof._lifecycle_owner = self
 
     # -- paths --
     def _stem_suffix(self):
@@ -118,38 +127,59 @@ class ProfilerContext:
         check_output_dir(self.output_dir)  # before the window opens: nothing to lose yet
         stem, suffix = self._stem_suffix()
         self.trace_path = pathlib.Path(stem + suffix)
-        self._prof.start()
-        self._window = self._prof._window
-        self.collected_activities = self._prof.collected_activities
-        self._window.config.update({
-            "activities": self.activities,
-            "output_dir": self.output_dir,
-            "profile_name": self.profile_name,
-            "gzip": self.gzip,
-            "buffer_size_mb": self.buffer_size_mb,
-            "strict": self.strict,
-        })
+        _lifecycle.enter_critical()  # a SIGTERM now is acted on once the window is set up
+        try:
+            self._prof.start()
+            self._window = self._prof._window
+            self.collected_activities = self._prof.collected_activities
+            self._window.config.update({
+                "activities": self.activities,
+                "output_dir": self.output_dir,
+                "profile_name": self.profile_name,
+                "gzip": self.gzip,
+                "buffer_size_mb": self.buffer_size_mb,
+                "strict": self.strict,
+            })
+        finally:
+            _lifecycle.leave_critical()
         return self
 
     def __exit__(self, exc_type, exc, tb):
+        """Closes the window and writes the trace. exc_type: the exception that ended the
+        block, or a str ("SIGTERM", "exit") when _lifecycle ends it; the trace is then
+        partial. In a process forked inside the window: nothing (the parent writes)."""
         if not self.enabled or self._window is None:
             return False
-        self._prof.__exit__(exc_type, exc, tb)
-        self._window = self._prof._last
-        self._write_memory()
+        if self._prof._in_other_process():
+            self._prof._forget_in_child()
+            self._window = None
+            return False
+        _lifecycle.enter_critical()  # a SIGTERM now waits until the trace is written
         try:
-            self._write()
-        except _C.TraceWriteError as err:
-            if exc_type is None:
-                raise
-            # the user's exception wins; the data stays in memory for save()
-            warnings.warn(
-                f"cprof: the trace could not be written ({err}); call save(path) to write it "
-                "elsewhere",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+            self._prof.__exit__(exc_type, exc, tb)
+            self._window = self._prof._last
+            self._write_memory()
+            try:
+                self._write()
+            except _C.TraceWriteError as err:
+                if exc_type is None:
+                    raise
+                # the user's exception wins; the data stays in memory for save()
+                warnings.warn(
+                    f"cprof: the trace could not be written ({err}); call save(path) to write "
+                    "it elsewhere",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+        finally:
+            _lifecycle.leave_critical()
         return False
+
+    def _lifecycle_end(self, reason):
+        """SIGTERM or interpreter exit inside the window: close it and write the trace,
+        marked partial with end reason."""
+        if not self._prof._lost_window():
+            self.__exit__(reason, None, None)
 
     def _write_memory(self):
         mem = self._prof.memory
@@ -233,8 +263,9 @@ def profile_function(
 ):
     """Decorator: each call of the function runs inside a ProfilerContext (one trace per
     call). The name defaults to the function's. If a cprof window is already open (a profiled
-    function called from another, or recursion), the call is recorded as a range in that
-    window instead of opening a second one."""
+    function called from another, recursion, a call inside a ProfilerContext or cprof.profile,
+    or another thread's window opened first), the call is recorded as a range in that window
+    instead of opening a second one."""
 
     def decorator(fn):
         name = profile_name or getattr(fn, "__name__", "function")
@@ -256,9 +287,21 @@ def profile_function(
                 record_shapes=record_shapes,
                 **kwargs,
             )
-            with ctx:
-                with marker:
+            try:
+                ctx.__enter__()
+            except _C.WindowStateError:
+                if not _C.active():
+                    raise
+                with marker:  # another thread opened a window since the check above
                     return fn(*args, **kw)
+            try:
+                with marker:
+                    result = fn(*args, **kw)
+            except BaseException as exc:
+                ctx.__exit__(type(exc), exc, exc.__traceback__)
+                raise
+            ctx.__exit__(None, None, None)
+            return result
 
         return wrapper
 

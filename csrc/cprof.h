@@ -138,6 +138,12 @@ int cprof_events_active(void);
 int cprof_events_stop(cprof_snapshot **out);
 /* Gives a snapshot's chunks back to the pool. Any thread, GIL not needed. */
 void cprof_snapshot_free(cprof_snapshot *snap);
+/* In a child forked from this process (run by a pthread_atfork child handler, registered at
+ * the first start, before any other code runs in the child): the parent's window is forgotten,
+ * never written (no window is open here), its records go back to the pool, the open ranges of
+ * the forking thread stay balanced for its later pops, other threads' states are freed at the
+ * next start. GPU state is not touched. */
+void cprof_events_fork_child(void);
 
 /* Range push/pop on the calling thread. Caller holds the GIL.
  * push: 0 or CPROF_E_DEPTH / CPROF_E_NOMEM; outside a window only the depth is tracked.

@@ -324,8 +324,53 @@ static void reap_dead_locked(void) {
     }
 }
 
+/* ---- fork ----
+ * A child forked inside a window (DataLoader workers, multiprocessing "fork") must not record
+ * into, or write, the parent's window, and only the forking thread exists in it. Both mutexes
+ * are held across fork() so the child never inherits one locked by a thread that is gone. */
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void atfork_prepare(void) {
+    pthread_mutex_lock(&registry_lock); /* lock order as in stop: registry, then pool */
+    pthread_mutex_lock(&pool_lock);
+}
+
+static void atfork_parent(void) {
+    pthread_mutex_unlock(&pool_lock);
+    pthread_mutex_unlock(&registry_lock);
+}
+
+static void atfork_child(void) {
+    atfork_parent();
+    cprof_events_fork_child();
+}
+
+static void atfork_register(void) { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }
+
+void cprof_events_fork_child(void) {
+    tstate *me = tls;
+    pthread_mutex_lock(&registry_lock);
+    g_active = 0; /* the parent's window is not this process's: forgotten, never written */
+    for (tstate *t = registry; t; t = t->next) {
+        if (t != me) atomic_store_explicit(&t->dead, 1, memory_order_release); /* gone here */
+        /* this copy of the window's records is the child's memory: back to its pool */
+        if (t->window_id == g_window_id) {
+            chunks_put(t->head);
+            t->head = t->tail = NULL;
+            t->nrecords = t->dropped = 0;
+        }
+        /* open ranges pointed into those chunks; pops still to come consume NULL entries */
+        for (uint32_t i = 0; i < t->depth; i++) t->stack[i] = NULL;
+        for (uint32_t i = 0; i < t->tdepth; i++) t->tstack[i] = NULL;
+    }
+    if (me) me->tid = (uint64_t)syscall(SYS_gettid);
+    pthread_mutex_unlock(&registry_lock);
+}
+
 int cprof_events_start(void) {
     if (g_active) return CPROF_E_STATE;
+    pthread_once(&atfork_once, atfork_register);
     pthread_mutex_lock(&registry_lock);
     reap_dead_locked();
     g_window_id++;

@@ -1,0 +1,232 @@
+"""What happens to an open window when the process ends abnormally or forks.
+
+Each started profiler (cprof.profile between start() and stop(); a ProfilerContext runs on
+one and is registered in its place, so its own file naming is used) is kept here with what
+ends its window, marked partial, on the way out:
+
+- SIGTERM: while a profiler runs, if it was started in the main thread and SIGTERM has the
+  default disposition, a handler is installed that ends the window with end "SIGTERM" (the
+  trace is written as the owner writes it: ProfilerContext's file, cprof.profile's
+  on_trace_ready), restores the default and raises SIGTERM again, so the process dies as it
+  would have (status -15, shell 143). It is removed when the last profiler stops. A handler
+  the program installed (before or during the window), SIG_IGN and `cprof run`'s own handler
+  are left alone; cprof then does nothing on SIGTERM. Python runs signal handlers in the main
+  thread only, between bytecodes: a profiler started from another thread gets no handler (the
+  process dies of SIGTERM without a trace), and a main thread inside a long C call writes
+  (and dies) only when that call returns; SIGKILL is unaffected. A SIGTERM that arrives while
+  cprof itself opens, steps into a new window, or closes and writes one waits until that is
+  done; a second SIGTERM during the write is ignored (the first one ends the process).
+- Interpreter exit with the window still open (start() never stopped, __enter__ without a
+  with-block, sys.exit or an uncaught exception outside any with-block): an atexit hook ends
+  it with end "exit", or the name of the uncaught exception that ended the program
+  (KeyboardInterrupt for Ctrl-C). os._exit and SIGKILL leave no trace.
+- fork: the child has no window (csrc/events.c forgets it at fork); here its tracer and
+  module capture are removed and a SIGTERM handler of ours goes back to the default; the
+  profiler's step / stop / exit and the window's write in the child do nothing (profilers
+  count forks, windows remember their pid), noted at DEBUG level on the "cprof" logger only.
+  GPU state is not touched in the child.
+
+Threads: everything runs with the GIL; critical sections count on any thread (a SIGTERM
+pending when a non-main thread leaves the last one is delivered to the main thread again);
+installing, removing and acting on the handler happen in the main thread only."""
+import atexit
+import os
+import signal
+import sys
+import threading
+import warnings
+
+_running = []          # (profile, owner) of each started profiler, oldest first
+_pid = None            # the process that registered them
+_last_exc_at_open = None
+_handler_installed = False
+_atexit_registered = False
+_critical = 0          # > 0 while some thread is inside cprof's start / step / stop
+_term_pending = False
+_terminating = False
+forks = 0              # forks this process descends from (os.fork children): cheaper than getpid
+
+EXIT_STATUS_SIGTERM = 128 + signal.SIGTERM
+
+
+def debug(msg, *args):
+    """A note for the "cprof" logger at DEBUG level; never printed by default."""
+    import logging
+    logging.getLogger("cprof").debug(msg, *args)
+
+
+def _main_thread():
+    return threading.current_thread() is threading.main_thread()
+
+
+def _last_exc():
+    return getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+
+
+# ---- registration (cprof.profile start / stop, inside a critical section) ----
+
+def opened(key, owner):
+    """key (a cprof.profile) started; owner._lifecycle_end(reason) ends its window."""
+    global _pid, _last_exc_at_open, _atexit_registered
+    if _pid != os.getpid():
+        _running.clear()
+        _pid = os.getpid()
+    _running.append((key, owner))
+    _last_exc_at_open = _last_exc()
+    if not _atexit_registered:
+        # registered at the first window, so it runs before the handlers registered earlier
+        # (atexit is last in, first out), torch's and logging's included
+        atexit.register(_at_exit)
+        _atexit_registered = True
+    _install_sigterm()
+
+
+def closed(key):
+    """key stopped (also when its stop failed)."""
+    _running[:] = [r for r in _running if r[0] is not key]
+    if not _critical and not _terminating:
+        _sync_sigterm()
+
+
+def running():
+    """The started profilers of this process, oldest first (tests)."""
+    return [k for k, _ in _running] if _pid == os.getpid() else []
+
+
+def enter_critical():
+    """cprof's start / step / stop is running (any thread): a SIGTERM waits until it is done,
+    so the window is never ended half-opened or half-closed."""
+    global _critical
+    _critical += 1
+
+
+def leave_critical():
+    global _critical, _term_pending
+    _critical -= 1
+    if _critical or _terminating:
+        return
+    if _term_pending:
+        _term_pending = False
+        if _main_thread():
+            _terminate()
+        else:  # the handler must run in the main thread: deliver it there again
+            import _thread
+            _thread.interrupt_main(signal.SIGTERM)
+            return
+    _sync_sigterm()
+
+
+# ---- SIGTERM ----
+
+def _sync_sigterm():
+    if not _running:
+        _remove_sigterm()
+
+
+def _install_sigterm():
+    global _handler_installed
+    if _handler_installed or not _main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return  # the program's own handler (or SIG_IGN, or cprof run's): left alone
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError):  # not the main interpreter, or signals unavailable
+        return
+    _handler_installed = True
+
+
+def _remove_sigterm():
+    global _handler_installed
+    if not _handler_installed or not _main_thread():
+        return  # from another thread it stays until a close in the main thread: harmless
+    _handler_installed = False
+    try:
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except (ValueError, OSError):
+        pass
+
+
+def _on_sigterm(signum, frame):
+    global _term_pending
+    if _terminating:
+        return  # a second SIGTERM while the trace is written: the first one ends the process
+    if _critical:
+        _term_pending = True  # acted on when cprof's start / step / stop is done
+        return
+    _terminate()
+
+
+def _terminate():
+    """Ends the windows (marked partial, end "SIGTERM"), then dies of SIGTERM."""
+    global _terminating, _handler_installed
+    _terminating = True
+    try:
+        if _pid == os.getpid():
+            for _, owner in reversed(list(_running)):
+                _end(owner, "SIGTERM")
+    finally:
+        _handler_installed = False
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])
+            signal.raise_signal(signal.SIGTERM)
+        finally:
+            os._exit(EXIT_STATUS_SIGTERM)  # only if SIGTERM could not end the process
+
+
+# ---- exit ----
+
+def _end(owner, reason):
+    """Ends owner's window marked partial with reason; never raises (at exit, in a handler)."""
+    try:
+        owner._lifecycle_end(reason)
+    except Exception as err:  # noqa: BLE001 - the process is ending: say so, do not raise
+        warnings.warn(f"cprof: the open window could not be closed at {reason}: {err}",
+                      RuntimeWarning, stacklevel=2)
+
+
+def _at_exit():
+    if _pid != os.getpid() or not _running:
+        return
+    exc = _last_exc()
+    reason = "exit" if exc is None or exc is _last_exc_at_open else type(exc).__name__
+    for _, owner in reversed(list(_running)):
+        _end(owner, reason)
+
+
+# ---- fork ----
+
+def _after_fork_child():
+    global _pid, _handler_installed, _term_pending, forks
+    forks += 1
+    running = list(_running) if _pid is not None else []
+    _running.clear()
+    _pid = None
+    _term_pending = False  # (_critical stays: the child leaves the sections it is inside)
+    if _handler_installed:
+        _handler_installed = False
+        try:
+            if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)  # workers end as without cprof
+        except (ValueError, OSError):
+            pass
+    with warnings.catch_warnings():  # nothing printed in the child (one thread: safe here)
+        warnings.simplefilter("ignore")
+        for key, _ in running:
+            try:
+                key._forget_in_child()
+            except Exception as err:  # noqa: BLE001 - the child goes on unprofiled
+                debug("cprof: clearing a profiler in a forked child failed: %r", err)
+        try:
+            from . import _C
+            if _C.tracer_active():
+                from . import _pystack
+                _pystack.stop()
+        except Exception as err:  # noqa: BLE001
+            debug("cprof: stopping the tracer in a forked child failed: %r", err)
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_child)
