@@ -18,7 +18,7 @@ from . import _schedule as _schedule_mod
 from ._dist import rank_info
 from ._features import gpu_unavailable_reason
 from ._schedule import ProfilerAction, _always_record, as_action
-from ._window import Window, check_output_dir
+from ._window import Window, check_output_dir, is_stream
 
 _gpu_warned = False
 
@@ -570,11 +570,12 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         Returns the path written."""
         w = self._data("export")
         path = os.fspath(path)
-        dirname = os.path.dirname(path) or "."
-        check_output_dir(dirname)
+        if not is_stream(path):  # /dev/null: written into, its directory need not be writable
+            check_output_dir(os.path.dirname(path) or ".")
         suffix = ".gz" if path.endswith(".gz") else ""
         result = w.write(path[: len(path) - len(suffix)], suffix, gzip=bool(suffix),
-                         replace=True, extra=self._export_extra(w))
+                         replace=True, extra=self._export_extra(w),
+                         retry="export_chrome_trace(path)")
         if result is None:  # a forked child: the window is the parent's to write
             return None
         self.last_export = result

@@ -6,6 +6,7 @@ write loses nothing."""
 import json
 import os
 import socket
+import stat
 import sys
 import threading
 import time
@@ -23,6 +24,16 @@ DEFAULT_BUFFER_MB = 256
 
 def _thread_names():
     return {t.ident: t.name for t in threading.enumerate() if t.ident is not None}
+
+
+def is_stream(path):
+    """True for an existing device or FIFO (/dev/null, /dev/full): the trace is written into
+    it, so its directory need not be writable and its name is not avoided."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
 
 
 def check_output_dir(path):
@@ -194,27 +205,35 @@ class Window:
             meta.update(extra)
         return meta, rank, world, backend
 
-    def write(self, stem, suffix, gzip=True, replace=False, extra=None):
+    def write(self, stem, suffix, gzip=True, replace=False, extra=None, retry=None):
         """Writes the snapshot to stem+suffix (stem-N+suffix if taken). The snapshot is kept
-        if the write fails, so it can be retried elsewhere."""
+        if the write fails, so it can be retried elsewhere; retry names the call that does
+        that, for the error message."""
         if self.foreign("write"):
             return None
         if self.snapshot is None:
             raise _C.WindowStateError("cprof: nothing to write: the window has not been stopped")
         meta, rank, world, backend = self.metadata(extra)
-        path, events, nbytes, seconds, _ = self.snapshot.write(
-            stem,
-            suffix,
-            gzip=6 if gzip else 0,
-            pid=os.getpid(),
-            process_name="python",
-            rank=rank,
-            world_size=world,
-            backend=backend,
-            extra_json=json.dumps(meta, default=str),
-            replace=replace,
-            gpu=self.gpu_snapshot,
-        )
+        try:
+            path, events, nbytes, seconds, _ = self.snapshot.write(
+                stem,
+                suffix,
+                gzip=6 if gzip else 0,
+                pid=os.getpid(),
+                process_name="python",
+                rank=rank,
+                world_size=world,
+                backend=backend,
+                extra_json=json.dumps(meta, default=str),
+                replace=replace,
+                gpu=self.gpu_snapshot,
+            )
+        except _C.TraceWriteError as err:
+            if retry is None or err.errno is None:
+                raise
+            raise _C.TraceWriteError(
+                err.errno, f"{err.strerror}; the trace is kept in memory: call {retry} to "
+                "write it elsewhere") from None
         return WriteResult(path, events, nbytes, seconds)
 
     def release(self):

@@ -11,7 +11,7 @@ from . import _lifecycle
 from ._dist import rank_info
 from ._profile import normalize_activities as _normalize
 from ._profile import profile
-from ._window import check_output_dir
+from ._window import check_output_dir, is_stream
 
 VALID_ACTIVITIES = ("CPU", "GPU", "MEM")
 DEFAULT_ACTIVITIES = ("CPU", "GPU")
@@ -221,7 +221,8 @@ class ProfilerContext:
             )
             stem = path[: len(path) - len(suffix)] if suffix else path
         gzip = suffix.endswith(".gz") if path is not None else self.gzip
-        result = self._window.write(stem, suffix, gzip=gzip, replace=replace)
+        result = self._window.write(stem, suffix, gzip=gzip, replace=replace,
+                                    retry="save(path)")
         self.result = result
         self.summary = self._window.snapshot.summary()
         self.trace_path = pathlib.Path(result.path)
@@ -243,8 +244,8 @@ class ProfilerContext:
                 "cprof: nothing to save: the trace was already written to "
                 f"{self.trace_path}" if self.result else "cprof: nothing to save: no window ran"
             )
-        dirname = os.path.dirname(os.fspath(path)) or "."
-        check_output_dir(dirname)
+        if not is_stream(path):  # /dev/null: written into, its directory need not be writable
+            check_output_dir(os.path.dirname(os.fspath(path)) or ".")
         return self._write(path, replace=replace)
 
     @property

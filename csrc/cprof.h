@@ -175,11 +175,17 @@ void cprof_events_counts(uint64_t *stored, uint64_t *dropped);
  * writer pastes into the event's args. Caller holds the GIL. Returns 0 (also when the range
  * is not recorded) or CPROF_E_EMPTY. */
 int cprof_events_set_raw_args(uint32_t frag_id);
+/* hook() runs once per thread, on that thread, right after its first push / set_thread_name
+ * registered it (GIL held): the binding names the thread there, so a thread that exits before
+ * the window closes keeps its name. The hook may call cprof_events_set_thread_name. */
+void cprof_events_set_new_thread_hook(void (*hook)(void));
 
 /* ---- sink.c: buffered output to a file, plain or gzip, temp file + rename ---- */
 typedef struct cprof_sink cprof_sink;
 /* Opens a new temporary file in the directory of final_path (which must exist), named
- * ".<basename>.<pid>.<n>.tmp" so a reader never sees a half-written file under the final name.
+ * ".<basename>.<pid>.<n>.tmp" so a reader never sees a half-written file under the final name;
+ * an existing final_path that is neither a regular file nor a directory (/dev/null, a FIFO) is
+ * opened and written directly, and commit then moves nothing.
  * gzip_level: 0 plain, 1..9 zlib level. On failure *errno_out (if given) holds errno. */
 int cprof_sink_open(cprof_sink **out, const char *final_path, int gzip_level, int *errno_out);
 /* Appends bytes (compressing if gzip). CPROF_E_IO / CPROF_E_ZLIB on failure, sticky. */

@@ -5,6 +5,7 @@
  * The registry mutex only guards the thread list against thread-exit destructors; the chunk pool
  * has its own mutex because snapshots are freed with the GIL released. */
 #define _GNU_SOURCE
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -42,6 +43,7 @@ static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static cprof_chunk *pool;      /* free chunks, reused before any new allocation */
 static uint64_t pool_allocated_bytes;
 static uint64_t cap_bytes = 256ull << 20;
+static void (*new_thread_hook)(void); /* the binding's: names a thread at its first record */
 
 /* ---- chunk pool ---- */
 
@@ -63,6 +65,27 @@ static cprof_chunk *chunk_get(void) {
     return c;
 }
 
+/* Frees pooled chunks above the cap; returns how many. Pool lock held. */
+static int pool_trim_locked(void) {
+    int n = 0;
+    while (pool && pool_allocated_bytes > cap_bytes) {
+        cprof_chunk *c = pool;
+        pool = c->next;
+        free(c);
+        pool_allocated_bytes -= sizeof(cprof_chunk);
+        n++;
+    }
+    return n;
+}
+
+/* Chunks (64 KiB, below glibc's mmap threshold) come from the heap, which free() returns to
+ * the system only at its top: without a trim a lowered cap would not lower RSS. */
+static void release_to_os(void) {
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+}
+
 static void chunks_put(cprof_chunk *list) {
     if (!list) return;
     cprof_chunk *last = list;
@@ -71,13 +94,9 @@ static void chunks_put(cprof_chunk *list) {
     last->next = pool;
     pool = list;
     /* a lowered cap takes effect here: give back memory above it */
-    while (pool && pool_allocated_bytes > cap_bytes) {
-        cprof_chunk *c = pool;
-        pool = c->next;
-        free(c);
-        pool_allocated_bytes -= sizeof(cprof_chunk);
-    }
+    int freed = pool_trim_locked();
     pthread_mutex_unlock(&pool_lock);
+    if (freed) release_to_os();
 }
 
 int cprof_events_set_cap(uint64_t bytes) {
@@ -85,13 +104,9 @@ int cprof_events_set_cap(uint64_t bytes) {
     if (g_active) return CPROF_E_STATE;
     pthread_mutex_lock(&pool_lock);
     cap_bytes = bytes;
-    while (pool && pool_allocated_bytes > cap_bytes) {
-        cprof_chunk *c = pool;
-        pool = c->next;
-        free(c);
-        pool_allocated_bytes -= sizeof(cprof_chunk);
-    }
+    int freed = pool_trim_locked();
     pthread_mutex_unlock(&pool_lock);
+    if (freed) release_to_os();
     return CPROF_OK;
 }
 
@@ -107,8 +122,12 @@ uint64_t cprof_events_bytes_in_use(void) {
 /* ---- thread registration ---- */
 
 static void on_thread_exit(void *p) {
-    /* Runs without the GIL after the thread's last Python code: only flag it. */
+    /* Runs without the GIL after the thread's last Python code: only flag it. Under the
+     * registry lock, which the reaper holds too, so the flag and the free that follows are
+     * ordered for any checker (Helgrind does not model C11 atomics). */
+    pthread_mutex_lock(&registry_lock);
     atomic_store_explicit(&((tstate *)p)->dead, 1, memory_order_release);
+    pthread_mutex_unlock(&registry_lock);
 }
 
 static void make_exit_key(void) { pthread_key_create(&exit_key, on_thread_exit); }
@@ -131,8 +150,11 @@ static CPROF_NOINLINE tstate *register_thread(void) {
     registry = t;
     pthread_mutex_unlock(&registry_lock);
     tls = t;
+    if (new_thread_hook) new_thread_hook();
     return t;
 }
+
+void cprof_events_set_new_thread_hook(void (*hook)(void)) { new_thread_hook = hook; }
 
 static void tstate_free(tstate *t) {
     chunks_put(t->head);
@@ -433,7 +455,9 @@ int cprof_events_stop(cprof_snapshot **out) {
         if (t->window_id != g_window_id) continue;
         cprof_thread_data *d = &snap->threads[snap->nthreads++];
         d->tid = t->tid;
-        d->ident = t->ident;
+        /* an exited thread's pthread ident may already be a new thread's: 0 keeps
+         * rename_threads from giving it that thread's name */
+        d->ident = atomic_load_explicit(&t->dead, memory_order_acquire) ? 0 : t->ident;
         d->name_id = t->name_id;
         d->nrecords = t->nrecords;
         d->dropped = t->dropped;

@@ -504,7 +504,11 @@ static PyObject *snapshot_write(SnapshotObject *self, PyObject *args, PyObject *
     Py_BEGIN_ALLOW_THREADS
     clock_gettime(CLOCK_MONOTONIC, &t0);
     snprintf(path, cap, "%s%s", stem, suffix);
-    for (attempt = 1; !replace && access(path, F_OK) == 0 && attempt < 100000; attempt++)
+    struct stat sb;
+    /* an existing device or FIFO (/dev/null) is written into: not a name to avoid */
+    int stream = stat(path, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode);
+    for (attempt = 1; !replace && !stream && access(path, F_OK) == 0 && attempt < 100000;
+         attempt++)
         snprintf(path, cap, "%s-%d%s", stem, attempt, suffix);
     rc = cprof_sink_open(&sink, path, gzip, &err_no);
     if (!rc) rc = cprof_trace_write(sink, self->snap, gpu, &m, &stats);
@@ -518,8 +522,7 @@ static PyObject *snapshot_write(SnapshotObject *self, PyObject *args, PyObject *
     }
     cprof_sink_abort(sink); /* removes the temp file if it is still there */
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    struct stat sb;
-    if (!rc && stat(path, &sb) == 0) stats.bytes = (uint64_t)sb.st_size;
+    if (!rc && stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) stats.bytes = (uint64_t)sb.st_size;
     Py_END_ALLOW_THREADS
     seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     free(meta_json);
@@ -1069,6 +1072,43 @@ static PyObject *mod_memory(PyObject *module, PyObject *unused) {
                          "chunk_bytes", (Py_ssize_t)sizeof(cprof_chunk));
 }
 
+/* The event store calls this, GIL held, on a thread's first record: names the thread after
+ * its threading.Thread now, so its ranges keep that name if it exits before the window closes
+ * (stop renames live threads, which may have been renamed since). Reads only dicts and an
+ * instance attribute, so no Python code runs inside a push; never raises. */
+static void name_new_thread(void) {
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *saved = PyErr_GetRaisedException();
+#else
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+#endif
+    PyObject *threading = PyDict_GetItemString(PyImport_GetModuleDict(), "threading");
+    PyObject *active = NULL, *key = NULL, *name = NULL;
+    if (!threading) goto out;
+    active = PyObject_GetAttrString(threading, "_active");
+    key = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+    if (!active || !key || !PyDict_Check(active)) goto out;
+    PyObject *thread = PyDict_GetItemWithError(active, key); /* borrowed */
+    if (!thread) goto out;
+    name = PyObject_GetAttrString(thread, "_name");
+    Py_ssize_t len;
+    const char *utf8 = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8AndSize(name, &len) : NULL;
+    uint32_t id;
+    if (utf8 && cprof_names_intern(utf8, (size_t)len, &id) == CPROF_OK)
+        cprof_events_set_thread_name(id);
+out:
+    Py_XDECREF(name);
+    Py_XDECREF(key);
+    Py_XDECREF(active);
+    PyErr_Clear();
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(saved);
+#else
+    PyErr_Restore(type, value, tb);
+#endif
+}
+
 static PyObject *mod_set_thread_name(PyObject *module, PyObject *name) {
     uint32_t id;
     if (name_id_of(get_state(module), name, &id) < 0) return NULL;
@@ -1304,6 +1344,7 @@ static int module_exec(PyObject *m) {
         return -1;
     if (cprof_py_tracer_add(m) < 0 || cprof_py_hooks_add(m) < 0 || cprof_py_report_add(m) < 0)
         return -1;
+    cprof_events_set_new_thread_hook(name_new_thread);
     return 0;
 }
 

@@ -56,10 +56,19 @@ static int table_grow(void) {
     return CPROF_OK;
 }
 
+/* fork: the lock is held across fork() so a child never inherits it locked by a thread that
+ * no longer exists (a name interned with the GIL released, e.g. GPU decode, while another
+ * thread forks would otherwise deadlock the child at its first new name). */
+static void atfork_prepare(void) { pthread_mutex_lock(&lock); }
+static void atfork_release(void) { pthread_mutex_unlock(&lock); }
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void atfork_register(void) { pthread_atfork(atfork_prepare, atfork_release, atfork_release); }
+
 int cprof_names_intern(const char *s, size_t len, uint32_t *id) {
     if (!id || (!s && len) || len > UINT32_MAX) return CPROF_E_ARG;
     uint32_t h = hash_bytes(s, len);
     int rc = CPROF_OK;
+    pthread_once(&atfork_once, atfork_register);
     pthread_mutex_lock(&lock);
     uint32_t n = atomic_load_explicit(&published, memory_order_relaxed);
     if (table_cap == 0 || (uint64_t)n * 2 >= table_cap) {

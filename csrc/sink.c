@@ -1,5 +1,6 @@
 /* Buffered file output, plain or gzip (zlib), always into a temporary file in the target
- * directory that is renamed into place only when complete.
+ * directory that is renamed into place only when complete; an existing target that is not a
+ * regular file (/dev/null, /dev/full, a FIFO) is written directly, never replaced.
  * One sink belongs to one thread at a time; no globals besides an atomic counter. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -24,6 +25,7 @@ struct cprof_sink {
     int err;           /* sticky: first error code */
     int err_errno;
     int has_tmp;       /* the temp file exists and is ours */
+    int direct;        /* writing straight into an existing device or FIFO: nothing to move */
     uint64_t bytes;    /* bytes written to the file */
     z_stream z;
     unsigned char *buf; /* output staging: raw bytes (plain) or compressed bytes (gzip) */
@@ -48,15 +50,17 @@ static int write_all(cprof_sink *s, const unsigned char *p, size_t n) {
     return CPROF_OK;
 }
 
-int cprof_sink_open(cprof_sink **out, const char *final_path, int gzip_level, int *errno_out) {
-    if (!out || !final_path || gzip_level < 0 || gzip_level > 9) return CPROF_E_ARG;
-    cprof_sink *s = calloc(1, sizeof *s);
-    if (!s) return CPROF_E_NOMEM;
-    s->fd = -1;
-    s->buf = malloc(SINK_BUF);
-    if (!s->buf) {
-        free(s);
-        return CPROF_E_NOMEM;
+/* Opens s->fd: the target itself when it is an existing device or FIFO, else a new temp file
+ * beside it. Returns 0, or errno. */
+static int open_target(cprof_sink *s, const char *final_path) {
+    /* A device or FIFO is a stream to write into, not a file to replace: renaming a temp file
+     * over /dev/null (as root) would replace the device node with a regular file. */
+    struct stat st;
+    if (stat(final_path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+        s->fd = open(final_path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
+        if (s->fd < 0) return errno;
+        s->direct = 1;
+        return 0;
     }
     const char *slash = strrchr(final_path, '/');
     int dirlen = slash ? (int)(slash - final_path) : 1;
@@ -67,23 +71,35 @@ int cprof_sink_open(cprof_sink **out, const char *final_path, int gzip_level, in
         unsigned n = atomic_fetch_add(&tmp_counter, 1);
         int k = snprintf(s->tmp_path, sizeof s->tmp_path, "%.*s/.%s.%d.%u.tmp", dirlen, dir, base,
                          (int)getpid(), n);
-        if (k < 0 || (size_t)k >= sizeof s->tmp_path) {
-            free(s->buf);
-            free(s);
-            if (errno_out) *errno_out = ENAMETOOLONG;
-            return CPROF_E_IO;
-        }
+        if (k < 0 || (size_t)k >= sizeof s->tmp_path) return ENAMETOOLONG;
         /* O_EXCL with mode 0666 lets the umask decide the final permissions, like open(2) */
         s->fd = open(s->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (s->fd >= 0 || errno != EEXIST) break;
+        if (s->fd >= 0) {
+            s->has_tmp = 1;
+            return 0;
+        }
+        if (errno != EEXIST) break;
     }
-    if (s->fd < 0) {
-        if (errno_out) *errno_out = errno;
+    return errno;
+}
+
+int cprof_sink_open(cprof_sink **out, const char *final_path, int gzip_level, int *errno_out) {
+    if (!out || !final_path || gzip_level < 0 || gzip_level > 9) return CPROF_E_ARG;
+    cprof_sink *s = calloc(1, sizeof *s);
+    if (!s) return CPROF_E_NOMEM;
+    s->fd = -1;
+    s->buf = malloc(SINK_BUF);
+    if (!s->buf) {
+        free(s);
+        return CPROF_E_NOMEM;
+    }
+    int e = open_target(s, final_path);
+    if (e) {
+        if (errno_out) *errno_out = e;
         free(s->buf);
         free(s);
         return CPROF_E_IO;
     }
-    s->has_tmp = 1;
     if (gzip_level > 0) {
         /* windowBits 15 + 16: gzip container, readable by gzip and Python's gzip module */
         if (deflateInit2(&s->z, gzip_level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
@@ -158,6 +174,7 @@ int cprof_sink_finish(cprof_sink *s, int *errno_out) {
 int cprof_sink_commit(cprof_sink *s, const char *path, int replace, int *errno_out) {
     int rc = cprof_sink_finish(s, errno_out);
     if (rc) return rc;
+    if (s->direct) return CPROF_OK; /* written in place: there is nothing to move */
     if (!s->has_tmp) return CPROF_E_STATE;
     if (replace) {
         if (rename(s->tmp_path, path) != 0) goto io_error;
