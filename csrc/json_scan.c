@@ -244,13 +244,34 @@ int cprof_js_int(cprof_js *ps, int64_t *out) {
 
 
 
-static int skip_container(cprof_js *ps, char close, int depth) {
-    ps->p++; /* the opening bracket */
+int cprof_js_next(cprof_js *ps, char close, const char *what) {
+    cprof_js_ws(ps);
+    if (ps->p >= ps->end) return cprof_js_fail(ps, ps->end, what);
+    if (*ps->p == ',') {
+        ps->p++;
+        return 1;
+    }
+    if (*ps->p == close) {
+        ps->p++;
+        return 0;
+    }
+    char msg[160];
+    snprintf(msg, sizeof msg, "expected ',' or '%c' (%s)", close, what);
+    return cprof_js_fail(ps, ps->p, msg);
+}
+
+int cprof_js_open(cprof_js *ps, char close) {
+    ps->p++;
     cprof_js_ws(ps);
     if (ps->p < ps->end && *ps->p == close) {
         ps->p++;
-        return CPROF_OK;
+        return 0;
     }
+    return 1;
+}
+
+static int skip_container(cprof_js *ps, char close, int depth) {
+    if (!cprof_js_open(ps, close)) return CPROF_OK;
     for (;;) {
         if (close == '}') {
             const char *s;
@@ -259,17 +280,8 @@ static int skip_container(cprof_js *ps, char close, int depth) {
         }
         int rc = cprof_js_skip(ps, depth + 1);
         if (rc) return rc;
-        cprof_js_ws(ps);
-        if (ps->p >= ps->end) return cprof_js_fail(ps, ps->end, "reading an object or array");
-        if (*ps->p == ',') {
-            ps->p++;
-            continue;
-        }
-        if (*ps->p == close) {
-            ps->p++;
-            return CPROF_OK;
-        }
-        return cprof_js_fail(ps, ps->p, close == '}' ? "expected ',' or '}'" : "expected ',' or ']'");
+        int more = cprof_js_next(ps, close, "reading an object or array");
+        if (more <= 0) return more;
     }
 }
 

@@ -37,6 +37,13 @@ int cprof_js_str(cprof_js *ps, const char **s, size_t *n);
 int cprof_js_num(cprof_js *ps, double *d, int64_t *milli, int *exact, int *is_int);
 /* An integer-valued number (a fraction is truncated). */
 int cprof_js_int(cprof_js *ps, int64_t *out);
+/* After an element of an array (close ']') or object (close '}'): consumes a ',' and returns
+ * 1 (another element follows), or consumes close and returns 0; else CPROF_E_FORMAT saying
+ * what was being read (what: "reading ..."). */
+int cprof_js_next(cprof_js *ps, char close, const char *what);
+/* At an opening '[' or '{' (the caller checked it): consumes it; returns 0 when the container
+ * is empty (its close consumed too), 1 when elements follow. */
+int cprof_js_open(cprof_js *ps, char close);
 /* Skips one value of any type, at most CPROF_JS_MAX_DEPTH levels deep. */
 #define CPROF_JS_MAX_DEPTH 256
 int cprof_js_skip(cprof_js *ps, int depth);

@@ -217,53 +217,36 @@ typedef struct attribution {
 
 /* GPU time and op count of each correlation id (kernels, copies, sets). */
 typedef struct gpu_by_corr {
-    int64_t *keys, *ns;
+    cprof_keyidx idx;
+    int64_t *ns;
     uint64_t *ops;
-    size_t mask;
 } gpu_by_corr;
-
-static uint64_t mix(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    return x;
-}
 
 static int gpu_map_build(const cprof_trace *t, gpu_by_corr *m) {
     const cprof_tev *ev = cprof_trace_events(t);
-    size_t n = cprof_trace_nevents(t), count = 0, cap = 1024;
+    size_t n = cprof_trace_nevents(t), count = 0;
     for (size_t i = 0; i < n; i++)
         if (cprof_trace_is_gpu_op(&ev[i]) && ev[i].correlation != CPROF_TEV_NONE) count++;
-    while (cap < count * 2) cap *= 2;
-    m->keys = malloc(cap * sizeof *m->keys);
-    m->ns = calloc(cap, sizeof *m->ns);
-    m->ops = calloc(cap, sizeof *m->ops);
-    if (!m->keys || !m->ns || !m->ops) return CPROF_E_NOMEM;
-    m->mask = cap - 1;
-    for (size_t i = 0; i < cap; i++) m->keys[i] = CPROF_TEV_NONE;
+    if (cprof_keyidx_init(&m->idx, count)) return CPROF_E_NOMEM;
+    m->ns = calloc(count ? count : 1, sizeof *m->ns);
+    m->ops = calloc(count ? count : 1, sizeof *m->ops);
+    if (!m->ns || !m->ops) return CPROF_E_NOMEM;
     for (size_t i = 0; i < n; i++) {
         const cprof_tev *e = &ev[i];
-        if (!cprof_trace_is_gpu_op(e) || e->correlation == CPROF_TEV_NONE) continue;
-        size_t h = mix((uint64_t)e->correlation) & m->mask;
-        while (m->keys[h] != CPROF_TEV_NONE && m->keys[h] != e->correlation) h = (h + 1) & m->mask;
-        m->keys[h] = e->correlation;
-        m->ns[h] += e->dur_ns > 0 ? e->dur_ns : 0;
-        m->ops[h]++;
+        if (!cprof_trace_is_gpu_op(e)) continue;
+        int added;
+        int64_t slot = cprof_keyidx_put(&m->idx, e->correlation, &added);
+        if (slot < 0) continue;
+        m->ns[slot] += e->dur_ns > 0 ? e->dur_ns : 0;
+        m->ops[slot]++;
     }
     return CPROF_OK;
 }
 
 static int64_t gpu_map_get(const gpu_by_corr *m, int64_t corr, uint64_t *ops) {
-    size_t h = mix((uint64_t)corr) & m->mask;
-    while (m->keys[h] != CPROF_TEV_NONE) {
-        if (m->keys[h] == corr) {
-            *ops = m->ops[h];
-            return m->ns[h];
-        }
-        h = (h + 1) & m->mask;
-    }
-    *ops = 0;
-    return -1;
+    int64_t slot = cprof_keyidx_get(&m->idx, corr);
+    *ops = slot < 0 ? 0 : m->ops[slot];
+    return slot < 0 ? -1 : m->ns[slot];
 }
 
 static int is_range(const cprof_tev *e) {
@@ -472,7 +455,7 @@ out:
     free(items);
     free(active);
     free(stack);
-    free(gm.keys);
+    cprof_keyidx_free(&gm.idx);
     free(gm.ns);
     free(gm.ops);
     return rc;

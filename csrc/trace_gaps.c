@@ -82,61 +82,35 @@ int cprof_trace_is_sync(const cprof_trace *t, const cprof_tev *e) {
            name_contains(t, e->name, "Synchronize");
 }
 
-/* correlation id -> index of the API call that launched it (open addressing) */
+/* correlation id -> index of the API call that launched it (the first call of an id wins) */
 typedef struct corr_map {
-    int64_t *keys;
-    uint32_t *vals;
-    size_t mask;
+    cprof_keyidx idx;
+    uint32_t *event;
 } corr_map;
 
-static uint64_t mix(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    return x;
-}
-
 static int corr_launches(const cprof_trace *t, corr_map *m) {
-    size_t n = cprof_trace_nevents(t), cap = 1024;
+    size_t n = cprof_trace_nevents(t), count = 0;
     const cprof_tev *ev = cprof_trace_events(t);
-    size_t count = 0;
     for (size_t i = 0; i < n; i++)
         if ((ev[i].kind == CPROF_TK_RUNTIME || ev[i].kind == CPROF_TK_DRIVER) &&
             ev[i].correlation != CPROF_TEV_NONE)
             count++;
-    while (cap < count * 2) cap *= 2;
-    m->keys = malloc(cap * sizeof *m->keys);
-    m->vals = malloc(cap * sizeof *m->vals);
-    if (!m->keys || !m->vals) {
-        free(m->keys);
-        free(m->vals);
-        return CPROF_E_NOMEM;
-    }
-    m->mask = cap - 1;
-    for (size_t i = 0; i < cap; i++) m->keys[i] = CPROF_TEV_NONE;
+    if (cprof_keyidx_init(&m->idx, count)) return CPROF_E_NOMEM;
+    m->event = malloc((count ? count : 1) * sizeof *m->event);
+    if (!m->event) return CPROF_E_NOMEM;
     for (size_t i = 0; i < n; i++) {
         const cprof_tev *e = &ev[i];
-        if ((e->kind != CPROF_TK_RUNTIME && e->kind != CPROF_TK_DRIVER) ||
-            e->correlation == CPROF_TEV_NONE)
-            continue;
-        size_t h = mix((uint64_t)e->correlation) & m->mask;
-        while (m->keys[h] != CPROF_TEV_NONE && m->keys[h] != e->correlation) h = (h + 1) & m->mask;
-        if (m->keys[h] == CPROF_TEV_NONE) { /* the first call of a correlation id wins */
-            m->keys[h] = e->correlation;
-            m->vals[h] = (uint32_t)i;
-        }
+        if (e->kind != CPROF_TK_RUNTIME && e->kind != CPROF_TK_DRIVER) continue;
+        int added;
+        int64_t slot = cprof_keyidx_put(&m->idx, e->correlation, &added);
+        if (added) m->event[slot] = (uint32_t)i;
     }
     return CPROF_OK;
 }
 
 static int64_t corr_get(const corr_map *m, int64_t corr) {
-    if (corr == CPROF_TEV_NONE) return -1;
-    size_t h = mix((uint64_t)corr) & m->mask;
-    while (m->keys[h] != CPROF_TEV_NONE) {
-        if (m->keys[h] == corr) return m->vals[h];
-        h = (h + 1) & m->mask;
-    }
-    return -1;
+    int64_t slot = cprof_keyidx_get(&m->idx, corr);
+    return slot < 0 ? -1 : (int64_t)m->event[slot];
 }
 
 /* Does any sync interval overlap [s, e)? spans sorted by start, pmax = prefix max of ends. */
@@ -423,7 +397,7 @@ out:
     free(sy);
     free(pmax);
     free(top);
-    free(cm.keys);
-    free(cm.vals);
+    cprof_keyidx_free(&cm.idx);
+    free(cm.event);
     return rc;
 }

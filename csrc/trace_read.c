@@ -179,12 +179,7 @@ static int int_value(cprof_js *ps, int64_t *out) {
 static int args_object(cprof_js *ps, cprof_tev *e) {
     cprof_js_ws(ps);
     if (ps->p >= ps->end || *ps->p != '{') return cprof_js_skip(ps, 1);
-    ps->p++;
-    cprof_js_ws(ps);
-    if (ps->p < ps->end && *ps->p == '}') {
-        ps->p++;
-        return CPROF_OK;
-    }
+    if (!cprof_js_open(ps, '}')) return CPROF_OK;
     for (;;) {
         const char *k;
         size_t kn;
@@ -223,17 +218,8 @@ static int args_object(cprof_js *ps, cprof_tev *e) {
             rc = cprof_js_skip(ps, 1);
         }
         if (rc) return rc;
-        cprof_js_ws(ps);
-        if (ps->p >= ps->end) return cprof_js_fail(ps, ps->end, "reading an event's args");
-        if (*ps->p == ',') {
-            ps->p++;
-            continue;
-        }
-        if (*ps->p == '}') {
-            ps->p++;
-            return CPROF_OK;
-        }
-        return cprof_js_fail(ps, ps->p, "expected ',' or '}' in an event's args");
+        int more = cprof_js_next(ps, '}', "reading an event's args");
+        if (more <= 0) return more;
     }
 }
 
@@ -255,12 +241,8 @@ static int event(cprof_js *ps, cprof_trace *t) {
     e->pid = e->tid = e->correlation = e->external_id = e->bytes = e->flow_id = CPROF_TEV_NONE;
     e->device = e->stream = e->sort_index = -1;
     e->raw_off = (uint64_t)(ev0 - ps->base);
-    ps->p++;
-    cprof_js_ws(ps);
     const char *args_at = NULL;
-    if (ps->p < ps->end && *ps->p == '}') {
-        ps->p++;
-    } else {
+    if (cprof_js_open(ps, '}')) {
         for (;;) {
             const char *k;
             size_t kn;
@@ -326,17 +308,9 @@ static int event(cprof_js *ps, cprof_trace *t) {
                 rc = cprof_js_skip(ps, 1);
             }
             if (rc) return rc;
-            cprof_js_ws(ps);
-            if (ps->p >= ps->end) return cprof_js_fail(ps, ps->end, "reading an event");
-            if (*ps->p == ',') {
-                ps->p++;
-                continue;
-            }
-            if (*ps->p == '}') {
-                ps->p++;
-                break;
-            }
-            return cprof_js_fail(ps, ps->p, "expected ',' or '}' in an event");
+            int more = cprof_js_next(ps, '}', "reading an event");
+            if (more < 0) return more;
+            if (!more) break;
         }
     }
     (void)args_at;
@@ -353,32 +327,21 @@ static int event(cprof_js *ps, cprof_trace *t) {
 }
 
 static int trace_events(cprof_js *ps, cprof_trace *t) {
-    if (cprof_js_expect(ps, '[', "\"traceEvents\" must be an array")) return CPROF_E_FORMAT;
     cprof_js_ws(ps);
-    if (ps->p < ps->end && *ps->p == ']') {
-        ps->p++;
-        return CPROF_OK;
-    }
+    if (ps->p >= ps->end || *ps->p != '[')
+        return cprof_js_fail(ps, ps->p, "\"traceEvents\" must be an array");
+    if (!cprof_js_open(ps, ']')) return CPROF_OK;
     for (;;) {
         int rc = event(ps, t);
         if (rc) return rc;
+        int more = cprof_js_next(ps, ']', "reading traceEvents");
+        if (more <= 0) return more;
+        /* a trailing comma before ']' (some writers leave one): accepted */
         cprof_js_ws(ps);
-        if (ps->p >= ps->end) return cprof_js_fail(ps, ps->end, "reading traceEvents");
-        if (*ps->p == ',') {
-            ps->p++;
-            cprof_js_ws(ps);
-            /* a trailing comma before ']' (some writers leave one): accepted */
-            if (ps->p < ps->end && *ps->p == ']') {
-                ps->p++;
-                return CPROF_OK;
-            }
-            continue;
-        }
-        if (*ps->p == ']') {
+        if (ps->p < ps->end && *ps->p == ']') {
             ps->p++;
             return CPROF_OK;
         }
-        return cprof_js_fail(ps, ps->p, "expected ',' or ']' between events");
     }
 }
 
@@ -387,11 +350,8 @@ typedef int (*member_fn)(cprof_js *ps, cprof_trace *t, const char *k, size_t kn)
 
 static int object_members(cprof_js *ps, cprof_trace *t, member_fn fn, const char *what) {
     if (cprof_js_expect(ps, '{', what)) return CPROF_E_FORMAT;
-    cprof_js_ws(ps);
-    if (ps->p < ps->end && *ps->p == '}') {
-        ps->p++;
-        return CPROF_OK;
-    }
+    ps->p--; /* back on the '{' for cprof_js_open */
+    if (!cprof_js_open(ps, '}')) return CPROF_OK;
     for (;;) {
         const char *k;
         size_t kn;
@@ -404,17 +364,8 @@ static int object_members(cprof_js *ps, cprof_trace *t, member_fn fn, const char
         if (cprof_js_expect(ps, ':', "expected ':' after a key")) return CPROF_E_FORMAT;
         int rc = fn(ps, t, key, keyn);
         if (rc) return rc;
-        cprof_js_ws(ps);
-        if (ps->p >= ps->end) return cprof_js_fail(ps, ps->end, what);
-        if (*ps->p == ',') {
-            ps->p++;
-            continue;
-        }
-        if (*ps->p == '}') {
-            ps->p++;
-            return CPROF_OK;
-        }
-        return cprof_js_fail(ps, ps->p, "expected ',' or '}'");
+        int more = cprof_js_next(ps, '}', what);
+        if (more <= 0) return more;
     }
 }
 
@@ -436,12 +387,7 @@ static int dist_member(cprof_js *ps, cprof_trace *t, const char *k, size_t kn) {
 static int module_list(cprof_js *ps, cprof_trace *t) {
     cprof_js_ws(ps);
     if (ps->p >= ps->end || *ps->p != '[') return cprof_js_skip(ps, 1);
-    ps->p++;
-    cprof_js_ws(ps);
-    if (ps->p < ps->end && *ps->p == ']') {
-        ps->p++;
-        return CPROF_OK;
-    }
+    if (!cprof_js_open(ps, ']')) return CPROF_OK;
     for (;;) {
         cprof_js_ws(ps);
         if (ps->p < ps->end && *ps->p == '"') {
@@ -455,17 +401,8 @@ static int module_list(cprof_js *ps, cprof_trace *t) {
         } else if (cprof_js_skip(ps, 1)) {
             return CPROF_E_FORMAT;
         }
-        cprof_js_ws(ps);
-        if (ps->p >= ps->end) return cprof_js_fail(ps, ps->end, "reading cprof.modules");
-        if (*ps->p == ',') {
-            ps->p++;
-            continue;
-        }
-        if (*ps->p == ']') {
-            ps->p++;
-            return CPROF_OK;
-        }
-        return cprof_js_fail(ps, ps->p, "expected ',' or ']'");
+        int more = cprof_js_next(ps, ']', "reading cprof.modules");
+        if (more <= 0) return more;
     }
 }
 
@@ -723,3 +660,57 @@ const char *cprof_trace_text(const cprof_trace *t, size_t *len) {
 }
 
 const cprof_trace_info *cprof_trace_get_info(const cprof_trace *t) { return &t->info; }
+
+/* ---- key index ---- */
+
+static uint64_t mix64(uint64_t x) { /* murmur3's finaliser: correlation ids are sequential */
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return x;
+}
+
+int cprof_keyidx_init(cprof_keyidx *m, size_t expected) {
+    size_t cap = 1024;
+    while (cap < expected * 2) cap *= 2;
+    m->keys = malloc(cap * sizeof *m->keys);
+    m->slot = malloc(cap * sizeof *m->slot);
+    m->mask = cap - 1;
+    m->n = 0;
+    if (!m->keys || !m->slot) {
+        cprof_keyidx_free(m);
+        return CPROF_E_NOMEM;
+    }
+    for (size_t i = 0; i < cap; i++) m->keys[i] = CPROF_TEV_NONE;
+    return CPROF_OK;
+}
+
+int64_t cprof_keyidx_put(cprof_keyidx *m, int64_t key, int *added) {
+    *added = 0;
+    if (key == CPROF_TEV_NONE || (size_t)m->n * 2 >= m->mask + 1) return -1;
+    size_t h = mix64((uint64_t)key) & m->mask;
+    while (m->keys[h] != CPROF_TEV_NONE && m->keys[h] != key) h = (h + 1) & m->mask;
+    if (m->keys[h] == CPROF_TEV_NONE) {
+        m->keys[h] = key;
+        m->slot[h] = m->n++;
+        *added = 1;
+    }
+    return m->slot[h];
+}
+
+int64_t cprof_keyidx_get(const cprof_keyidx *m, int64_t key) {
+    if (key == CPROF_TEV_NONE || !m->keys) return -1;
+    size_t h = mix64((uint64_t)key) & m->mask;
+    while (m->keys[h] != CPROF_TEV_NONE) {
+        if (m->keys[h] == key) return m->slot[h];
+        h = (h + 1) & m->mask;
+    }
+    return -1;
+}
+
+void cprof_keyidx_free(cprof_keyidx *m) {
+    free(m->keys);
+    free(m->slot);
+    m->keys = NULL;
+    m->slot = NULL;
+}

@@ -82,6 +82,22 @@ unsigned cprof_trace_str_flags(const cprof_trace *t, uint32_t id);
 /* The kept text (keep_text), or NULL. */
 const char *cprof_trace_text(const cprof_trace *t, size_t *len);
 
+/* An open-addressing index from int64 keys (correlation ids) to dense slots 0..n-1, for the
+ * analysis' per-correlation tables. */
+typedef struct cprof_keyidx {
+    int64_t *keys;  /* CPROF_TEV_NONE: empty */
+    uint32_t *slot;
+    size_t mask;
+    uint32_t n;     /* slots handed out */
+} cprof_keyidx;
+/* Room for up to expected keys. 0 or CPROF_E_NOMEM. */
+int cprof_keyidx_init(cprof_keyidx *m, size_t expected);
+/* The slot of key, a new one when absent (*added = 1); -1 when full or key is CPROF_TEV_NONE. */
+int64_t cprof_keyidx_put(cprof_keyidx *m, int64_t key, int *added);
+/* The slot of key, or -1. */
+int64_t cprof_keyidx_get(const cprof_keyidx *m, int64_t key);
+void cprof_keyidx_free(cprof_keyidx *m);
+
 /* Top-level facts. Absent numbers are CPROF_TEV_NONE; absent spans have len 0. */
 typedef struct cprof_trace_info {
     int64_t rank, world_size;
