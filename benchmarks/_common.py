@@ -3,19 +3,22 @@ import os
 import platform
 
 
-def machine_info(torch, cprof):
-    """CPU model, cores, kernel and versions, for the results table."""
-    model = None
+def cpu_model():
+    """The CPU's model name from /proc/cpuinfo (platform.processor() elsewhere)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return platform.processor()
+
+
+def machine_info(torch, cprof):
+    """CPU model, cores, kernel and versions, for the results table."""
     return {
-        "cpu_model": model or platform.processor(),
+        "cpu_model": cpu_model(),
         "nproc": os.cpu_count(),
         "kernel": platform.release(),
         "python": platform.python_version(),

@@ -54,6 +54,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from _common import cpu_model  # noqa: E402
 MB = 1 << 20
 GB = 1 << 30
 
@@ -309,15 +311,6 @@ def _version(dist):
 
 
 def machine_info():
-    model = None
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
     mem = None
     try:
         with open("/proc/meminfo") as f:
@@ -333,7 +326,7 @@ def machine_info():
     except OSError:
         commit = None
     return {
-        "cpu_model": model or platform.processor(),
+        "cpu_model": cpu_model(),
         "cores": os.cpu_count(),
         "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "mem_gib": round(mem / GB, 1) if mem else None,
