@@ -33,7 +33,10 @@ else:
     extra_compile += ["-O2"]
 if flag("CPROF_SANITIZE"):
     san = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]
-    extra_compile += san
+    # Python's CFLAGS carry -fwrapv, which makes signed overflow defined (wrapping) and so
+    # invisible to UBSan; the C core must not rely on it (it is built without it elsewhere:
+    # the fuzz harnesses, the ABI checks)
+    extra_compile += san + ["-fno-wrapv"]
     extra_link += san
 
 setup(

@@ -287,7 +287,11 @@ int cprof_cupti_start(const cprof_gpu_config *cfg, uint64_t start_ns) {
         int rc = map_cupti_error(r, "subscribing to CUPTI");
         if (rc == CPROF_E_CUPTI_BUSY && holder[0]) {
             char msg[sizeof last_error];
-            snprintf(msg, sizeof msg, "%s [CUPTI names the holder: %s]", last_error, holder);
+            /* last_error cut short so the holder's name always fits (an unbounded %s here
+             * trips -Wformat-truncation, fatal in CPROF_SANITIZE=1 CPROF_WERROR=1 builds) */
+            int keep = (int)(sizeof msg - sizeof " [CUPTI names the holder: ]" - sizeof holder + 1);
+            snprintf(msg, sizeof msg, "%.*s [CUPTI names the holder: %s]", keep, last_error,
+                     holder);
             memcpy(last_error, msg, sizeof last_error);
         }
         subscriber = NULL;

@@ -13,6 +13,14 @@
 
 static double us(int64_t ns) { return (double)ns / 1000.0; }
 
+/* Totals of durations and byte counts saturate. Each value read is bounded (+-2^61 ns, see
+ * trace_read.c) but four of them from a corrupt file overflow int64, undefined behaviour
+ * (found by fuzzing: two copies with args.bytes 1e308, read as INT64_MAX). */
+static int64_t sat_add(int64_t a, int64_t b) {
+    int64_t r;
+    return __builtin_add_overflow(a, b, &r) ? (b > 0 ? INT64_MAX : INT64_MIN) : r;
+}
+
 static int starts_with(const cprof_trace *t, uint32_t id, const char *prefix) {
     size_t n, m = strlen(prefix);
     const char *s = cprof_trace_str(t, id, &n);
@@ -75,7 +83,7 @@ static int stats_table(const cprof_trace *t, named_dur *v, size_t n, int top, cJ
     for (size_t i = 0; i < n;) {
         size_t j = i;
         int64_t tot = 0;
-        while (j < n && v[j].name == v[i].name) tot += v[j++].dur;
+        while (j < n && v[j].name == v[i].name) tot = sat_add(tot, v[j++].dur);
         uint64_t k = j - i;
         double mean = (double)tot / (double)k, ss = 0;
         for (size_t q = i; q < j; q++) ss += ((double)v[q].dur - mean) * ((double)v[q].dur - mean);
@@ -83,7 +91,7 @@ static int stats_table(const cprof_trace *t, named_dur *v, size_t n, int top, cJ
                            : ((double)v[i + k / 2 - 1].dur + (double)v[i + k / 2].dur) / 2.0;
         rows[nr++] = (stat_row){v[i].name, k, tot, v[i].dur, v[j - 1].dur, med,
                                 k > 1 ? sqrt(ss / (double)(k - 1)) : 0.0};
-        all += tot;
+        all = sat_add(all, tot);
         i = j;
     }
     qsort(rows, nr, sizeof *rows, cmp_row_total);
@@ -143,8 +151,8 @@ static void memory_table(const cprof_trace *t, const cprof_report_opts *o, cJSON
         int k = mem_kind(t, e);
         int64_t bytes = e->bytes == CPROF_TEV_NONE ? 0 : e->bytes;
         m[k].count++;
-        m[k].bytes += bytes;
-        m[k].time += e->dur_ns > 0 ? e->dur_ns : 0;
+        m[k].bytes = sat_add(m[k].bytes, bytes);
+        m[k].time = sat_add(m[k].time, e->dur_ns > 0 ? e->dur_ns : 0);
         if (k != MEM_SET && contains_ci(t, e->name, "pageable")) m[k].pageable++;
         if (k != MEM_SET && e->bytes != CPROF_TEV_NONE && bytes < o->small_copy_bytes) m[k].small++;
     }
@@ -237,7 +245,7 @@ static int gpu_map_build(const cprof_trace *t, gpu_by_corr *m) {
         int added;
         int64_t slot = cprof_keyidx_put(&m->idx, e->correlation, &added);
         if (slot < 0) continue;
-        m->ns[slot] += e->dur_ns > 0 ? e->dur_ns : 0;
+        m->ns[slot] = sat_add(m->ns[slot], e->dur_ns > 0 ? e->dur_ns : 0);
         m->ops[slot]++;
     }
     return CPROF_OK;
@@ -285,14 +293,14 @@ static void pop_frame(const cprof_trace *t, attribution *a, frame *stack, size_t
     agg *g = &a->by_name[e->name];
     g->calls++;
     if (f->outermost) { /* recursion: count a name's time once */
-        g->cpu += e->dur_ns;
-        g->gpu += f->gpu;
+        g->cpu = sat_add(g->cpu, e->dur_ns);
+        g->gpu = sat_add(g->gpu, f->gpu);
         g->kernels += f->kernels;
     }
     active[e->name]--;
     if (f->compiled) (*compiled_depth)--;
     if (*depth) {
-        stack[*depth - 1].gpu += f->gpu;
+        stack[*depth - 1].gpu = sat_add(stack[*depth - 1].gpu, f->gpu);
         stack[*depth - 1].kernels += f->kernels;
     }
     int64_t num = step_of(t, a, e->name);
@@ -345,7 +353,7 @@ static int steps_by_time(const cprof_trace *t, attribution *a, const gpu_by_corr
     qsort(l, nl, sizeof *l, cmp_launch);
     for (size_t i = 1; i < nl; i++) { /* prefix sums, restarting at each process */
         if (l[i].pid != l[i - 1].pid) continue;
-        l[i].gpu += l[i - 1].gpu;
+        l[i].gpu = sat_add(l[i].gpu, l[i - 1].gpu);
         l[i].ops += l[i - 1].ops;
     }
     for (size_t s = 0; s < a->nsteps; s++) {
@@ -422,10 +430,10 @@ static int attribute(const cprof_trace *t, attribution *a) {
             int64_t g = gpu_map_get(&gm, e->correlation, &ops);
             if (g < 0) continue;
             if (depth) {
-                stack[depth - 1].gpu += g;
+                stack[depth - 1].gpu = sat_add(stack[depth - 1].gpu, g);
                 stack[depth - 1].kernels += ops;
             } else {
-                a->unattributed_gpu += g;
+                a->unattributed_gpu = sat_add(a->unattributed_gpu, g);
             }
             continue;
         }
@@ -607,19 +615,19 @@ int cprof_report_build(const cprof_trace *t, const cprof_report_opts *opts, cons
             kd[nk++] = (named_dur){e->name, e->dur_ns};
             if (contains_ci(t, e->name, "nccl")) {
                 colls++;
-                coll_total += e->dur_ns;
+                coll_total = sat_add(coll_total, e->dur_ns);
             }
             if (starts_with(t, e->name, "triton_")) tritons++;
         } else if (e->kind == CPROF_TK_RUNTIME || e->kind == CPROF_TK_DRIVER) {
             ad[na++] = (named_dur){e->name, e->dur_ns};
             if (contains_ci(t, e->name, "launch")) {
                 launches++;
-                launch_total += e->dur_ns;
+                launch_total = sat_add(launch_total, e->dur_ns);
             }
         }
         if (cprof_trace_is_sync(t, e) && e->kind != CPROF_TK_SYNC) {
             syncs++;
-            sync_total += e->dur_ns;
+            sync_total = sat_add(sync_total, e->dur_ns);
             int q = 0;
             while (q < nsync_names && sync_by[q].name != e->name) q++;
             if (q == nsync_names && q < 16) { /* more than 16 kinds of sync: totals only */
@@ -630,7 +638,7 @@ int cprof_report_build(const cprof_trace *t, const cprof_report_opts *opts, cons
             }
             if (q < nsync_names) {
                 sync_by[q].calls++;
-                sync_by[q].total += e->dur_ns;
+                sync_by[q].total = sat_add(sync_by[q].total, e->dur_ns);
             }
         }
     }

@@ -11,6 +11,24 @@
 #define PID_STRIDE 10000000LL /* pid -> rank * PID_STRIDE + pid (Linux pids stay below 2^22) */
 #define SORT_STRIDE 100000LL
 
+/* a * m + b wrapping around instead of overflowing: pids, ranks, flow ids and time bases come
+ * from the input files and can be any int64 (fuzzing found pid 2^63-1); signed overflow is
+ * undefined behaviour, a wrapped number in a garbage trace is only a wrong number. */
+static int64_t wrap_mad(int64_t a, int64_t m, int64_t b) {
+    return (int64_t)((uint64_t)a * (uint64_t)m + (uint64_t)b);
+}
+
+/* ts moved onto the common time base, held within +-2^61 ns: the reader rejects times beyond
+ * that (TIME_LIMIT_NS in trace_read.c), and inputs whose time bases lie over 73 years apart
+ * (corrupt ones; found by fuzzing) made a merged trace that `cprof report` refused. */
+#define MERGED_TIME_LIMIT_NS (INT64_C(1) << 61)
+static int64_t shifted_ts(int64_t ts, int64_t shift) {
+    int64_t r;
+    if (__builtin_add_overflow(ts, shift, &r)) r = shift > 0 ? INT64_MAX : INT64_MIN;
+    return r > MERGED_TIME_LIMIT_NS ? MERGED_TIME_LIMIT_NS
+                                    : r < -MERGED_TIME_LIMIT_NS ? -MERGED_TIME_LIMIT_NS : r;
+}
+
 static int flush(cprof_sink *sink, cprof_buf *b) {
     if (b->oom) return CPROF_E_NOMEM;
     int rc = b->len ? cprof_sink_write(sink, b->data, b->len) : CPROF_OK;
@@ -34,7 +52,7 @@ static void put_pid(cprof_buf *b, const cprof_trace *t, int64_t pid, int64_t ran
         cprof_buf_json_str(b, tmp, (size_t)pn + n);
         free(tmp);
     } else {
-        cprof_buf_i64(b, rank * PID_STRIDE + pid);
+        cprof_buf_i64(b, wrap_mad(rank, PID_STRIDE, pid));
     }
 }
 
@@ -56,7 +74,7 @@ static int process_meta(cprof_buf *b, const cprof_trace *t, const cprof_tev *e, 
         int64_t orig = e->sort_index < 0 ? 0 : e->sort_index;
         if (orig >= SORT_STRIDE) orig = SORT_STRIDE - 1;
         cprof_buf_puts(b, "\"sort_index\": ");
-        cprof_buf_i64(b, rank * SORT_STRIDE + orig);
+        cprof_buf_i64(b, wrap_mad(rank, SORT_STRIDE, orig));
     } else {
         char pre[48];
         int pn = snprintf(pre, sizeof pre, is_name ? "rank %lld: " : "rank %lld, ", (long long)rank);
@@ -115,7 +133,7 @@ int cprof_trace_merge(cprof_trace *const *traces, const int64_t *ranks, size_t n
         cprof_buf_puts(&b, i ? ", {\"rank\": " : "{\"rank\": ");
         cprof_buf_i64(&b, ranks[i]);
         cprof_buf_puts(&b, ", \"pid_offset\": ");
-        cprof_buf_i64(&b, ranks[i] * PID_STRIDE);
+        cprof_buf_i64(&b, wrap_mad(ranks[i], PID_STRIDE, 0));
         cprof_buf_puts(&b, ", \"events\": ");
         cprof_buf_u64(&b, cprof_trace_nevents(traces[i]));
         cprof_buf_puts(&b, ", \"partial\": ");
@@ -133,8 +151,10 @@ int cprof_trace_merge(cprof_trace *const *traces, const int64_t *ranks, size_t n
         const char *text = cprof_trace_text(t, NULL);
         const cprof_tev *ev = cprof_trace_events(t);
         size_t ne = cprof_trace_nevents(t);
-        int64_t shift = (base != CPROF_TEV_NONE && in->base_time_ns != CPROF_TEV_NONE)
-                            ? in->base_time_ns - base : 0;
+        int64_t shift = 0; /* >= 0: base is the earliest; saturated when over 2^63 ns */
+        if (base != CPROF_TEV_NONE && in->base_time_ns != CPROF_TEV_NONE &&
+            __builtin_sub_overflow(in->base_time_ns, base, &shift))
+            shift = INT64_MAX;
         for (size_t k = 0; k < ne; k++) {
             const cprof_tev *e = &ev[k];
             if (written) cprof_buf_puts(&b, ",\n");
@@ -157,8 +177,8 @@ int cprof_trace_merge(cprof_trace *const *traces, const int64_t *ranks, size_t n
             for (int x = 0; x < np; x++) {
                 cprof_buf_put(&b, raw + pos, p[x].at.off - pos);
                 if (p[x].what == 0) put_pid(&b, t, e->pid, ranks[i]);
-                else if (p[x].what == 1) cprof_buf_us3(&b, e->ts_ns + shift);
-                else cprof_buf_i64(&b, e->flow_id * (int64_t)n + (int64_t)i);
+                else if (p[x].what == 1) cprof_buf_us3(&b, shifted_ts(e->ts_ns, shift));
+                else cprof_buf_i64(&b, wrap_mad(e->flow_id, (int64_t)n, (int64_t)i));
                 pos = p[x].at.off + p[x].at.len;
             }
             cprof_buf_put(&b, raw + pos, e->raw_len - pos);

@@ -27,6 +27,24 @@ if { [ "${CPROF_HTML_TESTS:-}" = 1 ] || [ -n "${CI:-}" ]; } \
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
 fi
 
+# clang with libFuzzer for scripts/fuzz.sh: only when asked (CPROF_FUZZ=1) or on CI. Debian 12's
+# `clang` is clang 14; its fuzzer runtime (libclang-rt-dev) is only a recommendation of it, so
+# named; llvm-symbolizer (package llvm) names the lines in a crash's stack. ~300 MB, ~30 s.
+if { [ "${CPROF_FUZZ:-}" = 1 ] || [ -n "${CI:-}" ]; }; then
+  fuzz_missing=()
+  if ! command -v clang >/dev/null \
+     || ! ls "$(clang --print-runtime-dir 2>/dev/null)"/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
+    fuzz_missing+=(clang libclang-rt-dev)
+  fi
+  command -v llvm-symbolizer >/dev/null || fuzz_missing+=(llvm)
+  if [ ${#fuzz_missing[@]} -gt 0 ]; then
+    echo "setup: apt-get install ${fuzz_missing[*]} (for scripts/fuzz.sh)"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+      "${fuzz_missing[@]}" >/dev/null
+  fi
+fi
+
 pip_install() { $PY -m pip install -q --disable-pip-version-check "$@"; }
 # torch: the CPU build the machine offers (a local file); never a multi-GB CUDA download
 $PY -c "import torch" 2>/dev/null || pip_install torch==2.13.0

@@ -8,5 +8,27 @@ set +e
 $PY -m pytest -q -ra "$@" tests
 rc=$?
 set -e
+# On CI (CI set) or when asked, and only for the whole suite (no pytest arguments): the suite
+# again under ASan + UBSan (scripts/sanitize.sh, 2-3.5 min on 2 cores; CPROF_SANITIZE_TESTS=1),
+# then each libFuzzer harness for 60 s (scripts/fuzz.sh, ~3.2 min; CPROF_FUZZ=1). Either one
+# failing fails the run; the first failure's exit status is kept.
+if [ $# = 0 ]; then
+  set +e
+  if [ -n "${CI:-}" ] || [ "${CPROF_SANITIZE_TESTS:-}" = 1 ]; then
+    t0=$(date +%s)
+    bash scripts/sanitize.sh
+    s=$?
+    echo "test: scripts/sanitize.sh exit $s in $(( $(date +%s) - t0 )) s"
+    [ $rc != 0 ] || rc=$s
+  fi
+  if [ -n "${CI:-}" ] || [ "${CPROF_FUZZ:-}" = 1 ]; then
+    t0=$(date +%s)
+    bash scripts/fuzz.sh "${CPROF_FUZZ_SECONDS:-60}"
+    s=$?
+    echo "test: scripts/fuzz.sh exit $s in $(( $(date +%s) - t0 )) s"
+    [ $rc != 0 ] || rc=$s
+  fi
+  set -e
+fi
 # pytest exits 5 when it collected nothing: that is a failure of the suite, not a pass
 exit $rc
