@@ -137,47 +137,33 @@ def _diag_lines(diags):
 
 
 def _one(report, fmt, sections):
-    out = []
-    if fmt == "table":
-        out.append(_header_lines(report))
-        out.append("")
+    table = fmt == "table"
+    out = [] if table else [f"## {report['trace']['path']}", ""]
+    out += [_header_lines(report), ""]
+    diags = report.get("diagnoses", []) or []
+    if table:
         out.append("** Diagnoses:")
-        out.extend(["  " + ln for ln in _diag_lines(report.get("diagnoses", []))] or
-                   ["  none: nothing stands out"])
-        for key, title, cols in TABLES:
-            if sections and key not in sections:
-                continue
-            rows = _rows(report, key)
-            out.append("")
-            out.append(f"** {title} ({key}):")
-            out.append("")
-            out.append(_text_table(rows, cols) if rows else "  (none in this trace)")
-        c = report.get("compiled", {})
-        if c.get("regions") or c.get("triton_kernels"):
-            out.append("")
-            out.append(f"** Compiled code: {c['regions']} Torch-Compiled Regions "
-                       f"({c['nested']} nested, max depth {c['max_depth']}), "
-                       f"{c['compiled_functions']} CompiledFunction, "
-                       f"{c['triton_kernels']} Triton kernels")
-    else:  # md
-        out.append(f"## {report['trace']['path']}")
-        out.append("")
-        out.append(_header_lines(report))
-        out.append("")
-        out.append("### Diagnoses")
-        out.append("")
-        for d in report.get("diagnoses", []) or []:
-            out.append(f"- **{d['title']}** ({d['severity']}): {d['summary']}")
-        if not report.get("diagnoses"):
-            out.append("- nothing stands out")
-        for key, title, cols in TABLES:
-            if sections and key not in sections:
-                continue
-            rows = _rows(report, key)
-            out.append("")
-            out.append(f"### {title}")
-            out.append("")
-            out.append(_md_table(rows, cols) if rows else "_none in this trace_")
+        out.extend(["  " + ln for ln in _diag_lines(diags)] or ["  none: nothing stands out"])
+    else:
+        out += ["### Diagnoses", ""]
+        out.extend([f"- **{d['title']}** ({d['severity']}): {d['summary']}" for d in diags] or
+                   ["- nothing stands out"])
+    for key, title, cols in TABLES:
+        if sections and key not in sections:
+            continue
+        rows = _rows(report, key)
+        if table:
+            out += ["", f"** {title} ({key}):", "",
+                    _text_table(rows, cols) if rows else "  (none in this trace)"]
+        else:
+            out += ["", f"### {title}", "",
+                    _md_table(rows, cols) if rows else "_none in this trace_"]
+    c = report.get("compiled", {})
+    if c.get("regions") or c.get("triton_kernels"):
+        line = (f"Compiled code: {c['regions']} Torch-Compiled Regions ({c['nested']} nested, "
+                f"max depth {c['max_depth']}), {c['compiled_functions']} CompiledFunction, "
+                f"{c['triton_kernels']} Triton kernels")
+        out += ["", ("** " if table else "") + line]
     return out
 
 
