@@ -31,7 +31,11 @@ gives a timeout). It returns (ok, details); details is a JSON-able dict:
   validate                         -- hta.utils.validate_trace.validate_trace_format(...) result
 
 Notes (see NOTES.md): needs `pip install holistictraceanalysis psutil` (psutil is an
-undeclared dependency of HTA 0.5.0). Loading works with pandas 2.x and 3.x.
+undeclared dependency of HTA 0.5.0). Loading works with pandas 2.x; with pandas 3.1 HTA 0.5.0
+fails on some GPU traces (`TypeError: Invalid value ... for dtype 'int16'` in
+transform_correlation_to_index, when the largest correlation id fits a smaller integer type
+than the row count: seen on synthetic 10-30 MB traces, see benchmarks/bench_report.py
+--hta-python), not on the traces this check loads.
 """
 from __future__ import annotations
 
