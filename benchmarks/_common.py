@@ -1,4 +1,5 @@
 """Helpers shared by the CPU benchmarks."""
+import json
 import os
 import platform
 
@@ -25,3 +26,10 @@ def machine_info(torch, cprof):
         "torch": torch.__version__,
         "cprof": cprof.__version__,
     }
+
+
+def write_results(path, out):
+    """Writes a benchmark's results (machine, versions, samples) as JSON and says where."""
+    with open(path, "w") as f:
+        json.dump(out, f, indent=2)
+    print(f"results written to {path}")

@@ -38,7 +38,6 @@ hold exactly n x (modules + 1) ranges.
 """
 import argparse
 import gc
-import json
 import os
 import statistics
 import sys
@@ -210,9 +209,7 @@ def main(argv=None):
             "results": results,
             "elapsed_s": elapsed,
         }
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=2)
-        print(f"results written to {args.json}")
+        _common.write_results(args.json, out)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ disabled during the timed loops (as timeit does).
 import argparse
 import gc
 import itertools
-import json
 import os
 import statistics
 import sys
@@ -210,9 +209,7 @@ def main(argv=None):
             "target_met": med["cprof_range_on"] <= target,
             "elapsed_s": elapsed,
         }
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=2)
-        print(f"results written to {args.json}")
+        _common.write_results(args.json, out)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ Python that has no torch build).
 """
 import argparse
 import gc
-import json
 import os
 import statistics
 import sys
@@ -207,9 +206,7 @@ def main(argv=None):
     if args.json:
         out = {"benchmark": "bench_with_stack", "machine": info, "rounds": args.rounds,
                "backend": backend, "workloads": results, "elapsed_s": elapsed}
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=2)
-        print(f"results written to {args.json}")
+        _common.write_results(args.json, out)
 
 
 if __name__ == "__main__":

@@ -240,9 +240,7 @@ def main(argv=None):
             "target_met": plain_c >= CPROF_TARGET_EPS,
             "elapsed_s": elapsed,
         }
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=2)
-        print(f"results written to {args.json}")
+        _common.write_results(args.json, out)
 
 
 if __name__ == "__main__":
