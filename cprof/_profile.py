@@ -603,9 +603,12 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
 
     def key_averages(self, group_by_input_shape=False, group_by_stack_n=0):
         """Per-name averages of the last finished window, with CPU and CUDA self/total times;
-        .table(sort_by=..., row_limit=...) prints them as torch.profiler does."""
+        .table(sort_by=..., row_limit=...) prints them as torch.profiler does.
+        group_by_input_shape (record_shapes) and group_by_stack_n (with_stack) split the rows
+        by input shapes and by the innermost Python frames, as torch.profiler's do."""
         from ._results import key_averages
-        return key_averages(self._data("average"), group_by_input_shape=group_by_input_shape)
+        return key_averages(self._data("average"), group_by_input_shape=group_by_input_shape,
+                            group_by_stack_n=group_by_stack_n)
 
     def summary(self):
         """Per-name CPU range aggregates of the last finished window (computed in C)."""

@@ -5,6 +5,7 @@ files). GPU work is charged to the CPU range that launched it the way the trace 
 a launch on thread T at time t belongs to the innermost range open on T at t, and the GPU
 work with the launch's correlation id belongs to that launch."""
 import bisect
+import json
 from collections import namedtuple
 
 _CPU_CATS = {0: "user_annotation", 1: "cpu_op", 2: "python_function", 3: "user_annotation"}
@@ -22,10 +23,12 @@ class ProfilerEvent:
 
     __slots__ = ("name", "category", "device_type", "thread", "start_us", "end_us", "depth",
                  "stream", "device", "correlation", "truncated", "self_cpu_time_total",
-                 "device_time_total", "self_device_time_total", "_ns", "_parent")
+                 "device_time_total", "self_device_time_total", "input_shapes", "input_types",
+                 "stack", "_ns", "_parent")
 
     def __init__(self, name, category, device_type, thread, start_us, end_us, depth=0,
-                 stream=None, device=None, correlation=None, truncated=False):
+                 stream=None, device=None, correlation=None, truncated=False,
+                 input_shapes=None, input_types=None):
         self.name = name
         self.category = category
         self.device_type = device_type
@@ -37,6 +40,11 @@ class ProfilerEvent:
         self.device = device
         self.correlation = correlation
         self.truncated = truncated
+        # record_shapes: torch.profiler's "Input Dims" / "Input type" of the call ([] if none)
+        self.input_shapes = input_shapes if input_shapes is not None else []
+        self.input_types = input_types if input_types is not None else []
+        # with_stack: the python_function ranges enclosing this event, innermost first
+        self.stack = []
         self.self_cpu_time_total = 0.0
         self.device_time_total = 0.0
         self.self_device_time_total = 0.0
@@ -66,11 +74,18 @@ def _build(window):
     stop = snap.stop_ns
     cpu = []
     by_thread = {}
-    for tid, name, cat, begin, end, depth, trunc in snap.records():
+    parsed = {}
+    for tid, name, cat, begin, end, depth, trunc, frag in snap.records(args=True):
         end = end or stop
+        shapes = types = None
+        if frag is not None:
+            got = parsed.get(frag)
+            if got is None:
+                got = parsed[frag] = _shapes_of(frag)
+            shapes, types = got
         ev = ProfilerEvent(name, _CPU_CATS.get(cat, "user_annotation"), "CPU", tid,
                            begin / 1000.0 + off_us, end / 1000.0 + off_us, depth,
-                           truncated=bool(trunc))
+                           truncated=bool(trunc), input_shapes=shapes, input_types=types)
         ev._ns = (begin, end)
         cpu.append(ev)
         by_thread.setdefault(tid, []).append(ev)
@@ -85,6 +100,13 @@ def _build(window):
                 stack[-1].self_cpu_time_total -= ev.duration_us
                 ev._parent = stack[-1]
             stack.append(ev)
+    # with_stack: each event's Python stack, from its enclosing python_function ranges
+    for ev in cpu:
+        p = ev._parent
+        while p is not None:
+            if p.category == "python_function":
+                ev.stack.append(p.name)
+            p = p._parent
     gpu_events = []
     if gpu is not None:
         recs = gpu.records()
@@ -117,6 +139,15 @@ def _build(window):
     return cpu + gpu_events, cpu, gpu_events
 
 
+def _shapes_of(frag):
+    """(Input Dims, Input type) of a range's JSON args fragment ('"k":v,...'), as lists."""
+    try:
+        args = json.loads("{" + frag + "}")
+    except ValueError:  # a fragment is written by cprof's own C code: never expected
+        return [], []
+    return list(args.get("Input Dims", [])), list(args.get("Input type", []))
+
+
 def _innermost(evs, starts, t):
     """The innermost range of one thread's ranges (begin order) open at time t, other than
     python_function ones (as the trace links launches): the last one begun by t, or the
@@ -136,10 +167,11 @@ def _innermost(evs, starts, t):
 class FunctionEventAvg:
     """Aggregates of every event with one name (times in microseconds)."""
 
-    def __init__(self, key, device_type, input_shapes=None):
+    def __init__(self, key, device_type, input_shapes=None, stack=None):
         self.key = key
         self.device_type = device_type
         self.input_shapes = input_shapes
+        self.stack = stack if stack is not None else []
         self.count = 0
         self.cpu_time_total = 0.0
         self.self_cpu_time_total = 0.0
@@ -180,7 +212,9 @@ class EventList(list):
             rows.sort(key=lambda r: getattr(r, sort_by), reverse=True)
         if row_limit >= 0:
             rows = rows[:row_limit]
-        return _format_table(self, rows, max_name_column_width, header)
+        return _format_table(self, rows, max_name_column_width, header,
+                             getattr(self, "grouped_by_input_shape", False),
+                             getattr(self, "grouped_by_stack_n", 0))
 
     def __str__(self):
         return self.table()
@@ -194,7 +228,7 @@ def _fmt_us(us):
     return f"{us:.3f}us"
 
 
-def _format_table(all_rows, rows, width, header):
+def _format_table(all_rows, rows, width, header, shapes=False, stack_n=0):
     total_self_cpu = sum(r.self_cpu_time_total for r in all_rows) or 1.0
     total_self_dev = sum(r.self_device_time_total for r in all_rows)
     has_dev = total_self_dev > 0
@@ -205,14 +239,19 @@ def _format_table(all_rows, rows, width, header):
         cols += ["Self CUDA", "Self CUDA %", "CUDA total", "CUDA time avg"]
     cols += ["# of Calls"]
     cw = 12
-    line = "-" * (nw + (cw + 2) * len(cols))
+    shape_strs = [str(r.input_shapes) for r in rows] if shapes else []
+    sw = max([len("Input Shapes")] + [len(x) for x in shape_strs]) if shapes else 0
+    line = "-" * (nw + (cw + 2) * len(cols) + (sw + 2 if shapes else 0)
+                  + (len("Source Location") + 2 if stack_n else 0))
     out = []
     if header:
         out.append(header)
     out.append(line)
-    out.append(f"{'Name':>{nw}}" + "".join(f"  {c:>{cw}}" for c in cols))
+    out.append(f"{'Name':>{nw}}" + "".join(f"  {c:>{cw}}" for c in cols)
+               + (f"  {'Input Shapes':<{sw}}" if shapes else "")
+               + ("  Source Location" if stack_n else ""))
     out.append(line)
-    for name, r in zip(names, rows):
+    for i, (name, r) in enumerate(zip(names, rows)):
         vals = [f"{100.0 * r.self_cpu_time_total / total_self_cpu:.2f}%",
                 _fmt_us(r.self_cpu_time_total),
                 f"{100.0 * r.cpu_time_total / total_self_cpu:.2f}%",
@@ -222,7 +261,12 @@ def _format_table(all_rows, rows, width, header):
                      f"{100.0 * r.self_device_time_total / total_self_dev:.2f}%",
                      _fmt_us(r.device_time_total), _fmt_us(r.device_time)]
         vals.append(str(r.count))
-        out.append(f"{name:>{nw}}" + "".join(f"  {v:>{cw}}" for v in vals))
+        out.append(f"{name:>{nw}}" + "".join(f"  {v:>{cw}}" for v in vals)
+                   + (f"  {shape_strs[i]:<{sw}}" if shapes else "")
+                   + (f"  {r.stack[0]}" if stack_n and r.stack else ""))
+        pad = " " * (len(out[-1]) - len(r.stack[0])) if stack_n and r.stack else ""
+        for frame in r.stack[1:stack_n] if stack_n else ():
+            out.append(pad + frame)  # torch.profiler prints a frame per line
     out.append(line)
     out.append(f"Self CPU time total: {_fmt_us(total_self_cpu if all_rows else 0.0)}")
     if has_dev:
@@ -230,19 +274,27 @@ def _format_table(all_rows, rows, width, header):
     return "\n".join(out) + "\n"
 
 
-def key_averages(window, group_by_input_shape=False):
+def key_averages(window, group_by_input_shape=False, group_by_stack_n=0):
     """Per-name aggregates (CPU ranges other than python_function, and GPU work), heaviest
-    CPU total first; python_function events are left out, as torch.profiler does."""
-    if group_by_input_shape:
-        raise ValueError("cprof: group_by_input_shape is not available: cprof records shapes "
-                         "on module ranges (record_shapes), not on every op")
+    CPU total first; python_function events are left out, as torch.profiler does. With
+    group_by_input_shape, per (name, input shapes), as torch.profiler's: shapes are those
+    record_shapes keeps (module calls, and ranges given args through record_args); every
+    other event groups under []. With group_by_stack_n=N (with_stack), per (name, the N
+    innermost Python frames enclosing the event)."""
+    if (not isinstance(group_by_stack_n, int) or isinstance(group_by_stack_n, bool)
+            or group_by_stack_n < 0):
+        raise ValueError(f"cprof: group_by_stack_n must be an int >= 0, got "
+                         f"{group_by_stack_n!r}")
     _, cpu, gpu = _build(window)
     groups = {}
 
-    def add(device, name, cpu_total, self_cpu, dev_total, self_dev):
-        g = groups.get((device, name))
+    def add(device, name, cpu_total, self_cpu, dev_total, self_dev, shapes=None, stack=()):
+        frames = tuple(stack[:group_by_stack_n]) if group_by_stack_n else ()
+        key = (device, name, str(shapes) if group_by_input_shape and shapes else "", frames)
+        g = groups.get(key)
         if g is None:
-            g = groups[(device, name)] = FunctionEventAvg(name, device)
+            g = groups[key] = FunctionEventAvg(
+                name, device, (shapes or []) if group_by_input_shape else None, list(frames))
         g.count += 1
         g.cpu_time_total += cpu_total
         g.self_cpu_time_total += self_cpu
@@ -252,10 +304,13 @@ def key_averages(window, group_by_input_shape=False):
     for ev in cpu:
         if ev.category != "python_function":
             add("CPU", ev.name, ev.duration_us, ev.self_cpu_time_total, ev.device_time_total,
-                ev.self_device_time_total)
+                ev.self_device_time_total, ev.input_shapes, ev.stack)
     for ev in gpu:
         if ev.device_type == "CUDA" and ev.category != "gpu_user_annotation":
             add("CUDA", ev.name, 0.0, 0.0, ev.duration_us, ev.duration_us)
     rows = sorted(groups.values(), key=lambda r: (r.cpu_time_total, r.device_time_total),
                   reverse=True)
-    return EventList(rows)
+    out = EventList(rows)
+    out.grouped_by_input_shape = bool(group_by_input_shape)
+    out.grouped_by_stack_n = group_by_stack_n
+    return out

@@ -586,9 +586,14 @@ static PyObject *snapshot_rename_threads(SnapshotObject *self, PyObject *mapping
     Py_RETURN_NONE;
 }
 
-/* records(): every range as a tuple (tid, name, category, begin_ns, end_ns, depth, truncated),
- * begin/end on the cprof clock. For tests and small windows; the trace is the bulk path. */
-static PyObject *snapshot_records(SnapshotObject *self, PyObject *unused) {
+/* records(args=False): every range as a tuple (tid, name, category, begin_ns, end_ns, depth,
+ * truncated), begin/end on the cprof clock; with args, an eighth member: the range's JSON args
+ * fragment (record_shapes' "Input Dims", ...) as a str, or None. For results and tests; the
+ * trace is the bulk path. */
+static PyObject *snapshot_records(SnapshotObject *self, PyObject *pargs, PyObject *kw) {
+    static char *kwlist[] = {"args", NULL};
+    int with_args = 0;
+    if (!PyArg_ParseTupleAndKeywords(pargs, kw, "|p:records", kwlist, &with_args)) return NULL;
     if (snapshot_check(self) < 0) return NULL;
     PyObject *list = PyList_New(0);
     if (!list) return NULL;
@@ -601,10 +606,21 @@ static PyObject *snapshot_records(SnapshotObject *self, PyObject *unused) {
                 const char *s = cprof_names_get(r->name_id, &len);
                 PyObject *name = PyUnicode_DecodeUTF8(s, (Py_ssize_t)len, "surrogateescape");
                 if (!name) goto fail;
+                PyObject *frag = NULL;
+                if (with_args && (r->flags & CPROF_REC_RAW_ARGS)) {
+                    const char *f = cprof_names_get((uint32_t)r->reserved, &len);
+                    frag = PyUnicode_DecodeUTF8(f, (Py_ssize_t)len, "surrogateescape");
+                    if (!frag) {
+                        Py_DECREF(name);
+                        goto fail;
+                    }
+                } else if (with_args) {
+                    frag = Py_NewRef(Py_None);
+                }
                 PyObject *item = Py_BuildValue(
-                    "(KNiKKii)", (unsigned long long)t->tid, name, (int)r->cat,
-                    (unsigned long long)r->begin_ns, (unsigned long long)r->end_ns, (int)r->depth,
-                    (int)((r->flags & CPROF_REC_TRUNCATED) != 0));
+                    with_args ? "(KNiKKiiN)" : "(KNiKKii)", (unsigned long long)t->tid, name,
+                    (int)r->cat, (unsigned long long)r->begin_ns, (unsigned long long)r->end_ns,
+                    (int)r->depth, (int)((r->flags & CPROF_REC_TRUNCATED) != 0), frag);
                 if (!item || PyList_Append(list, item) < 0) {
                     Py_XDECREF(item);
                     goto fail;
@@ -670,7 +686,8 @@ static PyMethodDef snapshot_methods[] = {
      "Writes the trace (GIL released); returns (path, events, bytes, seconds, replaced)."},
     {"threads", (PyCFunction)snapshot_threads, METH_NOARGS, "Per-thread counts."},
     {"rename_threads", (PyCFunction)snapshot_rename_threads, METH_O, "Names threads by ident."},
-    {"records", (PyCFunction)snapshot_records, METH_NOARGS, "All ranges as tuples."},
+    {"records", (PyCFunction)(void (*)(void))snapshot_records, METH_VARARGS | METH_KEYWORDS,
+     "records(args=False): all ranges as tuples (with args: their JSON args fragment last)."},
     {"summary", (PyCFunction)snapshot_summary, METH_NOARGS, "Per-name aggregates."},
     {"close", (PyCFunction)snapshot_close, METH_NOARGS, "Releases the memory now."},
     {NULL, NULL, 0, NULL},

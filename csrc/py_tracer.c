@@ -283,8 +283,11 @@ static PyObject *c_name(PyObject *f, PyObject **ref, int *skip) {
     PyCFunctionObject *cf = (PyCFunctionObject *)f;
     PyMethodDef *ml = cf->m_ml;
     PyObject *self = (ml->ml_flags & METH_STATIC) ? NULL : cf->m_self;
-    if (!self || PyModule_Check(self) || PyCapsule_CheckExact(self)) {
-        /* a function: the object owns (or outlives) its PyMethodDef */
+    if (!self || PyModule_Check(self) || PyCapsule_CheckExact(self) ||
+        (cf->m_module && PyUnicode_Check(cf->m_module))) {
+        /* a function: the object owns (or outlives) its PyMethodDef. A module's str in
+         * m_module marks one too: pybind11 binds its functions to a private record object
+         * (torch._C._get_tracing_state), which is no instance to name a method after */
         *ref = Py_NewRef(f);
         return function_name(cf->m_module, ml->ml_name, skip);
     }

@@ -340,6 +340,82 @@ def test_events_have_times_threads_and_nesting():
     assert a.time_range.start == a.start_us
 
 
+def _two_shapes_run(**kw):
+    lin = torch.nn.Linear(8, 4)
+    with cprof.profile(activities=CPU, with_modules=True, **kw) as p:
+        for batch in (2, 2, 5):
+            lin(torch.randn(batch, 8))
+    return p
+
+
+def test_group_by_input_shape_splits_rows_by_shapes():
+    p = _two_shapes_run(record_shapes=True)
+    mods = [e for e in p.events() if e.input_shapes]
+    assert sorted(e.input_shapes for e in mods) == [[[2, 8]], [[2, 8]], [[5, 8]]]
+    assert all(e.input_types == ["float"] for e in mods)
+    ka = p.key_averages(group_by_input_shape=True)
+    rows = {(r.key, str(r.input_shapes)): r.count for r in ka if r.input_shapes}
+    assert sorted(rows.values()) == [1, 2]
+    assert {k[1] for k in rows} == {"[[2, 8]]", "[[5, 8]]"}
+    table = ka.table(row_limit=-1)
+    assert "Input Shapes" in table.splitlines()[1]
+    assert "[[5, 8]]" in table and "[[2, 8]]" in table
+    # without grouping: one row for the module, no shapes column
+    plain = p.key_averages()
+    assert "Input Shapes" not in plain.table()
+    (mod_row,) = [r for r in plain if r.count == 3 and r.key in {k[0] for k in rows}]
+    assert mod_row.input_shapes is None
+
+
+def test_events_have_no_shapes_without_record_shapes():
+    p = _two_shapes_run(record_shapes=False)
+    assert all(e.input_shapes == [] for e in p.events())
+    ka = p.key_averages(group_by_input_shape=True)
+    assert all(r.input_shapes == [] for r in ka)
+
+
+def _inner_fn(x):
+    return torch.relu(x)
+
+
+def _outer_fn(x):
+    return _inner_fn(x) + _inner_fn(x * 2)
+
+
+def test_group_by_stack_n_splits_rows_by_python_frames():
+    x = torch.randn(16)
+    with cprof.profile(activities=CPU, with_stack=True) as p:
+        for _ in range(3):
+            _outer_fn(x)
+            _inner_fn(x)
+    relus = [e for e in p.events() if e.name == "torch.relu"]
+    assert len(relus) == 9
+    assert all(e.stack and e.stack[0].endswith("_inner_fn") for e in relus)
+    one = {tuple(r.stack): r.count for r in p.key_averages(group_by_stack_n=1)
+           if r.key == "torch.relu"}
+    assert list(one.values()) == [9]
+    two = {tuple(r.stack): r.count for r in p.key_averages(group_by_stack_n=2)
+           if r.key == "torch.relu"}
+    assert sorted(two.values()) == [3, 6]
+    # frames already running when the window opened (this test) are not ranges: a direct
+    # call has a one-frame stack, a call through _outer_fn two
+    assert sorted(len(s) for s in two) == [1, 2]
+    assert {s[-1].split(": ")[-1] for s in two} == {"_inner_fn", "_outer_fn"}
+    table = p.key_averages(group_by_stack_n=2).table(row_limit=-1)
+    assert "Source Location" in table and "_inner_fn" in table
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="group_by_stack_n"):
+            p.key_averages(group_by_stack_n=bad)
+
+
+def test_pybind11_functions_are_named_by_module_not_by_record_type():
+    with cprof.profile(activities=CPU, with_stack=True) as p:
+        torch._C._get_tracing_state()
+    names = [e.name for e in p.events()]
+    assert "torch._C._get_tracing_state" in names
+    assert not [n for n in names if "pybind11" in n]
+
+
 # ---- annotations in user code ----
 
 def test_record_function_ranges_are_captured():
