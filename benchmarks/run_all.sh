@@ -24,3 +24,6 @@ echo "== bench_ranges: ns per range, cprof vs torch.profiler =="
 echo
 echo "== bench_write: trace writing, cprof vs torch.profiler =="
 "$PY" benchmarks/bench_write.py $(json_args bench_write) 2> >(grep -v '^USDT:' >&2)
+echo
+echo "== bench_compiled_regions: torch.compile regions, cprof vs torch.profiler =="
+"$PY" benchmarks/bench_compiled_regions.py $(json_args bench_compiled_regions) 2> >(grep -v '^USDT:' >&2)

@@ -129,6 +129,13 @@ class _Installed:
             names.update(getattr(resolver, "names", ()))
         return names
 
+    def regions_note(self):
+        """The compiled-regions capture's metadata (cprof/_compiled.py), or None."""
+        for p in self.parts:
+            if hasattr(p, "note"):
+                return p.note()
+        return None
+
     def remove(self):
         parts, self.parts = self.parts, []
         for p in reversed(parts):
@@ -163,6 +170,11 @@ def install(with_stack=False, with_modules=False, record_shapes=False, c_calls=T
                 handle.parts.append(_modules.install(record_shapes=record_shapes))
         if with_stack:
             handle.parts.append(_Tracer(c_calls, min_duration_us))
+        # after the tracer: on 3.11 both would want the profile hook, and the tracer wins
+        from . import _compiled
+        regions = _compiled.install(with_stack=with_stack)
+        if regions is not None:
+            handle.parts.append(regions)
     except BaseException:
         handle.remove()
         raise

@@ -535,6 +535,9 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                 # the trace lists module range names so cprof report can tell them from
                 # user ranges (they are user_annotation ranges named by module path)
                 self._window.notes["modules"] = sorted(names)
+            regions = g.regions_note()
+            if regions is not None and self._window is not None:
+                self._window.notes["compiled_regions"] = regions
             g.remove()
 
     def _release_last(self):

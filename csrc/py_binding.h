@@ -22,6 +22,11 @@
 int cprof_py_tracer_add(PyObject *m);
 /* py_hooks.c: nn.Module forward hooks in C (with_modules) and tensor shape capture. */
 int cprof_py_hooks_add(PyObject *m);
+/* py_regions.c: ranges around runs of chosen code objects (torch.compile's regions). */
+int cprof_py_regions_add(PyObject *m);
+/* 3.11 (with_stack's tracer names regions there): 1 and *id (its interned name) when code is a
+ * region's code object, else 0; always 0 on 3.12+. GIL held. */
+int cprof_py_regions_lookup(const void *code, uint32_t *id);
 /* py_report.c: the trace reader for cprof report / merge, and TraceFormatError. */
 int cprof_py_report_add(PyObject *m);
 

@@ -87,6 +87,7 @@ static struct {
 #define ID_SKIP 0u               /* a C function of a cprof module: not recorded */
 #define ID_OWN UINT32_MAX        /* cprof's own Python code: not recorded, suppresses callees */
 #define ID_PASS (UINT32_MAX - 1) /* an own pass-through wrapper: its Python callees are traced */
+#define ID_REGION (1u << 30)     /* flag: a compiled region's code (py_regions.c), a user range */
 _Static_assert(CPROF_MAX_NAMES < ID_PASS, "ID_OWN / ID_PASS must not be name ids");
 
 typedef struct {
@@ -319,6 +320,9 @@ static CPROF_NOINLINE int resolve(const void *key, PyObject *obj, int is_code, u
         ref = Py_NewRef(obj);
         if ((*id = own_code((PyCodeObject *)obj)) != 0) {
             rc = 0;
+        } else if (cprof_py_regions_lookup(obj, id)) { /* 3.11: the regions' profile hook */
+            *id |= ID_REGION;                           /* is ours, so the tracer names them */
+            rc = 0;
         } else {
             rc = code_name((PyCodeObject *)obj, id);
         }
@@ -521,7 +525,8 @@ CPROF_INLINE void py_enter(PyCodeObject *co, PyFrameObject *top) {
         push_quiet(sh, co, id == ID_OWN ? TAG_OWN : TAG_PASS);
         return;
     }
-    record(sh, co, id, CPROF_CAT_PYTHON_FUNCTION);
+    record(sh, co, id & ~ID_REGION,
+           (id & ID_REGION) ? CPROF_CAT_USER_ANNOTATION : CPROF_CAT_PYTHON_FUNCTION);
 }
 
 /* A caller that is not on top of the shadow stack (an entry that could not be pushed): own? */

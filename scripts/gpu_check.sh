@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one command for a machine with an NVIDIA GPU: builds cprof in place, runs the GPU tests
-# (real CUPTI vs torch.profiler, and the fake-CUPTI ones) and the GPU overhead benchmark.
+# (real CUPTI vs torch.profiler, the fake-CUPTI ones, torch.compile regions on the machine's
+# Python) and the GPU overhead, options and compiled-region benchmarks.
 #   bash scripts/gpu_check.sh
 # Logs and results go to $OUT (default ./gpu_check_out): build.log, gpu_tests.log,
 # bench_gpu.log, bench_gpu.json, nvidia_smi.txt. Needs no network. Exit status: 0 when every
@@ -72,8 +73,8 @@ fi
 if [ "$failed" = 0 ]; then
   echo
   # test_gpu_fake.py carries no gpu mark (it runs on CI too): no -m filter, both files run whole
-  echo "== tests: $PY -m pytest -q -rA tests/test_gpu_real.py tests/test_gpu_profile.py tests/test_gpu_fake.py =="
-  $PY -m pytest -q -rA tests/test_gpu_real.py tests/test_gpu_profile.py tests/test_gpu_fake.py 2>&1 | tee "$OUT/gpu_tests.log"
+  echo "== tests: $PY -m pytest -q -rA tests/test_gpu_real.py tests/test_gpu_profile.py tests/test_gpu_fake.py tests/test_compiled_regions.py =="
+  $PY -m pytest -q -rA tests/test_gpu_real.py tests/test_gpu_profile.py tests/test_gpu_fake.py tests/test_compiled_regions.py 2>&1 | tee "$OUT/gpu_tests.log"
   rc=$?
   tests_line=$(tail -n 1 "$OUT/gpu_tests.log" | sed 's/=//g; s/^ *//; s/ *$//')
   if [ $rc = 0 ]; then status_tests="ok"; else status_tests="FAILED (exit $rc)"; failed=1; fi
@@ -96,6 +97,10 @@ if [ "$failed" = 0 ]; then
   echo "== benchmark: $PY benchmarks/bench_options.py --device cuda --json $OUT/bench_options.json =="
   $PY benchmarks/bench_options.py --device cuda --json "$OUT/bench_options.json" 2>&1 \
     | grep -v '^USDT:' | tee "$OUT/bench_options.log"
+  echo
+  echo "== benchmark: $PY benchmarks/bench_compiled_regions.py --json $OUT/bench_compiled_regions.json =="
+  $PY benchmarks/bench_compiled_regions.py --json "$OUT/bench_compiled_regions.json" 2>&1 \
+    | grep -v '^USDT:' | tee "$OUT/bench_compiled_regions.log"
 fi
 
 echo

@@ -797,7 +797,11 @@ def test_torch_compile_has_the_same_graph_breaks_profiled(tmp_path):
         trace, _ = profiled(tmp_path, run, "call")
     assert (got["breaks"], got["graphs"]) == (breaks, graphs)
     assert all(torch.equal(a, b) for a, b in zip(got["outs"], outs))
-    names = [e["name"] for e in ranges_of(trace)]
+    all_names = [e["name"] for e in ranges_of(trace)]
+    # the compiled frames' regions (tests/test_compiled_regions.py): the break nests them
+    regions = [n for n in all_names if n.startswith("Torch-Compiled Region")]
+    assert len(regions) == 6 and len(set(regions)) == 2
+    names = [n for n in all_names if not n.startswith("Torch-Compiled Region")]
     # compiled calls: the compiled module's call and its original's (OptimizedModule calls
     # model.__call__); no module inside a graph, nothing run by the compilation itself
     assert names[:6] == ["OptimizedModule", "_orig_mod"] * 3
@@ -868,6 +872,9 @@ def test_torch_compile_aot_eager_keeps_the_wrapper_installed(tmp_path):
         assert nn.Module.__dict__["__call__"] is w and not w.paused
 
     trace, _ = profiled(tmp_path, run, "call")
-    # the aot_eager graph runs as an fx GraphModule: a module call of its own at run time
-    assert [e["name"] for e in ranges_of(trace)] == \
+    # the aot_eager graph runs as an fx GraphModule: a module call of its own at run time,
+    # inside the frame's compiled region (tests/test_compiled_regions.py)
+    names = [e["name"] for e in ranges_of(trace)]
+    assert [n for n in names if not n.startswith(("Torch-Compiled Region", "Compiled"))] == \
         ["OptimizedModule", "_orig_mod", "_orig_mod.GraphModule"] * 2
+    assert sum(n.startswith("Torch-Compiled Region") for n in names) == 2
