@@ -534,6 +534,60 @@ def test_cprof_then_torch_profiler_then_cprof_in_one_process(tmp_path):
 
 
 # -------------------------------------------------------------------------------------------------
+# 4. long sessions (issue 7) and torch.compile regions on the GPU (issue 5)
+# -------------------------------------------------------------------------------------------------
+def test_thousand_gpu_windows_do_not_grow(tmp_path):
+    """1,000 ProfilerContext windows collecting CUDA (3 kernels each) in one process: the
+    CUPTI buffers a window uses stay the same from window 1 to 1,000, nothing is dropped, RSS
+    after window 1,000 within 8 MB of RSS after window 100, file descriptors unchanged."""
+    script = os.path.join(HERE, "reliability_scripts", "long_session.py")
+    r = subprocess.run([sys.executable, script, "1000", str(tmp_path / "out"), "cuda"],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    rss = dict((int(k), v) for k, v in res["rss"])
+    print(f"\n1,000 GPU windows: RSS {rss}, fds {res['fd_before']} -> {res['fd_after']}, "
+          f"{res['ms_median']:.2f} ms/window median; per-window GPU: {res['gpu']}")
+    assert [g["kernels"] for g in res["gpu"]] == [3, 3, 3], res["gpu"]
+    assert len({g["buffers"] for g in res["gpu"]}) == 1, res["gpu"]
+    assert all(not g["dropped"] or not any(g["dropped"].values()) for g in res["gpu"]), res["gpu"]
+    assert rss[1000] - rss[100] < 8 << 20, rss
+    assert res["fd_after"] == res["fd_before"], res
+
+
+def test_compiled_regions_around_triton_kernels(tmp_path):
+    """torch.compile (inductor, Triton) with a graph break: nested "Torch-Compiled Region"
+    ranges, and the Triton kernels of each graph inside (by External id) the region that ran
+    it."""
+    import torch
+    import cprof
+
+    def f(x):
+        y = (x * 2).relu().sum(dim=0)
+        torch._dynamo.graph_break()
+        return (y + 1).sin()
+
+    cf = torch.compile(f)
+    x = torch.randn(256, 256, device="cuda")
+    cf(x)
+    torch.cuda.synchronize()
+    with cprof_window(tmp_path, "compiled_regions") as p:
+        cf(x)
+        torch.cuda.synchronize()
+    t = load_trace(p.trace_path)
+    regions = [e for e in events(t, "user_annotation")
+               if e["name"].startswith("Torch-Compiled Region")]
+    print(f"\nregions: {[(e['name'], round(e['dur'], 1)) for e in regions]}; kernels: "
+          f"{[k['name'] for k in kernels(t)]}")
+    assert len(regions) == 2, [e["name"] for e in regions]
+    outer, inner = sorted(regions, key=lambda e: e["ts"])
+    assert outer["ts"] <= inner["ts"] and inner["ts"] + inner["dur"] <= outer["ts"] + outer["dur"]
+    triton = [k for k in kernels(t) if k["name"].startswith("triton")]
+    assert len(triton) >= 2, [k["name"] for k in kernels(t)]
+    assert t["cprof"]["compiled_regions"]["regions"] == 2
+
+
+# -------------------------------------------------------------------------------------------------
 # worker side: `python tests/test_gpu_real.py SCENARIO OUT_DIR`
 # -------------------------------------------------------------------------------------------------
 def _build_mlp(torch):
