@@ -166,6 +166,22 @@ def _torch():
     return torch
 
 
+def _broken_fn(x):
+    """One graph break: two compiled frames, the second's region nested in the first's."""
+    x = x.sin()
+    sys.modules["torch"]._dynamo.graph_break()
+    return x.cos()
+
+
+def _compiled_break(fresh):
+    """torch.compile(_broken_fn) and an input; fresh: Dynamo's caches emptied first, so the
+    first call compiles (inside the window when it is made there)."""
+    torch = _torch()
+    if fresh:
+        torch._dynamo.reset()
+    return torch.compile(_broken_fn, backend="eager"), torch.randn(8)
+
+
 def _compiled_names(p):
     return [(e.name, e.depth) for e in p.events()
             if e.name.startswith(("Torch-Compiled Region", "CompiledFunction"))]
@@ -173,15 +189,7 @@ def _compiled_names(p):
 
 @pytest.mark.parametrize("warm", [True, False], ids=["compiled-before", "compiled-inside"])
 def test_graph_break_shows_as_nested_regions(warm, tmp_path):
-    torch = _torch()
-
-    def f(x):
-        x = x.sin()
-        torch._dynamo.graph_break()
-        return x.cos()
-
-    cf = torch.compile(f, backend="eager")
-    x = torch.randn(8)
+    cf, x = _compiled_break(fresh=not warm)
     if warm:
         cf(x)
     with cprof.profile(activities=[cprof.ProfilerActivity.CPU]) as p:
@@ -328,15 +336,7 @@ def test_with_stack_regions_are_recorded_once(modules):
     """with_stack (ProfilerContext's default): on 3.11 the tracer names a region's frame as the
     region, on 3.12+ sys.monitoring does and the tracer keeps its python_function range; either
     way each region appears once, as a user_annotation, nested as without the tracer."""
-    torch = _torch()
-
-    def f(x):
-        x = x.sin()
-        torch._dynamo.graph_break()
-        return x.cos()
-
-    cf = torch.compile(f, backend="eager")
-    x = torch.randn(8)
+    cf, x = _compiled_break(fresh=False)
     cf(x)
     with cprof.profile(activities=[cprof.ProfilerActivity.CPU], with_stack=True,
                        with_modules=modules) as p:
@@ -350,7 +350,7 @@ def test_with_stack_regions_are_recorded_once(modules):
     assert meta["mode"] == ("sys.monitoring" if MONITORING else "with_stack tracer")
     # the frames' Python ranges are still there around them (3.12) or are the regions (3.11)
     names = [e.name for e in p.events() if e.category == "python_function"]
-    assert any(n.endswith(": f") for n in names) == MONITORING
+    assert any(n.endswith(": _broken_fn") for n in names) == MONITORING
 
 
 def test_env_switch_turns_the_capture_off(monkeypatch):
