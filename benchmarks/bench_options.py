@@ -8,7 +8,9 @@ Workload (fixed seed, after warm-up): the launch-bound step of the CUPTI issue, 
 Configurations (cprof.profile vs torch.profiler.profile with the same option):
 
   none            no profiler
-  base            activities only (CPU, + CUDA on cuda)
+  base            activities only (CPU, + CUDA on cuda); both record torch's operators
+  no_ops          cprof: base with record_ops=False (torch.profiler cannot leave them out:
+                  its column repeats base)
   stack           + with_stack
   modules         + with_modules
   shapes          + record_shapes (cprof: module calls with shapes)
@@ -41,6 +43,7 @@ clock = time.perf_counter
 
 OPTIONS = {
     "base": {},
+    "no_ops": {"record_ops": False},
     "stack": {"with_stack": True},
     "modules": {"with_modules": True},
     "shapes": {"record_shapes": True},
@@ -95,6 +98,7 @@ def run_block(torch, cprof, kind, option, step, k, device, tmpdir):
             acts = [tp.ProfilerActivity.CPU]
             if device == "cuda":
                 acts.append(tp.ProfilerActivity.CUDA)
+            opts = {k: v for k, v in opts.items() if k != "record_ops"}
             prof = tp.profile(activities=acts, **opts)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -120,9 +124,9 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
+    import cprof  # before torch: cprof records torch's operators only when imported first
     import torch
 
-    import cprof
     from _common import machine_info
     if a.device == "cuda" and not torch.cuda.is_available():
         print("bench_options: no CUDA GPU here; run with --device cpu")

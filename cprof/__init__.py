@@ -8,6 +8,9 @@
 See docs/usage.md. The C extension cprof._C holds the event store, the clock and the trace
 writer; this package configures, starts, stops and presents."""
 from . import _C
+from . import _ops
+
+_ops.prepare_env()  # before torch loads, or torch's operators cannot be recorded (cprof/_ops.py)
 from ._C import (CprofError, CuptiBusyError, GpuUnavailableError, NoOpenRangeError,
                  TraceFormatError, TraceWriteError, WindowStateError)
 from ._features import features

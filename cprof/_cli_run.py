@@ -758,8 +758,24 @@ def _catch_up_torch(session, torch):
         if (prof.record_shapes or prof.with_modules) and _modules._installed is None:
             # removed with the rest of the window's glue when the window closes
             prof._glue.parts.append(_modules.install(record_shapes=prof.record_shapes))
+        _catch_up_ops(prof._glue, prof.record_ops)
     finally:
         session.lock.release()
+
+
+def _catch_up_ops(glue, record_ops):
+    """torch's operators from now on in the open window (cprof/_ops.py); torch's own compiled
+    region ranges then come with them, so cprof's region capture steps aside."""
+    if not record_ops or any(hasattr(p, "ops_note") for p in glue.parts):
+        return
+    from . import _ops
+    part, glue.ops = _ops.install()
+    if part is None:
+        return
+    for p in [p for p in glue.parts if hasattr(p, "note")]:  # cprof/_compiled.py's capture
+        glue.parts.remove(p)
+        p.remove()
+    glue.parts.append(part)
 
 
 def _install_torch_hooks(session, capture):

@@ -120,6 +120,7 @@ def python_nvtx_installed():
 class _Installed:
     def __init__(self):
         self.parts = []
+        self.ops = None  # the operator capture's note when it is off or unavailable
 
     def module_names(self):
         """Names given to module ranges so far (with_modules / record_shapes)."""
@@ -135,6 +136,13 @@ class _Installed:
             if hasattr(p, "note"):
                 return p.note()
         return None
+
+    def ops_note(self):
+        """The operator capture's metadata (cprof/_ops.py), or None when not asked for."""
+        for p in self.parts:
+            if hasattr(p, "ops_note"):
+                return p.ops_note()
+        return self.ops
 
     def remove(self):
         parts, self.parts = self.parts, []
@@ -157,12 +165,17 @@ class _Tracer:
 
 
 def install(with_stack=False, with_modules=False, record_shapes=False, c_calls=True,
-            min_duration_us=0.0):
+            min_duration_us=0.0, ops=False):
     """Installs the captures asked for; the window must be open. Returns a handle whose
     remove() takes them all away."""
     patch_torch()
     handle = _Installed()
     try:
+        if ops:
+            from . import _ops
+            part, handle.ops = _ops.install()
+            if part is not None:
+                handle.parts.append(part)
         if with_modules or record_shapes:
             if sys.modules.get("torch") is not None:
                 from . import _modules
@@ -170,11 +183,14 @@ def install(with_stack=False, with_modules=False, record_shapes=False, c_calls=T
                 handle.parts.append(_modules.install(record_shapes=record_shapes))
         if with_stack:
             handle.parts.append(_Tracer(c_calls, min_duration_us))
-        # after the tracer: on 3.11 both would want the profile hook, and the tracer wins
+        # after the tracer: on 3.11 both would want the profile hook, and the tracer wins.
+        # With torch's operators captured, torch's own "Torch-Compiled Region" and
+        # "CompiledFunction" ranges arrive with them: cprof's copies would only double them.
         from . import _compiled
-        regions = _compiled.install(with_stack=with_stack)
-        if regions is not None:
-            handle.parts.append(regions)
+        if not any(hasattr(p, "ops_note") for p in handle.parts):
+            regions = _compiled.install(with_stack=with_stack)
+            if regions is not None:
+                handle.parts.append(regions)
     except BaseException:
         handle.remove()
         raise

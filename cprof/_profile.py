@@ -119,7 +119,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                  with_modules=False, experimental_config=None, execution_trace_observer=None,
                  acc_events=False, use_cuda=None, custom_trace_id_callback=None,
                  min_duration_us=0.0, c_calls=True, ranks=None, buffer_size_mb=None,
-                 strict=True, _api="profile"):
+                 strict=True, record_ops=True, _api="profile"):
         if use_cuda is not None:
             warnings.warn("cprof.profile: use_cuda is deprecated in torch.profiler; pass "
                           "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]",
@@ -156,6 +156,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         self.with_modules = bool(with_modules)
         self.min_duration_us = min_duration_us
         self.c_calls = bool(c_calls)
+        # torch's operators (aten::*) as cpu_op ranges, as torch.profiler records them with CPU
+        self.record_ops = bool(record_ops) and "CPU" in self.activities
         self.buffer_size_mb = buffer_size_mb
         self.strict = bool(strict)
         self.enabled = _rank_selected(ranks)
@@ -444,6 +446,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             "with_stack": self.with_stack,
             "with_modules": self.with_modules,
             "min_duration_us": self.min_duration_us,
+            "record_ops": self.record_ops,
             "schedule": getattr(self.schedule, "params", None) if self.record_steps else None,
             "step": self.step_num,
         }
@@ -525,7 +528,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                                        with_modules=self.with_modules,
                                        record_shapes=self.record_shapes,
                                        c_calls=self.c_calls,
-                                       min_duration_us=self.min_duration_us)
+                                       min_duration_us=self.min_duration_us,
+                                       ops=self.record_ops)
 
     def _uninstall_glue(self):
         g, self._glue = self._glue, None
@@ -538,6 +542,9 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             regions = g.regions_note()
             if regions is not None and self._window is not None:
                 self._window.notes["compiled_regions"] = regions
+            ops = g.ops_note()
+            if ops is not None and self._window is not None:
+                self._window.notes["ops"] = ops
             g.remove()
 
     def _release_last(self):

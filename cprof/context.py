@@ -49,6 +49,8 @@ class ProfilerContext:
     shapes (``with_modules`` records them without shapes), ``MEM`` tracks memory and, with
     CUDA, writes ``{name}[-rank{R}]-memory-{ts}.pickle`` (pytorch.org/memory_viz) and a
     ``.txt`` summary beside the trace. ``ranks`` limits profiling to those ranks.
+    ``record_ops`` (with CPU) records torch's operators (``aten::addmm``, autograd nodes) as
+    ``cpu_op`` ranges, as torch.profiler does; it needs cprof imported before torch.
 
     An exception, Ctrl-C, SIGTERM (default disposition, window opened in the main thread) or
     the interpreter's exit with the window open still write the trace, marked partial (its
@@ -72,6 +74,7 @@ class ProfilerContext:
         with_modules=False,
         min_duration_us=0.0,
         ranks=None,
+        record_ops=True,
     ):
         self.enabled = bool(enabled)
         self.output_dir = None
@@ -107,7 +110,7 @@ class ProfilerContext:
                              record_shapes=self.record_shapes, with_modules=self.with_modules,
                              min_duration_us=min_duration_us, ranks=ranks,
                              buffer_size_mb=buffer_size_mb, strict=self.strict,
-                             _api="ProfilerContext")
+                             record_ops=record_ops, _api="ProfilerContext")
         if not self._prof.enabled:  # this rank is not profiled
             self.enabled = False
         # SIGTERM / exit with the window open end it through this object: its file naming

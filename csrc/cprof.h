@@ -161,6 +161,14 @@ int cprof_events_pop(void);
 int cprof_events_push_traced(uint32_t name_id, uint8_t cat);
 int cprof_events_pop_traced(uint64_t min_ns);
 void cprof_events_close_traced_all(void);
+/* Torch operators (ops_itt.c): a third stack per thread, for ranges that begin and end in C++
+ * on any thread with the GIL released. Each call takes the calling thread's own op lock (stop
+ * takes it too while it detaches the thread), so no GIL is needed. Records share the thread's
+ * chunks, so nesting with the other two stacks is exact. push_op: 0 or CPROF_E_DEPTH /
+ * CPROF_E_NOMEM; outside a window only the depth is tracked. pop_op: 0 or CPROF_E_EMPTY.
+ * A thread first seen here is named by its OS name until its first GIL-held record. */
+int cprof_events_push_op(uint32_t name_id);
+int cprof_events_pop_op(void);
 /* Adds an integer arg to the innermost open range of this thread if it is recorded.
  * Returns 0, CPROF_E_EMPTY, or CPROF_E_FULL (already 2 args). */
 int cprof_events_add_arg(uint32_t key_id, int64_t value);
@@ -179,6 +187,17 @@ int cprof_events_set_raw_args(uint32_t frag_id);
  * registered it (GIL held): the binding names the thread there, so a thread that exits before
  * the window closes keeps its name. The hook may call cprof_events_set_thread_name. */
 void cprof_events_set_new_thread_hook(void (*hook)(void));
+
+/* ---- ops_itt.c: torch operators through torch's ITT hooks (the extension is the collector) ----
+ * attach: makes this library (self_path) the ITT collector of the loaded torch library
+ * torch_lib (libtorch_cpu.so). 0 when attached (now or before); CPROF_E_UNAVAILABLE with *why
+ * (static text saying what to do) when torch has no ITT, another collector is attached, or
+ * torch was loaded before INTEL_LIBITTNOTIFY64 named a collector. Any thread; idempotent.
+ * Once attached, torch's emit_itt ranges become cpu_op records (cprof_events_push_op). */
+int cprof_ops_itt_attach(const char *torch_lib, const char *self_path, const char **why);
+int cprof_ops_itt_attached(void);
+/* Distinct operator names seen so far. */
+uint64_t cprof_ops_itt_names(void);
 
 /* ---- sink.c: buffered output to a file, plain or gzip, temp file + rename ---- */
 typedef struct cprof_sink cprof_sink;

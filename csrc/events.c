@@ -3,10 +3,15 @@
  * Threads: push/pop/start/stop are called with the GIL held, which serialises every mutation of
  * a thread's buffer and of the window state (so the hot path takes no lock and no atomic RMW).
  * The registry mutex only guards the thread list against thread-exit destructors; the chunk pool
- * has its own mutex because snapshots are freed with the GIL released. */
+ * has its own mutex because snapshots are freed with the GIL released.
+ * The exception is torch's operators (ops_itt.c): they begin and end in C++ with the GIL released,
+ * on any thread. Their push/pop take the thread's own op lock (uncontended: only stop and the
+ * stats ever take another thread's), and stop takes each thread's op lock while it detaches that
+ * thread's records. Lock order: registry, then a thread's op lock, then the pool. */
 #define _GNU_SOURCE
 #include <malloc.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +32,11 @@ typedef struct tstate {
     uint32_t depth, stack_cap;
     cprof_record **tstack;     /* the Python tracer's open ranges (py_tracer.c), kept apart */
     uint32_t tdepth, tstack_cap;
+    cprof_record **ostack;     /* torch operators' open ranges (ops_itt.c), under oplock */
+    uint32_t odepth, ostack_cap;
+    _Atomic int oplock;        /* held by this thread around an operator push/pop, by stop */
+    int hook_pending;          /* registered from C without the GIL: name it at its next
+                                * GIL-held record */
 } tstate;
 
 static _Thread_local tstate *tls;
@@ -35,7 +45,8 @@ static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static tstate *registry;
 
-static int g_active;           /* read on every push: plain int, written under the GIL */
+static int g_active;           /* read on every push, written under the GIL; operator pushes
+                                * (no GIL) read it with an acquire load under their op lock */
 static uint64_t g_window_id;
 static uint64_t g_start_ns;
 
@@ -132,7 +143,17 @@ static void on_thread_exit(void *p) {
 
 static void make_exit_key(void) { pthread_key_create(&exit_key, on_thread_exit); }
 
-static CPROF_NOINLINE tstate *register_thread(void) {
+static void name_from_pthread(tstate *t) {
+    char buf[64] = {0};
+    if (pthread_getname_np(pthread_self(), buf, sizeof buf) == 0 && buf[0]) {
+        uint32_t id;
+        if (cprof_names_intern(buf, strlen(buf), &id) == CPROF_OK) t->name_id = id;
+    }
+}
+
+/* from_python: the caller holds the GIL, so the binding's hook may name the thread now;
+ * otherwise (an operator on a C++ thread) the OS name stands in until a GIL-held record. */
+static CPROF_NOINLINE tstate *register_thread(int from_python) {
     pthread_once(&exit_key_once, make_exit_key);
     tstate *t = calloc(1, sizeof *t);
     if (!t) return NULL;
@@ -150,7 +171,23 @@ static CPROF_NOINLINE tstate *register_thread(void) {
     registry = t;
     pthread_mutex_unlock(&registry_lock);
     tls = t;
-    if (new_thread_hook) new_thread_hook();
+    if (!from_python) {
+        name_from_pthread(t);
+        t->hook_pending = 1;
+    } else if (new_thread_hook) {
+        new_thread_hook();
+    }
+    return t;
+}
+
+/* A thread first seen by an operator push gets the binding's name at its first GIL-held call. */
+CPROF_INLINE tstate *gil_thread(void) {
+    tstate *t = tls;
+    if (CPROF_UNLIKELY(!t)) return register_thread(1);
+    if (CPROF_UNLIKELY(t->hook_pending)) {
+        t->hook_pending = 0;
+        if (new_thread_hook) new_thread_hook();
+    }
     return t;
 }
 
@@ -160,6 +197,7 @@ static void tstate_free(tstate *t) {
     chunks_put(t->head);
     free(t->stack);
     free(t->tstack);
+    free(t->ostack);
     free(t);
 }
 
@@ -196,7 +234,7 @@ static CPROF_NOINLINE int stack_grow(tstate *t) {
 /* Reserves and opens this thread's next record, or returns NULL (no window: nothing recorded;
  * memory cap: counted as dropped). Its depth counts the user's and the tracer's open ranges. */
 CPROF_INLINE cprof_record *record_open(tstate *t, uint32_t name_id, uint8_t cat) {
-    if (!g_active) return NULL;
+    if (!__atomic_load_n(&g_active, __ATOMIC_ACQUIRE)) return NULL;
     cprof_record *r;
     if (CPROF_LIKELY(t->window_id == g_window_id && t->tail &&
                      t->tail->count < CPROF_CHUNK_RECORDS))
@@ -207,7 +245,7 @@ CPROF_INLINE cprof_record *record_open(tstate *t, uint32_t name_id, uint8_t cat)
         t->dropped++;
         return NULL;
     }
-    uint32_t depth = t->depth + t->tdepth;
+    uint32_t depth = t->depth + t->tdepth + t->odepth;
     t->nrecords++;
     r->end_ns = 0;
     r->name_id = name_id;
@@ -220,8 +258,8 @@ CPROF_INLINE cprof_record *record_open(tstate *t, uint32_t name_id, uint8_t cat)
 }
 
 int cprof_events_push(uint32_t name_id, uint8_t cat) {
-    tstate *t = tls;
-    if (CPROF_UNLIKELY(!t) && !(t = register_thread())) return CPROF_E_NOMEM;
+    tstate *t = gil_thread();
+    if (CPROF_UNLIKELY(!t)) return CPROF_E_NOMEM;
     if (CPROF_UNLIKELY(t->depth >= t->stack_cap)) {
         int rc = stack_grow(t);
         if (rc) return rc;
@@ -257,8 +295,8 @@ static CPROF_NOINLINE int tstack_grow(tstate *t) {
 }
 
 int cprof_events_push_traced(uint32_t name_id, uint8_t cat) {
-    tstate *t = tls;
-    if (CPROF_UNLIKELY(!t) && !(t = register_thread())) return CPROF_E_NOMEM;
+    tstate *t = gil_thread();
+    if (CPROF_UNLIKELY(!t)) return CPROF_E_NOMEM;
     if (CPROF_UNLIKELY(t->tdepth >= t->tstack_cap)) {
         int rc = tstack_grow(t);
         if (rc) return rc;
@@ -296,6 +334,56 @@ void cprof_events_close_traced_all(void) {
     pthread_mutex_unlock(&registry_lock);
 }
 
+/* ---- torch operators (ops_itt.c): any thread, GIL not held ---- */
+
+CPROF_INLINE void oplock_acquire(tstate *t) {
+    while (atomic_exchange_explicit(&t->oplock, 1, memory_order_acquire)) sched_yield();
+}
+
+CPROF_INLINE void oplock_release(tstate *t) {
+    atomic_store_explicit(&t->oplock, 0, memory_order_release);
+}
+
+static CPROF_NOINLINE int ostack_grow(tstate *t) {
+    uint32_t ncap = t->ostack_cap ? t->ostack_cap * 2 : 64;
+    if (ncap > CPROF_MAX_DEPTH) ncap = CPROF_MAX_DEPTH;
+    if (ncap <= t->ostack_cap) return CPROF_E_DEPTH;
+    cprof_record **ns = realloc(t->ostack, ncap * sizeof *ns);
+    if (!ns) return CPROF_E_NOMEM;
+    t->ostack = ns;
+    t->ostack_cap = ncap;
+    return CPROF_OK;
+}
+
+int cprof_events_push_op(uint32_t name_id) {
+    tstate *t = tls;
+    if (CPROF_UNLIKELY(!t) && !(t = register_thread(0))) return CPROF_E_NOMEM;
+    oplock_acquire(t);
+    int rc = CPROF_OK;
+    if (CPROF_UNLIKELY(t->odepth >= t->ostack_cap)) rc = ostack_grow(t);
+    if (CPROF_LIKELY(rc == CPROF_OK)) {
+        cprof_record *r = record_open(t, name_id, CPROF_CAT_CPU_OP);
+        t->ostack[t->odepth++] = r;
+    }
+    oplock_release(t);
+    return rc;
+}
+
+int cprof_events_pop_op(void) {
+    uint64_t now = cprof_clock_now_ns();
+    tstate *t = tls;
+    if (CPROF_UNLIKELY(!t)) return CPROF_E_EMPTY;
+    oplock_acquire(t);
+    int rc = CPROF_E_EMPTY;
+    if (CPROF_LIKELY(t->odepth)) {
+        cprof_record *r = t->ostack[--t->odepth];
+        if (r) r->end_ns = now; /* NULL: not recorded, or truncated by a stop */
+        rc = CPROF_OK;
+    }
+    oplock_release(t);
+    return rc;
+}
+
 int cprof_events_add_arg(uint32_t key_id, int64_t value) {
     tstate *t = tls;
     if (!t || t->depth == 0) return CPROF_E_EMPTY;
@@ -312,7 +400,8 @@ uint32_t cprof_events_depth(void) { return tls ? tls->depth : 0; }
 
 int cprof_events_set_thread_name(uint32_t name_id) {
     tstate *t = tls;
-    if (!t && !(t = register_thread())) return CPROF_E_NOMEM;
+    if (!t && !(t = register_thread(1))) return CPROF_E_NOMEM;
+    t->hook_pending = 0;
     t->name_id = name_id;
     return CPROF_OK;
 }
@@ -385,6 +474,8 @@ void cprof_events_fork_child(void) {
         /* open ranges pointed into those chunks; pops still to come consume NULL entries */
         for (uint32_t i = 0; i < t->depth; i++) t->stack[i] = NULL;
         for (uint32_t i = 0; i < t->tdepth; i++) t->tstack[i] = NULL;
+        for (uint32_t i = 0; i < t->odepth; i++) t->ostack[i] = NULL;
+        atomic_store_explicit(&t->oplock, 0, memory_order_relaxed); /* its holder is gone */
     }
     if (me) me->tid = (uint64_t)syscall(SYS_gettid);
     pthread_mutex_unlock(&registry_lock);
@@ -397,7 +488,7 @@ int cprof_events_start(void) {
     reap_dead_locked();
     g_window_id++;
     g_start_ns = cprof_clock_now_ns();
-    g_active = 1;
+    __atomic_store_n(&g_active, 1, __ATOMIC_RELEASE); /* after the id: operator pushes read it */
     pthread_mutex_unlock(&registry_lock);
     return CPROF_OK;
 }
@@ -407,9 +498,12 @@ void cprof_events_counts(uint64_t *stored, uint64_t *dropped) {
     pthread_mutex_lock(&registry_lock);
     if (g_active) {
         for (tstate *t = registry; t; t = t->next) {
-            if (t->window_id != g_window_id) continue;
-            s += t->nrecords;
-            d += t->dropped;
+            oplock_acquire(t); /* operator pushes count without the GIL */
+            if (t->window_id == g_window_id) {
+                s += t->nrecords;
+                d += t->dropped;
+            }
+            oplock_release(t);
         }
     }
     pthread_mutex_unlock(&registry_lock);
@@ -439,20 +533,27 @@ int cprof_events_stop(cprof_snapshot **out) {
     cprof_snapshot *snap = calloc(1, sizeof *snap);
     if (!snap) return CPROF_E_NOMEM;
     pthread_mutex_lock(&registry_lock);
-    g_active = 0;
+    __atomic_store_n(&g_active, 0, __ATOMIC_RELEASE);
+    /* An operator push that saw the window open finishes before we take its thread's lock;
+     * one that comes later sees it closed. Only then is each thread's window id stable. */
+    for (tstate *t = registry; t; t = t->next) {
+        oplock_acquire(t);
+        oplock_release(t);
+    }
     size_t n = 0;
     for (tstate *t = registry; t; t = t->next)
         if (t->window_id == g_window_id) n++;
     snap->threads = calloc(n ? n : 1, sizeof *snap->threads);
     if (!snap->threads) {
         /* keep the window open: nothing collected is lost, the caller may retry */
-        g_active = 1;
+        __atomic_store_n(&g_active, 1, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&registry_lock);
         free(snap);
         return CPROF_E_NOMEM;
     }
     for (tstate *t = registry; t; t = t->next) {
         if (t->window_id != g_window_id) continue;
+        oplock_acquire(t); /* its open operators are closed below: no pop may race */
         cprof_thread_data *d = &snap->threads[snap->nthreads++];
         d->tid = t->tid;
         /* an exited thread's pthread ident may already be a new thread's: 0 keeps
@@ -468,8 +569,10 @@ int cprof_events_stop(cprof_snapshot **out) {
          * belong to the snapshot */
         snap->truncated += truncate_open(t->stack, t->depth, now);
         snap->truncated += truncate_open(t->tstack, t->tdepth, now);
+        snap->truncated += truncate_open(t->ostack, t->odepth, now);
         t->head = t->tail = NULL;
         t->nrecords = t->dropped = 0;
+        oplock_release(t);
     }
     reap_dead_locked();
     pthread_mutex_unlock(&registry_lock);

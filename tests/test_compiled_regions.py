@@ -192,7 +192,7 @@ def test_graph_break_shows_as_nested_regions(warm, tmp_path):
     cf, x = _compiled_break(fresh=not warm)
     if warm:
         cf(x)
-    with cprof.profile(activities=[cprof.ProfilerActivity.CPU]) as p:
+    with cprof.profile(activities=[cprof.ProfilerActivity.CPU], record_ops=False) as p:
         cf(x)
     regions = [(n, d) for n, d in _compiled_names(p)]
     assert len(regions) == 2, regions
@@ -221,7 +221,7 @@ def test_separate_compiled_functions_are_adjacent_not_nested():
     cb = torch.compile(lambda x: x.cos() * 2, backend="eager")
     x = torch.randn(8)
     ca(x), cb(x)
-    with cprof.profile(activities=[cprof.ProfilerActivity.CPU]) as p:
+    with cprof.profile(activities=[cprof.ProfilerActivity.CPU], record_ops=False) as p:
         ca(x)
         cb(x)
     regions = _compiled_names(p)
@@ -252,7 +252,7 @@ def test_compiled_function_forward_and_backward_with_autograd():
     cf = torch.compile(f, backend="aot_eager")
     x = torch.randn(4, 8, requires_grad=True)
     cf(x).backward()
-    with cprof.profile(activities=[cprof.ProfilerActivity.CPU]) as p:
+    with cprof.profile(activities=[cprof.ProfilerActivity.CPU], record_ops=False) as p:
         cf(x).backward()
     names = [n for n, _ in _compiled_names(p)]
     # the break splits the graph in two: two CompiledFunction, two backward halves
@@ -279,7 +279,7 @@ def test_regions_follow_schedule_windows_and_leave_no_hooks():
     x = torch.randn(8)
     seen = []
     sched = cprof.schedule(wait=1, warmup=1, active=2, repeat=2)
-    with cprof.profile(activities=[cprof.ProfilerActivity.CPU], schedule=sched,
+    with cprof.profile(activities=[cprof.ProfilerActivity.CPU], record_ops=False, schedule=sched,
                        on_trace_ready=lambda prof: seen.append(
                            sum(1 for e in prof.events()
                                if e.name.startswith("Torch-Compiled Region")))) as p:
@@ -306,7 +306,7 @@ def hooked():
     if sys.version_info >= (3, 12):
         return any(sys.monitoring.get_tool(t) == "cprof-compiled-regions" for t in range(6))
     return bool(cprof._C.regions_stats()["profiling"])  # a C function: getprofile() is None
-with cprof.profile(activities=[cprof.ProfilerActivity.CPU]) as p:
+with cprof.profile(activities=[cprof.ProfilerActivity.CPU], record_ops=False) as p:
     before = hooked()
     cf = torch.compile(lambda x: x.exp(), backend="eager")
     cf(torch.randn(3))
@@ -324,7 +324,7 @@ def test_trace_metadata_says_how_regions_were_captured():
     cf = torch.compile(lambda x: x.tanh(), backend="eager")
     x = torch.randn(4)
     cf(x)
-    with cprof.profile(activities=[cprof.ProfilerActivity.CPU]) as p:
+    with cprof.profile(activities=[cprof.ProfilerActivity.CPU], record_ops=False) as p:
         cf(x)
     meta = load_trace_of(p)["cprof"]["compiled_regions"]
     assert meta["mode"] == ("sys.monitoring" if MONITORING else "setprofile")
@@ -338,7 +338,7 @@ def test_with_stack_regions_are_recorded_once(modules):
     way each region appears once, as a user_annotation, nested as without the tracer."""
     cf, x = _compiled_break(fresh=False)
     cf(x)
-    with cprof.profile(activities=[cprof.ProfilerActivity.CPU], with_stack=True,
+    with cprof.profile(activities=[cprof.ProfilerActivity.CPU], record_ops=False, with_stack=True,
                        with_modules=modules) as p:
         cf(x)
     regions = [e for e in p.events() if e.name.startswith("Torch-Compiled Region")]
@@ -359,11 +359,11 @@ def test_env_switch_turns_the_capture_off(monkeypatch):
     x = torch.randn(4)
     cf(x)
     monkeypatch.setenv("CPROF_COMPILED_REGIONS", "0")
-    with cprof.profile(activities=[cprof.ProfilerActivity.CPU]) as p:
+    with cprof.profile(activities=[cprof.ProfilerActivity.CPU], record_ops=False) as p:
         cf(x)
     assert not [e for e in p.events() if e.name.startswith("Torch-Compiled Region")]
     assert "compiled_regions" not in load_trace_of(p)["cprof"]
     monkeypatch.setenv("CPROF_COMPILED_REGIONS", "1")
-    with cprof.profile(activities=[cprof.ProfilerActivity.CPU]) as p:
+    with cprof.profile(activities=[cprof.ProfilerActivity.CPU], record_ops=False) as p:
         cf(x)
     assert len([e for e in p.events() if e.name.startswith("Torch-Compiled Region")]) == 1

@@ -81,7 +81,7 @@ EXPECTED = [
 
 def profiled(tmp_path, fn, mode="call", record_shapes=False, name="t"):
     """Runs fn in a CPU window with the module capture installed; returns (trace, handle)."""
-    with cprof.ProfilerContext(output_dir=tmp_path, profile_name=name, activities=["CPU"],
+    with cprof.ProfilerContext(output_dir=tmp_path, profile_name=name, activities=["CPU"], record_ops=False,
                                with_stack=False, record_shapes=False, verbose=False) as p:
         handle = _modules.install(record_shapes=record_shapes, mode=mode)
         try:
@@ -301,7 +301,7 @@ def test_hooks_installed_mid_forward_pop_only_their_own(tmp_path, mode):
                 return self.child(x)
 
     model = Installer()
-    with cprof.ProfilerContext(output_dir=tmp_path, profile_name="mid", activities=["CPU"],
+    with cprof.ProfilerContext(output_dir=tmp_path, profile_name="mid", activities=["CPU"], record_ops=False,
                                with_stack=False, record_shapes=False, verbose=False) as p:
         try:
             with cprof.range("outer user"):
@@ -324,7 +324,7 @@ def test_remove_mid_forward_closes_this_threads_ranges(tmp_path, mode):
             return x
 
     model = nn.Sequential(Remover())
-    with cprof.ProfilerContext(output_dir=tmp_path, profile_name="rm", activities=["CPU"],
+    with cprof.ProfilerContext(output_dir=tmp_path, profile_name="rm", activities=["CPU"], record_ops=False,
                                with_stack=False, record_shapes=False, verbose=False) as p:
         state["handle"] = _modules.install(mode=mode)
         model(torch.ones(2))
@@ -336,7 +336,7 @@ def test_remove_unregisters_and_drops_references(tmp_path, mode):
     model = MLP()
     ref = weakref.ref(model)
     before = dict(torch_module._global_forward_hooks)
-    with cprof.ProfilerContext(output_dir=tmp_path, profile_name="rm", activities=["CPU"],
+    with cprof.ProfilerContext(output_dir=tmp_path, profile_name="rm", activities=["CPU"], record_ops=False,
                                with_stack=False, record_shapes=False, verbose=False) as p:
         handle = _modules.install(mode=mode)
         if mode == "hooks":
@@ -500,7 +500,7 @@ def test_profiler_context_with_modules_option(tmp_path):
         pytest.skip("ProfilerContext has no with_modules option here")
     model = MLP()
     before = dict(torch_module._global_forward_hooks)
-    with cprof.ProfilerContext(output_dir=tmp_path, profile_name="pc", activities=["CPU"],
+    with cprof.ProfilerContext(output_dir=tmp_path, profile_name="pc", activities=["CPU"], record_ops=False,
                                with_stack=False, with_modules=True, record_shapes=True,
                                verbose=False) as p:
         assert _modules._installed.mode == "call"  # the default
@@ -664,7 +664,7 @@ def test_subclass_with_its_own_call(tmp_path, mode):
 
 def test_module_call_replaced_and_restored_by_identity(tmp_path):
     model = MLP()
-    with cprof.ProfilerContext(output_dir=tmp_path, profile_name="id", activities=["CPU"],
+    with cprof.ProfilerContext(output_dir=tmp_path, profile_name="id", activities=["CPU"], record_ops=False,
                                with_stack=False, record_shapes=False, verbose=False) as p:
         handle = _modules.install()
         w = handle.wrapper
@@ -692,7 +692,7 @@ def test_module_call_replaced_and_restored_by_identity(tmp_path):
 
 def test_module_call_replaced_by_someone_else_is_left_with_a_warning(tmp_path):
     calls = []
-    with cprof.ProfilerContext(output_dir=tmp_path, profile_name="other", activities=["CPU"],
+    with cprof.ProfilerContext(output_dir=tmp_path, profile_name="other", activities=["CPU"], record_ops=False,
                                with_stack=False, record_shapes=False, verbose=False) as p:
         handle = _modules.install()
         ours = nn.Module.__dict__["__call__"]  # (nn.Module.__call__ would give torch's)

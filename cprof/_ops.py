@@ -1,0 +1,172 @@
+"""Torch operators (aten ops, autograd nodes, Inductor's triton_ launch ranges) as cpu_op
+ranges, recorded in C through torch's ITT hooks (csrc/ops_itt.c; docs/design.md decision 58).
+
+torch's emit_itt profiler state makes every RecordFunction call ITT's task begin/end; cprof's
+extension is the ITT collector those calls reach. ITT names its collector through
+INTEL_LIBITTNOTIFY64, read when libtorch loads, so `prepare_env()` (run at `import cprof`) sets it
+when torch is not imported yet; a process that imported torch first gets no operators (the
+trace metadata says why). CPROF_OPS=0 turns the whole mechanism off."""
+import os
+import sys
+import threading
+
+from . import _C
+
+ENV = "INTEL_LIBITTNOTIFY64"
+_state = {"env_set": False, "attach": None, "owner": None, "suspended": False, "started": 0,
+          "patched": False}
+_lock = threading.Lock()
+
+
+def disabled_by_env():
+    return os.environ.get("CPROF_OPS", "1").strip().lower() in ("0", "off", "false", "no")
+
+
+def prepare_env():
+    """At `import cprof`: names cprof's extension as ITT's collector if torch is not loaded yet
+    and no other collector (VTune) is named. The variable is removed again once torch's ITT has
+    attached (so child processes do not inherit it) or at the first window."""
+    if disabled_by_env() or "torch" in sys.modules or ENV in os.environ:
+        return
+    os.environ[ENV] = _C.__file__
+    _state["env_set"] = True
+
+
+def _restore_env():
+    if _state["env_set"] and os.environ.get(ENV) == _C.__file__:
+        del os.environ[ENV]
+    _state["env_set"] = False
+
+
+def _torch_lib(torch):
+    d = os.path.join(os.path.dirname(torch.__file__), "lib")
+    for name in ("libtorch_cpu.so", "libtorch_cpu.dylib"):
+        p = os.path.join(d, name)
+        if os.path.exists(p):
+            return p
+    return None
+
+
+def attach():
+    """Makes cprof torch's ITT collector (once). Returns None when attached, else the reason."""
+    if _state["attach"] is not None:
+        return _state["attach"] or None
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return "torch is not imported"
+    if disabled_by_env():
+        return "turned off by CPROF_OPS=0"
+    named = os.environ.get(ENV)
+    if named and named != _C.__file__:
+        # torch's ITT belongs to that collector (VTune...): never take it over
+        _state["attach"] = f"{ENV} names another ITT collector ({named}); cprof leaves it alone"
+        return _state["attach"]
+    lib = _torch_lib(torch)
+    why = "libtorch_cpu not found beside torch" if lib is None else _C.ops_attach(lib, _C.__file__)
+    _restore_env()
+    _state["attach"] = why or ""
+    return why
+
+
+def _profiler_api(torch):
+    from torch._C._profiler import (ProfilerConfig, ProfilerState, RecordScope,
+                                    _ExperimentalConfig)
+    cfg = ProfilerConfig(ProfilerState.ITT, False, False, False, False, False,
+                         _ExperimentalConfig())
+    # USER_SCOPE ranges (record_function) are recorded by cprof's own patch, as user ranges
+    scopes = {s for s in RecordScope.__members__.values() if s != RecordScope.USER_SCOPE}
+    return cfg, scopes
+
+
+def _enable(torch):
+    cfg, scopes = _profiler_api(torch)
+    torch._C._autograd._enable_profiler(cfg, set(), scopes)
+
+
+def _disable(torch):
+    torch._C._autograd._disable_profiler()
+
+
+def _patch_torch_profiler(torch):
+    """torch allows one profiler per thread: torch.profiler / emit_nvtx started inside a cprof
+    window would fail with "Profiler is already enabled on this thread". The patched entry
+    points suspend cprof's operator capture while torch's own profiler runs (its operators are
+    then in torch's trace, not cprof's) and resume it after."""
+    if _state["patched"]:
+        return
+    ap = torch.autograd.profiler
+    orig_enable, orig_disable = ap._enable_profiler, ap._disable_profiler
+
+    def _enable_profiler(*args, **kwargs):
+        if _state["owner"] == threading.get_ident() and not _state["suspended"]:
+            _disable(torch)
+            _state["suspended"] = True
+        return orig_enable(*args, **kwargs)
+
+    def _disable_profiler(*args, **kwargs):
+        result = orig_disable(*args, **kwargs)
+        if _state["owner"] == threading.get_ident() and _state["suspended"]:
+            _enable(torch)
+            ap._run_on_profiler_start()
+            _state["suspended"] = False
+        return result
+
+    ap._enable_profiler = _enable_profiler
+    ap._disable_profiler = _disable_profiler
+    _state["patched"] = True
+
+
+class _Ops:
+    """One window's operator capture on the thread that opened it."""
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.thread = threading.get_ident()
+        self.mode = "itt"
+
+    def ops_note(self):
+        return {"mode": self.mode, "names": _C.ops_stats()["names"]}
+
+    def remove(self):
+        with _lock:
+            if _state["owner"] != self.thread:
+                return
+            if threading.get_ident() != self.thread:
+                # torch's per-thread state can only be left on its own thread: the next
+                # window on that thread reuses it; ranges pushed meanwhile are not recorded
+                return
+            _state["owner"] = None
+            suspended, _state["suspended"] = _state["suspended"], False
+        if not suspended:
+            _disable(self.torch)
+        self.torch.autograd.profiler._run_on_profiler_stop()
+
+
+def install():
+    """Starts operator capture for the open window. Returns (part, None) or (None, note): the
+    part's ops_note() or the note go into the trace's metadata as cprof.ops."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None, {"mode": "off", "reason": "torch is not imported"}
+    why = attach()
+    if why is not None:
+        return None, {"mode": "unavailable", "reason": why}
+    _patch_torch_profiler(torch)
+    me = threading.get_ident()
+    with _lock:
+        owner = _state["owner"]
+        if owner is not None and owner != me:
+            return None, {"mode": "unavailable",
+                          "reason": "operator capture is held by another thread's window"}
+        fresh = owner is None
+        _state["owner"] = me
+    if fresh:
+        try:
+            _enable(torch)
+        except RuntimeError as err:  # torch's own profiler is running on this thread
+            with _lock:
+                _state["owner"] = None
+            return None, {"mode": "unavailable", "reason": f"torch.profiler is active: {err}"}
+    torch.autograd.profiler._run_on_profiler_start()
+    part = _Ops(torch)
+    return part, None

@@ -1,0 +1,285 @@
+"""Torch operators (aten ops, autograd nodes) recorded as cpu_op ranges through torch's ITT
+hooks (csrc/ops_itt.c, cprof/_ops.py). Each scenario runs in a fresh interpreter, because
+whether cprof can record operators depends on cprof being imported before torch."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(not torch.profiler.itt.is_available(),
+                                reason="this torch build has no ITT")
+
+
+def run_py(code, tmp_path, env=None, timeout=300):
+    e = dict(os.environ)
+    e.pop("INTEL_LIBITTNOTIFY64", None)
+    e.pop("CPROF_OPS", None)
+    e["PYTHONPATH"] = ROOT + os.pathsep + e.get("PYTHONPATH", "")
+    e.update(env or {})
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path, env=e,
+                       capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+HELPERS = """
+import json, os, sys
+def X(trace):
+    return [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") != "Trace"]
+def load(prof, path):
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        return json.load(f)
+def inside(outer, inner):
+    return (outer["tid"] == inner["tid"] and outer["ts"] <= inner["ts"]
+            and inner["ts"] + inner["dur"] <= outer["ts"] + outer["dur"] + 0.002)
+"""
+
+
+def test_aten_ops_nest_under_user_ranges_and_each_other(tmp_path):
+    out = run_py(HELPERS + """
+import cprof
+import torch
+lin = torch.nn.Linear(16, 16)
+x = torch.randn(4, 16, requires_grad=True)
+env_before = os.environ.get("INTEL_LIBITTNOTIFY64")
+with cprof.profile(activities=["CPU"]) as p:
+    with cprof.record_function("fwd"):
+        y = lin(x).relu().sum()
+    y.backward()
+t = load(p, "t.json")
+ev = X(t)
+ops = [e for e in ev if e["cat"] == "cpu_op"]
+fwd = next(e for e in ev if e["name"] == "fwd")
+linear = next(e for e in ops if e["name"] == "aten::linear")
+addmm = next(e for e in ops if e["name"] == "aten::addmm")
+ka = {r.key: r.count for r in p.key_averages()}
+print(json.dumps({
+    "env_before": env_before == cprof._C.__file__,
+    "env_after": os.environ.get("INTEL_LIBITTNOTIFY64"),
+    "fwd_cat": fwd["cat"], "linear_in_fwd": inside(fwd, linear),
+    "addmm_in_linear": inside(linear, addmm),
+    "backward": sorted({e["name"] for e in ops if "Backward" in e["name"]}),
+    "addmm_calls": ka.get("aten::addmm"), "mm_calls": ka.get("aten::mm"),
+    "meta": t["cprof"].get("ops"), "record_ops": t["cprof"]["config"]["record_ops"],
+    "profiler_flag_after": torch.autograd.profiler._is_profiler_enabled,
+    "dur_ok": all(e["dur"] >= 0 for e in ops),
+    "fwd_twice": sum(e["name"] == "fwd" for e in ev),
+}))
+""", tmp_path)
+    assert out["env_before"] and out["env_after"] is None  # removed once attached
+    assert out["fwd_cat"] == "user_annotation" and out["fwd_twice"] == 1
+    assert out["linear_in_fwd"] and out["addmm_in_linear"] and out["dur_ok"]
+    assert {"AddmmBackward0", "ReluBackward0", "SumBackward0"} <= set(out["backward"])
+    assert out["addmm_calls"] == 1 and out["mm_calls"] == 2
+    assert out["meta"]["mode"] == "itt" and out["meta"]["names"] > 5
+    assert out["record_ops"] is True
+    assert out["profiler_flag_after"] is False
+
+
+def test_schedule_windows_record_the_active_steps_only(tmp_path):
+    out = run_py(HELPERS + """
+import cprof
+import torch
+a = torch.ones(3)
+traces = []
+def ready(p):
+    t = load(p, "t%d.json" % len(traces))
+    traces.append(t)
+sched = cprof.schedule(wait=1, warmup=1, active=2, repeat=2)
+with cprof.profile(activities=["CPU"], schedule=sched, on_trace_ready=ready) as p:
+    for i in range(10):
+        torch.add(a, i)
+        p.step()
+res = []
+for t in traces:
+    ev = X(t)
+    adds = [e for e in ev if e["name"] == "aten::add"]
+    steps = [e for e in ev if e["name"].startswith("ProfilerStep#")]
+    res.append([len(adds), all(any(inside(s, a) for s in steps) for a in adds)])
+print(json.dumps(res))
+""", tmp_path)
+    assert out == [[2, True], [2, True]]
+
+
+def test_torch_profiler_inside_a_window_runs_and_cprof_resumes(tmp_path):
+    out = run_py(HELPERS + """
+import cprof
+import torch
+lin = torch.nn.Linear(8, 8)
+x = torch.randn(2, 8)
+with cprof.profile(activities=["CPU"]) as p:
+    lin(x)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as tp:
+        lin(x)
+    lin(x)
+torch_linear = sum(e.name == "aten::linear" for e in tp.events())
+ka = {r.key: r.count for r in p.key_averages()}
+# and the other way round: a cprof window inside torch.profiler records no operators
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as tp2:
+    with cprof.profile(activities=["CPU"]) as p2:
+        lin(x)
+t2 = load(p2, "t2.json")
+print(json.dumps({"torch": torch_linear, "cprof": ka.get("aten::linear"),
+                  "torch2": sum(e.name == "aten::linear" for e in tp2.events()),
+                  "cprof2": sum(e["name"] == "aten::linear" for e in X(t2)),
+                  "meta2": t2["cprof"].get("ops")}))
+""", tmp_path)
+    assert out["torch"] == 1 and out["cprof"] == 2
+    assert out["torch2"] == 1 and out["cprof2"] == 0
+    assert out["meta2"]["mode"] == "unavailable" and "torch.profiler" in out["meta2"]["reason"]
+
+
+def test_torch_imported_first_gives_no_ops_and_says_why(tmp_path):
+    out = run_py(HELPERS + """
+import torch
+import cprof
+with cprof.profile(activities=["CPU"]) as p:
+    with cprof.record_function("r"):
+        torch.add(torch.ones(2), 1)
+t = load(p, "t.json")
+print(json.dumps({"names": sorted({e["name"] for e in X(t)}), "meta": t["cprof"].get("ops")}))
+""", tmp_path)
+    assert out["names"] == ["r"]
+    assert out["meta"]["mode"] == "unavailable"
+    assert "import cprof first" in out["meta"]["reason"]
+
+
+def test_record_ops_off_and_env_switch(tmp_path):
+    out = run_py(HELPERS + """
+import cprof
+import torch
+with cprof.profile(activities=["CPU"], record_ops=False) as p:
+    torch.add(torch.ones(2), 1)
+t = load(p, "t.json")
+with cprof.ProfilerContext(output_dir="out", profile_name="pc", activities=["CPU"],
+                           verbose=False) as pc:
+    torch.add(torch.ones(2), 1)
+import gzip
+with gzip.open(pc.trace_path, "rt") as f:
+    t2 = json.load(f)
+print(json.dumps({"off": [e["name"] for e in X(t)], "off_meta": t["cprof"].get("ops"),
+                  "pc": sorted({e["name"] for e in X(t2) if e["cat"] == "cpu_op"})}))
+""", tmp_path)
+    assert out["off"] == [] and out["off_meta"] is None
+    assert "aten::add" in out["pc"]  # ProfilerContext records operators by default
+    out = run_py(HELPERS + """
+import cprof
+env = os.environ.get("INTEL_LIBITTNOTIFY64")
+import torch
+with cprof.profile(activities=["CPU"]) as p:
+    torch.add(torch.ones(2), 1)
+t = load(p, "t.json")
+print(json.dumps({"env": env, "names": [e["name"] for e in X(t)], "meta": t["cprof"]["ops"]}))
+""", tmp_path, env={"CPROF_OPS": "0"})
+    assert out["env"] is None and out["names"] == []
+    assert out["meta"]["mode"] == "unavailable" and "CPROF_OPS" in out["meta"]["reason"]
+
+
+def test_another_collector_named_by_the_user_is_left_alone(tmp_path):
+    out = run_py(HELPERS + """
+import cprof
+env = os.environ.get("INTEL_LIBITTNOTIFY64")
+import torch
+with cprof.profile(activities=["CPU"]) as p:
+    torch.add(torch.ones(2), 1)
+t = load(p, "t.json")
+print(json.dumps({"env": env, "names": [e["name"] for e in X(t)], "meta": t["cprof"]["ops"]}))
+""", tmp_path, env={"INTEL_LIBITTNOTIFY64": "/nonexistent/libittnotify_collector.so"})
+    assert out["env"] == "/nonexistent/libittnotify_collector.so"
+    assert out["names"] == [] and out["meta"]["mode"] == "unavailable"
+
+
+def test_failing_op_keeps_the_operator_stack_balanced(tmp_path):
+    out = run_py(HELPERS + """
+import cprof
+import torch
+a, b = torch.ones(2), torch.ones(3)
+with cprof.profile(activities=["CPU"]) as p:
+    for _ in range(3):
+        try:
+            torch.add(a, b)
+        except RuntimeError:
+            pass
+    with cprof.record_function("after"):
+        torch.mul(a, 2)
+t = load(p, "t.json")
+ev = X(t)
+after = next(e for e in ev if e["name"] == "after")
+mul = next(e for e in ev if e["name"] == "aten::mul")
+adds = [e for e in ev if e["name"] == "aten::add"]
+print(json.dumps({"adds": len(adds), "nested": inside(after, mul),
+                  "truncated": t["cprof"]["counts"].get("truncated", 0)}))
+""", tmp_path)
+    assert out == {"adds": 3, "nested": True, "truncated": 0}
+
+
+def test_ops_on_threads_without_the_gil_while_windows_open_and_close(tmp_path):
+    """Worker threads run matmuls (torch releases the GIL inside) with torch's ITT state of
+    their own, so operator pushes race with the main thread's window starts and stops. Every
+    window's trace must stay well formed: each operator closed, no negative durations, the
+    workers' operators present and named by their Python thread."""
+    out = run_py(HELPERS + """
+import threading
+import cprof
+import torch
+from torch._C._profiler import ProfilerConfig, ProfilerState, _ExperimentalConfig
+torch.set_num_threads(1)
+stop = threading.Event()
+def worker():
+    cfg = ProfilerConfig(ProfilerState.ITT, False, False, False, False, False,
+                         _ExperimentalConfig())
+    torch._C._autograd._enable_profiler(cfg, set(), set())
+    a = torch.randn(64, 64)
+    while not stop.is_set():
+        torch.mm(a, a).relu_()
+    torch._C._autograd._disable_profiler()
+ts = [threading.Thread(target=worker, name=f"w{i}") for i in range(2)]
+for t in ts:
+    t.start()
+bad, worker_ops, names = 0, 0, set()
+for i in range(30):
+    with cprof.profile(activities=["CPU"]) as p:
+        for _ in range(200):
+            torch.add(torch.ones(2), 1)
+    t = load(p, "t.json")
+    tnames = {e["tid"]: e["args"]["name"] for e in t["traceEvents"]
+              if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    for e in X(t):
+        if e["dur"] < 0 or e["ts"] < 0:
+            bad += 1
+        if e["name"] == "aten::mm":
+            worker_ops += 1
+            names.add(tnames.get(e["tid"]))
+stop.set()
+for t in ts:
+    t.join()
+print(json.dumps({"bad": bad, "worker_ops": worker_ops, "names": sorted(map(str, names))}))
+""", tmp_path)
+    assert out["bad"] == 0
+    assert out["worker_ops"] > 0
+    assert set(out["names"]) <= {"w0", "w1"}, out["names"]
+
+
+def test_cprof_run_records_ops_of_a_program_that_imports_torch_itself(tmp_path):
+    (tmp_path / "prog.py").write_text(
+        "import torch\nlin = torch.nn.Linear(8, 8)\n"
+        "for _ in range(3):\n    lin(torch.randn(2, 8)).sum().backward()\nprint('ok')\n")
+    e = dict(os.environ)
+    e.pop("INTEL_LIBITTNOTIFY64", None)
+    e["PYTHONPATH"] = ROOT + os.pathsep + e.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-m", "cprof", "run", "-o", "out", "--quiet",
+                        "--no-gzip", "prog.py"], cwd=tmp_path, env=e, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout == "ok\n"
+    with open(tmp_path / "out" / "prog.trace.json") as f:
+        t = json.load(f)
+    names = [ev["name"] for ev in t["traceEvents"] if ev.get("cat") == "cpu_op"]
+    assert names.count("aten::addmm") == 3 and names.count("AddmmBackward0") == 3
+    assert t["cprof"]["ops"]["mode"] == "itt"
