@@ -73,7 +73,10 @@ static const unsigned char ITT_MAGIC[8] = {0xED, 0xAB, 0xAB, 0xEC, 0x0D, 0xEE, 0
 enum { ITT_COLLECTOR_ABSENT = 2, ITT_GROUP_ALL = -1 };
 static const char TORCH_DOMAIN[] = "PyTorch";
 
-/* A name handle: ITT's struct first (torch passes it back to task_begin), then our name id. */
+/* A name handle: ITT's struct first (torch passes it back to task_begin), then our name id.
+ * extra2 points at handle_tag: handles made by ITT's static part before it attached us (its
+ * 40-byte struct, no name id) reach task_begin too, and are told apart by it. */
+static const char handle_tag = 0;
 typedef struct op_handle {
     itt_string_handle h;
     uint32_t name_id;
@@ -130,6 +133,7 @@ static CPROF_NOINLINE op_handle *handle_slow(const char *name) {
         memcpy(copy, s, len);
         copy[len] = 0;
         h->h.strA = copy;
+        h->h.extra2 = (void *)&handle_tag;
         h->name_id = id;
         handles[id] = h;
         atomic_fetch_add_explicit(&n_names, 1, memory_order_relaxed);
@@ -157,7 +161,13 @@ static itt_string_handle *itt_string_handle_create(const char *name) {
 static void itt_task_begin(const itt_domain *d, itt_id id, itt_id parent, itt_string_handle *name) {
     (void)d; (void)id; (void)parent;
     /* a NULL handle (out of memory) still pushes, so the matching end stays balanced */
-    uint32_t name_id = name ? ((op_handle *)name)->name_id : CPROF_NAME_INVALID;
+    uint32_t name_id = CPROF_NAME_INVALID;
+    if (CPROF_LIKELY(name && name->extra2 == (void *)&handle_tag)) {
+        name_id = ((op_handle *)name)->name_id;
+    } else if (name && name->strA) { /* made by ITT's static part before we were attached */
+        op_handle *h = handle_slow(name->strA);
+        if (h) name_id = h->name_id;
+    }
     cprof_events_push_op(name_id);
 }
 

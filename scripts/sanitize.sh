@@ -60,7 +60,12 @@ t1=$(date +%s)
 # halt_on_error / -fno-sanitize-recover: the first finding stops the process, so a test fails.
 # protect_shadow_gap is left on: torch 2.13 CPU runs with it (checked; it is needed only by
 # CUDA's driver, which maps memory in the shadow gap).
-export LD_PRELOAD="$libasan${LD_PRELOAD:+ $LD_PRELOAD}"
+# libstdc++ right after libasan: ASan's __cxa_throw interceptor resolves the real one when it
+# starts, and a preloaded libasan starts before any C++ library is loaded, so without it the
+# first C++ exception torch throws (a failing op inside a window, torch.profiler's setup)
+# aborts the process with "CHECK failed ... real___cxa_throw".
+libstdcxx=$(gcc -print-file-name=libstdc++.so.6)
+export LD_PRELOAD="$libasan $libstdcxx${LD_PRELOAD:+ $LD_PRELOAD}"
 export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=0:exitcode=86${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:exitcode=87${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 # ASan keeps freed memory in quarantine (256 MB) before reusing it, and hands freed pages back
