@@ -8,9 +8,9 @@ Workload (fixed seed, after warm-up): the launch-bound step of the CUPTI issue, 
 Configurations (cprof.profile vs torch.profiler.profile with the same option):
 
   none            no profiler
-  base            activities only (CPU, + CUDA on cuda); both record torch's operators
-  no_ops          cprof: base with record_ops=False (torch.profiler cannot leave them out:
-                  its column repeats base)
+  base            activities only (CPU, + CUDA on cuda); torch.profiler records its operators
+  ops             cprof: base + record_ops=True, torch's operators as torch.profiler records
+                  them (torch.profiler has no switch: its column repeats base)
   stack           + with_stack
   modules         + with_modules
   shapes          + record_shapes (cprof: module calls with shapes)
@@ -43,7 +43,7 @@ clock = time.perf_counter
 
 OPTIONS = {
     "base": {},
-    "no_ops": {"record_ops": False},
+    "ops": {"record_ops": True},
     "stack": {"with_stack": True},
     "modules": {"with_modules": True},
     "shapes": {"record_shapes": True},

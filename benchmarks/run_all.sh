@@ -27,3 +27,6 @@ echo "== bench_write: trace writing, cprof vs torch.profiler =="
 echo
 echo "== bench_compiled_regions: torch.compile regions, cprof vs torch.profiler =="
 "$PY" benchmarks/bench_compiled_regions.py $(json_args bench_compiled_regions) 2> >(grep -v '^USDT:' >&2)
+echo
+echo "== bench_ops: ns per torch operator recorded, cprof vs torch.profiler =="
+"$PY" benchmarks/bench_ops.py $(json_args bench_ops) 2> >(grep -v '^USDT:' >&2)

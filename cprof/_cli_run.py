@@ -155,6 +155,9 @@ def _add_options(p):
                    help="record Python calls and C calls (default off)")
     p.add_argument("--record-shapes", action="store_true",
                    help="record nn.Module calls with input shapes (default off)")
+    p.add_argument("--record-ops", action="store_true",
+                   help="record torch's operators (aten::*, autograd nodes) as cpu_op ranges, "
+                        "kernels linked to them, as torch.profiler does (default off)")
     p.add_argument("--gzip", action=argparse.BooleanOptionalAction, default=True,
                    help="gzip the trace (default: on)")
     p.add_argument("--quiet", action="store_true",
@@ -862,6 +865,7 @@ class _Run:
         ctx = ProfilerContext(activities=opts.activities, output_dir=opts.output_dir,
                               profile_name=opts.name or opts.default_name,
                               with_stack=opts.with_stack, record_shapes=opts.record_shapes,
+                              record_ops=opts.record_ops,
                               gzip=opts.gzip, verbose=False)  # cprof run prints, to stderr
         _set_nvtx_injection(opts.activities)
         _set_sys_path(kind, target)

@@ -119,7 +119,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                  with_modules=False, experimental_config=None, execution_trace_observer=None,
                  acc_events=False, use_cuda=None, custom_trace_id_callback=None,
                  min_duration_us=0.0, c_calls=True, ranks=None, buffer_size_mb=None,
-                 strict=True, record_ops=True, _api="profile"):
+                 strict=True, record_ops=False, _api="profile"):
         if use_cuda is not None:
             warnings.warn("cprof.profile: use_cuda is deprecated in torch.profiler; pass "
                           "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]",
@@ -156,7 +156,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         self.with_modules = bool(with_modules)
         self.min_duration_us = min_duration_us
         self.c_calls = bool(c_calls)
-        # torch's operators (aten::*) as cpu_op ranges, as torch.profiler records them with CPU
+        # torch's operators (aten::*) as cpu_op ranges, as torch.profiler records them with CPU;
+        # opt-in: kernels then link to the op, not to the innermost user range or module
         self.record_ops = bool(record_ops) and "CPU" in self.activities
         self.buffer_size_mb = buffer_size_mb
         self.strict = bool(strict)

@@ -50,7 +50,8 @@ class ProfilerContext:
     CUDA, writes ``{name}[-rank{R}]-memory-{ts}.pickle`` (pytorch.org/memory_viz) and a
     ``.txt`` summary beside the trace. ``ranks`` limits profiling to those ranks.
     ``record_ops`` (with CPU) records torch's operators (``aten::addmm``, autograd nodes) as
-    ``cpu_op`` ranges, as torch.profiler does; it needs cprof imported before torch.
+    ``cpu_op`` ranges and links kernels to them, as torch.profiler does; it needs cprof
+    imported before torch.
 
     An exception, Ctrl-C, SIGTERM (default disposition, window opened in the main thread) or
     the interpreter's exit with the window open still write the trace, marked partial (its
@@ -74,7 +75,7 @@ class ProfilerContext:
         with_modules=False,
         min_duration_us=0.0,
         ranks=None,
-        record_ops=True,
+        record_ops=False,
     ):
         self.enabled = bool(enabled)
         self.output_dir = None

@@ -8,11 +8,11 @@ import argparse
 import sys
 import time
 
-import torch
-from torch import nn
-
-import cprof
+import cprof  # before torch, so record_ops can record torch's operators (aten::*)
 from cprof._summary import format_summary
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
 
 
 def build_model(width=256, depth=8):

@@ -73,8 +73,8 @@ fi
 if [ "$failed" = 0 ]; then
   echo
   # test_gpu_fake.py carries no gpu mark (it runs on CI too): no -m filter, both files run whole
-  echo "== tests: $PY -m pytest -q -rA tests/test_gpu_real.py tests/test_gpu_profile.py tests/test_gpu_fake.py tests/test_compiled_regions.py =="
-  $PY -m pytest -q -rA tests/test_gpu_real.py tests/test_gpu_profile.py tests/test_gpu_fake.py tests/test_compiled_regions.py 2>&1 | tee "$OUT/gpu_tests.log"
+  echo "== tests: $PY -m pytest -q -rA tests/test_gpu_real.py tests/test_gpu_profile.py tests/test_gpu_fake.py tests/test_compiled_regions.py tests/test_ops.py =="
+  $PY -m pytest -q -rA tests/test_gpu_real.py tests/test_gpu_profile.py tests/test_gpu_fake.py tests/test_compiled_regions.py tests/test_ops.py 2>&1 | tee "$OUT/gpu_tests.log"
   rc=$?
   tests_line=$(tail -n 1 "$OUT/gpu_tests.log" | sed 's/=//g; s/^ *//; s/ *$//')
   if [ $rc = 0 ]; then status_tests="ok"; else status_tests="FAILED (exit $rc)"; failed=1; fi

@@ -48,7 +48,7 @@ import torch
 lin = torch.nn.Linear(16, 16)
 x = torch.randn(4, 16, requires_grad=True)
 env_before = os.environ.get("INTEL_LIBITTNOTIFY64")
-with cprof.profile(activities=["CPU"]) as p:
+with cprof.profile(activities=["CPU"], record_ops=True) as p:
     with cprof.record_function("fwd"):
         y = lin(x).relu().sum()
     y.backward()
@@ -92,7 +92,8 @@ def ready(p):
     t = load(p, "t%d.json" % len(traces))
     traces.append(t)
 sched = cprof.schedule(wait=1, warmup=1, active=2, repeat=2)
-with cprof.profile(activities=["CPU"], schedule=sched, on_trace_ready=ready) as p:
+with cprof.profile(activities=["CPU"], schedule=sched, on_trace_ready=ready,
+                   record_ops=True) as p:
     for i in range(10):
         torch.add(a, i)
         p.step()
@@ -113,7 +114,7 @@ import cprof
 import torch
 lin = torch.nn.Linear(8, 8)
 x = torch.randn(2, 8)
-with cprof.profile(activities=["CPU"]) as p:
+with cprof.profile(activities=["CPU"], record_ops=True) as p:
     lin(x)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as tp:
         lin(x)
@@ -122,7 +123,7 @@ torch_linear = sum(e.name == "aten::linear" for e in tp.events())
 ka = {r.key: r.count for r in p.key_averages()}
 # and the other way round: a cprof window inside torch.profiler records no operators
 with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as tp2:
-    with cprof.profile(activities=["CPU"]) as p2:
+    with cprof.profile(activities=["CPU"], record_ops=True) as p2:
         lin(x)
 t2 = load(p2, "t2.json")
 print(json.dumps({"torch": torch_linear, "cprof": ka.get("aten::linear"),
@@ -139,7 +140,7 @@ def test_torch_imported_first_gives_no_ops_and_says_why(tmp_path):
     out = run_py(HELPERS + """
 import torch
 import cprof
-with cprof.profile(activities=["CPU"]) as p:
+with cprof.profile(activities=["CPU"], record_ops=True) as p:
     with cprof.record_function("r"):
         torch.add(torch.ones(2), 1)
 t = load(p, "t.json")
@@ -157,22 +158,28 @@ import torch
 with cprof.profile(activities=["CPU"], record_ops=False) as p:
     torch.add(torch.ones(2), 1)
 t = load(p, "t.json")
-with cprof.ProfilerContext(output_dir="out", profile_name="pc", activities=["CPU"],
-                           verbose=False) as pc:
+with cprof.profile(activities=["CPU"]) as p0:  # the default
     torch.add(torch.ones(2), 1)
+t0 = load(p0, "t0.json")
 import gzip
-with gzip.open(pc.trace_path, "rt") as f:
-    t2 = json.load(f)
+ops = {}
+for flag in (False, True):
+    with cprof.ProfilerContext(output_dir="out", profile_name="pc", activities=["CPU"],
+                               verbose=False, with_stack=False, record_ops=flag) as pc:
+        torch.add(torch.ones(2), 1)
+    with gzip.open(pc.trace_path, "rt") as f:
+        ops[str(flag)] = sorted({e["name"] for e in X(json.load(f)) if e["cat"] == "cpu_op"})
 print(json.dumps({"off": [e["name"] for e in X(t)], "off_meta": t["cprof"].get("ops"),
-                  "pc": sorted({e["name"] for e in X(t2) if e["cat"] == "cpu_op"})}))
+                  "default": [e["name"] for e in X(t0)], "pc": ops}))
 """, tmp_path)
     assert out["off"] == [] and out["off_meta"] is None
-    assert "aten::add" in out["pc"]  # ProfilerContext records operators by default
+    assert out["default"] == []  # opt-in
+    assert out["pc"]["False"] == [] and "aten::add" in out["pc"]["True"]
     out = run_py(HELPERS + """
 import cprof
 env = os.environ.get("INTEL_LIBITTNOTIFY64")
 import torch
-with cprof.profile(activities=["CPU"]) as p:
+with cprof.profile(activities=["CPU"], record_ops=True) as p:
     torch.add(torch.ones(2), 1)
 t = load(p, "t.json")
 print(json.dumps({"env": env, "names": [e["name"] for e in X(t)], "meta": t["cprof"]["ops"]}))
@@ -186,7 +193,7 @@ def test_another_collector_named_by_the_user_is_left_alone(tmp_path):
 import cprof
 env = os.environ.get("INTEL_LIBITTNOTIFY64")
 import torch
-with cprof.profile(activities=["CPU"]) as p:
+with cprof.profile(activities=["CPU"], record_ops=True) as p:
     torch.add(torch.ones(2), 1)
 t = load(p, "t.json")
 print(json.dumps({"env": env, "names": [e["name"] for e in X(t)], "meta": t["cprof"]["ops"]}))
@@ -200,7 +207,7 @@ def test_failing_op_keeps_the_operator_stack_balanced(tmp_path):
 import cprof
 import torch
 a, b = torch.ones(2), torch.ones(3)
-with cprof.profile(activities=["CPU"]) as p:
+with cprof.profile(activities=["CPU"], record_ops=True) as p:
     for _ in range(3):
         try:
             torch.add(a, b)
@@ -244,7 +251,7 @@ for t in ts:
     t.start()
 bad, worker_ops, names = 0, 0, set()
 for i in range(30):
-    with cprof.profile(activities=["CPU"]) as p:
+    with cprof.profile(activities=["CPU"], record_ops=True) as p:
         for _ in range(200):
             torch.add(torch.ones(2), 1)
     t = load(p, "t.json")
@@ -274,7 +281,7 @@ def test_cprof_run_records_ops_of_a_program_that_imports_torch_itself(tmp_path):
     e.pop("INTEL_LIBITTNOTIFY64", None)
     e["PYTHONPATH"] = ROOT + os.pathsep + e.get("PYTHONPATH", "")
     r = subprocess.run([sys.executable, "-m", "cprof", "run", "-o", "out", "--quiet",
-                        "--no-gzip", "prog.py"], cwd=tmp_path, env=e, capture_output=True,
+                        "--no-gzip", "--record-ops", "prog.py"], cwd=tmp_path, env=e, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout == "ok\n"
@@ -283,3 +290,33 @@ def test_cprof_run_records_ops_of_a_program_that_imports_torch_itself(tmp_path):
     names = [ev["name"] for ev in t["traceEvents"] if ev.get("cat") == "cpu_op"]
     assert names.count("aten::addmm") == 3 and names.count("AddmmBackward0") == 3
     assert t["cprof"]["ops"]["mode"] == "itt"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_kernels_link_to_the_op_that_launched_them_on_gpu(tmp_path):
+    """With operators recorded, a kernel's External id is its launching op's (Kineto's
+    linking), inside the user range around it; cuBLAS and elementwise kernels alike."""
+    out = run_py(HELPERS + """
+import cprof
+import torch
+a = torch.randn(256, 256, device="cuda")
+(a @ a).relu()
+torch.cuda.synchronize()
+with cprof.profile(activities=["CPU", "CUDA"], record_ops=True) as p:
+    with cprof.record_function("block"):
+        (a @ a).relu()
+    torch.cuda.synchronize()
+t = load(p, "t.json")
+ev = [e for e in t["traceEvents"] if e.get("ph") == "X"]
+cpu = {e["args"]["External id"]: e for e in ev
+       if e.get("cat") in ("cpu_op", "user_annotation") and "External id" in e.get("args", {})}
+block = next(e for e in ev if e["name"] == "block")
+ks = [e for e in ev if e.get("cat") == "kernel"]
+linked = [cpu.get(k["args"].get("External id")) for k in ks]
+print(json.dumps({"n": len(ks), "names": sorted({e["name"] for e in linked if e}),
+                  "all_linked": all(linked),
+                  "inside": all(inside(block, e) for e in linked if e)}))
+""", tmp_path)
+    assert out["n"] >= 2 and out["all_linked"] and out["inside"]
+    assert all(n.startswith("aten::") for n in out["names"]), out["names"]
