@@ -283,14 +283,15 @@ int cprof_events_pop(void) {
  * another function than its push) never closes a tracer range, and the tracer never closes a
  * user range. Records share the thread's chunks, so begin order and depth stay exact. */
 
-static CPROF_NOINLINE int tstack_grow(tstate *t) {
-    uint32_t ncap = t->tstack_cap ? t->tstack_cap * 2 : 64;
+/* Doubles the tracer's or the operators' stack (64 entries first), up to CPROF_MAX_DEPTH. */
+static CPROF_NOINLINE int side_stack_grow(cprof_record ***stack, uint32_t *cap) {
+    uint32_t ncap = *cap ? *cap * 2 : 64;
     if (ncap > CPROF_MAX_DEPTH) ncap = CPROF_MAX_DEPTH;
-    if (ncap <= t->tstack_cap) return CPROF_E_DEPTH;
-    cprof_record **ns = realloc(t->tstack, ncap * sizeof *ns);
+    if (ncap <= *cap) return CPROF_E_DEPTH;
+    cprof_record **ns = realloc(*stack, ncap * sizeof *ns);
     if (!ns) return CPROF_E_NOMEM;
-    t->tstack = ns;
-    t->tstack_cap = ncap;
+    *stack = ns;
+    *cap = ncap;
     return CPROF_OK;
 }
 
@@ -298,7 +299,7 @@ int cprof_events_push_traced(uint32_t name_id, uint8_t cat) {
     tstate *t = gil_thread();
     if (CPROF_UNLIKELY(!t)) return CPROF_E_NOMEM;
     if (CPROF_UNLIKELY(t->tdepth >= t->tstack_cap)) {
-        int rc = tstack_grow(t);
+        int rc = side_stack_grow(&t->tstack, &t->tstack_cap);
         if (rc) return rc;
     }
     cprof_record *r = record_open(t, name_id, cat);
@@ -344,23 +345,12 @@ CPROF_INLINE void oplock_release(tstate *t) {
     atomic_store_explicit(&t->oplock, 0, memory_order_release);
 }
 
-static CPROF_NOINLINE int ostack_grow(tstate *t) {
-    uint32_t ncap = t->ostack_cap ? t->ostack_cap * 2 : 64;
-    if (ncap > CPROF_MAX_DEPTH) ncap = CPROF_MAX_DEPTH;
-    if (ncap <= t->ostack_cap) return CPROF_E_DEPTH;
-    cprof_record **ns = realloc(t->ostack, ncap * sizeof *ns);
-    if (!ns) return CPROF_E_NOMEM;
-    t->ostack = ns;
-    t->ostack_cap = ncap;
-    return CPROF_OK;
-}
-
 int cprof_events_push_op(uint32_t name_id) {
     tstate *t = tls;
     if (CPROF_UNLIKELY(!t) && !(t = register_thread(0))) return CPROF_E_NOMEM;
     oplock_acquire(t);
     int rc = CPROF_OK;
-    if (CPROF_UNLIKELY(t->odepth >= t->ostack_cap)) rc = ostack_grow(t);
+    if (CPROF_UNLIKELY(t->odepth >= t->ostack_cap)) rc = side_stack_grow(&t->ostack, &t->ostack_cap);
     if (CPROF_LIKELY(rc == CPROF_OK)) {
         cprof_record *r = record_open(t, name_id, CPROF_CAT_CPU_OP);
         t->ostack[t->odepth++] = r;
