@@ -13,7 +13,7 @@ import threading
 from . import _C
 
 ENV = "INTEL_LIBITTNOTIFY64"
-_state = {"env_set": False, "attach": None, "owner": None, "suspended": False, "started": 0,
+_state = {"env_set": False, "attach": None, "owner": None, "suspended": False,
           "patched": False}
 _lock = threading.Lock()
 
@@ -122,10 +122,9 @@ class _Ops:
     def __init__(self, torch):
         self.torch = torch
         self.thread = threading.get_ident()
-        self.mode = "itt"
 
     def ops_note(self):
-        return {"mode": self.mode, "names": _C.ops_stats()["names"]}
+        return {"mode": "itt", "names": _C.ops_stats()["names"]}
 
     def remove(self):
         with _lock:
