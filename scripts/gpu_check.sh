@@ -13,7 +13,8 @@ PY=${PYTHON:-python3}
 OUT=${OUT:-$PWD/gpu_check_out}
 mkdir -p "$OUT"
 
-status_build="not run" status_tests="not run" status_bench="not run"
+status_build="not run" status_tests="not run" status_bench="not run" status_rest="not run"
+rest_line=""
 tests_line="" failed=0
 
 echo "== environment =="
@@ -72,15 +73,30 @@ fi
 
 if [ "$failed" = 0 ]; then
   echo
-  # test_gpu_fake.py carries no gpu mark (it runs on CI too): no -m filter, both files run whole
-  echo "== tests: $PY -m pytest -q -rA tests/test_gpu_real.py tests/test_gpu_profile.py tests/test_gpu_fake.py tests/test_compiled_regions.py tests/test_ops.py =="
-  $PY -m pytest -q -rA tests/test_gpu_real.py tests/test_gpu_profile.py tests/test_gpu_fake.py tests/test_compiled_regions.py tests/test_ops.py 2>&1 | tee "$OUT/gpu_tests.log"
+  # The GPU files first (test_gpu_fake.py carries no gpu mark: it runs on CI too), then the rest
+  # of the suite, which must also pass where a GPU is visible. A per-test limit where
+  # pytest-timeout is there, so one hang cannot eat the whole call.
+  gpu_files="tests/test_gpu_real.py tests/test_gpu_profile.py tests/test_gpu_timers.py tests/test_gpu_fake.py tests/test_compiled_regions.py tests/test_ops.py"
+  tlimit=""
+  $PY -c "import pytest_timeout" 2>/dev/null && tlimit="--timeout=180"
+  echo "== tests: $PY -m pytest -q -rA $tlimit $gpu_files =="
+  $PY -m pytest -q -rA $tlimit $gpu_files 2>&1 | tee "$OUT/gpu_tests.log"
   rc=$?
   tests_line=$(tail -n 1 "$OUT/gpu_tests.log" | sed 's/=//g; s/^ *//; s/ *$//')
   if [ $rc = 0 ]; then status_tests="ok"; else status_tests="FAILED (exit $rc)"; failed=1; fi
   if ! grep -q "PASSED tests/test_gpu_real" "$OUT/gpu_tests.log"; then
     status_tests="$status_tests; the real-GPU tests all SKIPPED"
     failed=1
+  fi
+  if [ "${GPU_CHECK_REST:-1}" = 1 ]; then
+    ignores=""
+    for f in $gpu_files; do ignores="$ignores --ignore=$f"; done
+    echo
+    echo "== tests: $PY -m pytest -q -rfE $tlimit tests/ (the rest of the suite) =="
+    $PY -m pytest -q -rfE $tlimit tests/ $ignores 2>&1 | tee "$OUT/rest_tests.log" | tail -n 40
+    rc=$?
+    rest_line=$(tail -n 1 "$OUT/rest_tests.log" | sed 's/=//g; s/^ *//; s/ *$//')
+    if [ $rc = 0 ]; then status_rest="ok"; else status_rest="FAILED (exit $rc)"; failed=1; fi
   fi
 
   echo
@@ -109,6 +125,10 @@ printf '%-10s %s\n' "build" "$status_build"
 printf '%-10s %s\n' "tests" "$status_tests${tests_line:+ -- $tests_line}"
 if [ -f "$OUT/gpu_tests.log" ]; then
   grep -E '^(FAILED|ERROR|XFAIL|SKIPPED)' "$OUT/gpu_tests.log" | sed 's/^/           /' | head -n 30
+fi
+printf '%-10s %s\n' "rest" "$status_rest${rest_line:+ -- $rest_line}"
+if [ -f "$OUT/rest_tests.log" ]; then
+  grep -E '^(FAILED|ERROR)' "$OUT/rest_tests.log" | sed 's/^/           /' | head -n 20
 fi
 printf '%-10s %s\n' "benchmark" "$status_bench"
 if [ -f "$OUT/bench_gpu.json" ]; then
