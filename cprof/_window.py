@@ -97,7 +97,7 @@ class Window:
         self.start_time = time.time()
         if self.gpu:
             try:
-                _C.gpu_start(memory=self.memory, nvtx=self.nvtx)
+                _C.gpu_start(memory=self.memory, nvtx=self.nvtx, share=_kineto_idle())
             except _C.CuptiBusyError as err:
                 if self.strict:
                     _C.stop().close()
@@ -133,7 +133,7 @@ class Window:
         self.start_time = time.time()
         if gpu_on:
             try:
-                _C.gpu_start(memory=self.memory, nvtx=self.nvtx)
+                _C.gpu_start(memory=self.memory, nvtx=self.nvtx, share=_kineto_idle())
             except _C.CprofError as err:
                 self.gpu = False
                 self.notes["gpu_unavailable"] = str(err)
@@ -147,9 +147,10 @@ class Window:
         if self.foreign("stop"):
             return None
         if self.gpu and _C.gpu_active():
+            user_end = _C.now_ns()  # the sync below is cprof's, not the program's
             _sync_cuda()  # let launched work finish, so its records are complete
             try:
-                self.gpu_snapshot = _C.gpu_stop()
+                self.gpu_snapshot = _C.gpu_stop(host_stop_ns=user_end)
             except _C.CprofError as err:
                 self.notes["gpu_error"] = str(err)
                 warnings.warn(f"cprof: GPU records of this window are lost: {err}",
@@ -243,6 +244,20 @@ class Window:
         if self.gpu_snapshot is not None:
             self.gpu_snapshot.close()
             self.gpu_snapshot = None
+
+
+def _kineto_idle():
+    """True when torch is loaded and no torch.profiler (Kineto) session is running. Kineto
+    subscribes to CUPTI at its first session and never unsubscribes; once that session is over
+    cprof may collect without the subscriber (the C side still refuses a holder that names
+    Nsight). During a session the two would take each other's records: then cprof refuses."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    try:
+        return not str(torch._C._autograd._profiler_type()).endswith("KINETO")
+    except Exception:
+        return False
 
 
 def _sync_cuda():

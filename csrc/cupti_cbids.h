@@ -292,6 +292,11 @@ static const cprof_cbid_info cprof_driver_cbids[] = {
 
 /* The entry for a call id, or NULL when cprof does not trace it. A linear scan: the tables are
  * short and this runs at decode time, not per call. */
+/* One past the highest call id of CUDA 13.0's cupti_runtime_cbid.h / cupti_driver_cbid.h
+ * (CUPTI_*_TRACE_CBID_SIZE): the ids cprof switches off one by one after enabling the kinds. */
+#define CPROF_RUNTIME_CBID_LIMIT 523u
+#define CPROF_DRIVER_CBID_LIMIT 807u
+
 static inline const cprof_cbid_info *cprof_cbid_lookup(int is_driver, uint32_t cbid) {
     const cprof_cbid_info *t = is_driver ? cprof_driver_cbids : cprof_runtime_cbids;
     size_t n = is_driver ? CPROF_N_DRIVER_CBIDS : CPROF_N_RUNTIME_CBIDS;

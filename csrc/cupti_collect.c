@@ -27,16 +27,20 @@ typedef struct {
 } completed_buf;
 
 static const cprof_cuda_api *api;
-static int callbacks_registered;   /* buffer + timestamp callbacks: once per process */
 static int timestamp_callback_ok;  /* CUPTI stamps with cprof_clock_now_ns */
 static int64_t cupti_clock_offset; /* cprof clock = CUPTI clock - offset (when no callback) */
 static CUpti_SubscriberHandle subscriber;
+static int shared;                 /* this window runs without the subscriber (config.share) */
 static int active;
 static uint64_t window_start_ns;
 static cprof_gpu_config config;
 static int per_api_enable;         /* cuptiActivityEnableRuntimeApi/DriverApi used */
 static int kinds_enabled[64];
 static char last_error[512];
+/* diagnostics (CPROF_CUPTI_DEBUG=1 prints them at stop) */
+static int api_enable_ok, api_enable_failed, api_enable_first_error;
+static uint64_t enable_cost_ns;
+static int api_filtered;           /* ids switched off after enabling the whole kinds */
 
 /* the buffer pool */
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -226,28 +230,56 @@ static int enable_kinds(void) {
             return map_cupti_error(r, what);
         }
     }
-    /* Only the runtime and driver calls that matter: enabling all of KIND_RUNTIME records a
-     * dozen calls per kernel (cudaGetDevice and friends). Older CUPTIs lack the per-id switch:
-     * then the whole kinds are enabled and decoding keeps only the ids in cupti_cbids.h. */
-    if (api->cuptiActivityEnableRuntimeApi && api->cuptiActivityEnableDriverApi) {
+    /* The runtime and driver calls: whole kinds, then the ids cprof does not record switched
+     * off one by one (enabling all of KIND_RUNTIME records a dozen calls per kernel,
+     * cudaGetDevice and friends); decoding keeps only the ids in cupti_cbids.h whatever CUPTI
+     * delivers. The other documented way, the per-id switch alone without the kind, returns
+     * success for every id on CUPTI 13.0.1 and then records no call at all (measured on an
+     * H200, driver 580.159.04): never used by default. CPROF_CUPTI_API_RECORDS=kinds skips the
+     * switching off, =ids uses the per-id switch alone (diagnostics). */
+    const char *mode = getenv("CPROF_CUPTI_API_RECORDS");
+    int ids_only = mode && !strcmp(mode, "ids"), no_filter = mode && !strcmp(mode, "kinds");
+    api_enable_ok = api_enable_failed = api_enable_first_error = 0;
+    if (ids_only && api->cuptiActivityEnableRuntimeApi && api->cuptiActivityEnableDriverApi) {
         per_api_enable = 1;
-        for (size_t i = 0; i < CPROF_N_RUNTIME_CBIDS; i++) {
-            CUptiResult r = api->cuptiActivityEnableRuntimeApi(cprof_runtime_cbids[i].cbid, 1);
-            if (r != CUPTI_SUCCESS && r != CUPTI_ERROR_INVALID_PARAMETER)
-                return map_cupti_error(r, "enabling CUDA runtime API records");
+        for (size_t i = 0; i < CPROF_N_RUNTIME_CBIDS + CPROF_N_DRIVER_CBIDS; i++) {
+            int drv = i >= CPROF_N_RUNTIME_CBIDS;
+            CUptiResult r = drv ? api->cuptiActivityEnableDriverApi(
+                                      cprof_driver_cbids[i - CPROF_N_RUNTIME_CBIDS].cbid, 1)
+                                : api->cuptiActivityEnableRuntimeApi(cprof_runtime_cbids[i].cbid, 1);
+            if (r == CUPTI_SUCCESS) {
+                api_enable_ok++;
+                continue;
+            }
+            if (!api_enable_failed++) api_enable_first_error = (int)r;
+            if (r != CUPTI_ERROR_INVALID_PARAMETER)
+                return map_cupti_error(r, drv ? "enabling CUDA driver API records"
+                                              : "enabling CUDA runtime API records");
         }
-        for (size_t i = 0; i < CPROF_N_DRIVER_CBIDS; i++) {
-            CUptiResult r = api->cuptiActivityEnableDriverApi(cprof_driver_cbids[i].cbid, 1);
-            if (r != CUPTI_SUCCESS && r != CUPTI_ERROR_INVALID_PARAMETER)
-                return map_cupti_error(r, "enabling CUDA driver API records");
-        }
-    } else {
-        CUptiResult r = api->cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME);
-        if (r != CUPTI_SUCCESS) return map_cupti_error(r, "enabling CUDA runtime API records");
-        kinds_enabled[CUPTI_ACTIVITY_KIND_RUNTIME] = 1;
-        r = api->cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER);
-        if (r != CUPTI_SUCCESS) return map_cupti_error(r, "enabling CUDA driver API records");
-        kinds_enabled[CUPTI_ACTIVITY_KIND_DRIVER] = 1;
+        return CPROF_OK;
+    }
+    CUptiResult r = api->cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME);
+    if (r != CUPTI_SUCCESS) return map_cupti_error(r, "enabling CUDA runtime API records");
+    kinds_enabled[CUPTI_ACTIVITY_KIND_RUNTIME] = 1;
+    r = api->cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER);
+    if (r != CUPTI_SUCCESS) return map_cupti_error(r, "enabling CUDA driver API records");
+    kinds_enabled[CUPTI_ACTIVITY_KIND_DRIVER] = 1;
+    api_filtered = 0;
+    if (no_filter || !api->cuptiActivityEnableRuntimeApi || !api->cuptiActivityEnableDriverApi)
+        return CPROF_OK;
+    api_filtered = 1;
+    /* ids past the table's end (a newer CUPTI) stay on; the decoder drops them */
+    for (uint32_t id = 1; id < CPROF_RUNTIME_CBID_LIMIT; id++) {
+        if (cprof_cbid_lookup(0, id)) continue;
+        CUptiResult e = api->cuptiActivityEnableRuntimeApi(id, 0);
+        if (e == CUPTI_SUCCESS) api_enable_ok++;
+        else if (!api_enable_failed++) api_enable_first_error = (int)e;
+    }
+    for (uint32_t id = 1; id < CPROF_DRIVER_CBID_LIMIT; id++) {
+        if (cprof_cbid_lookup(1, id)) continue;
+        CUptiResult e = api->cuptiActivityEnableDriverApi(id, 0);
+        if (e == CUPTI_SUCCESS) api_enable_ok++;
+        else if (!api_enable_failed++) api_enable_first_error = (int)e;
     }
     return CPROF_OK;
 }
@@ -276,12 +308,21 @@ int cprof_cupti_start(const cprof_gpu_config *cfg, uint64_t start_ns) {
      * better a clear error now than a trace silently missing GPU events. */
     CUptiResult r;
     char holder[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 1] = "";
+    shared = 0;
     if (api->cuptiSubscribe_v2) {
         CUpti_SubscriberParams params = {CUpti_SubscriberParams_STRUCT_SIZE, "cprof", holder,
                                          sizeof holder - 1};
         r = api->cuptiSubscribe_v2(&subscriber, subscriber_cb, NULL, &params);
     } else {
         r = api->cuptiSubscribe(&subscriber, subscriber_cb, NULL);
+    }
+    if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && config.share &&
+        !strcasestr(holder, "nsight")) {
+        /* Kineto subscribes at its first session and never lets go; once its session is over
+         * the activity API is free, and the subscriber is not needed to collect */
+        r = CUPTI_SUCCESS;
+        subscriber = NULL;
+        shared = 1;
     }
     if (r != CUPTI_SUCCESS) {
         int rc = map_cupti_error(r, "subscribing to CUPTI");
@@ -298,21 +339,20 @@ int cprof_cupti_start(const cprof_gpu_config *cfg, uint64_t start_ns) {
         return rc;
     }
 
-    if (!callbacks_registered) {
-        /* once per process, before the first kind is enabled: CUPTI then stamps records with
-         * cprof's clock, so CPU and GPU events share one time base with no conversion */
-        if (api->cuptiSetThreadIdType) api->cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
-        timestamp_callback_ok =
-            api->cuptiActivityRegisterTimestampCallback &&
-            api->cuptiActivityRegisterTimestampCallback(timestamp_cb) == CUPTI_SUCCESS;
-        r = api->cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
-        if (r != CUPTI_SUCCESS) {
-            int rc = map_cupti_error(r, "registering CUPTI buffer callbacks");
-            api->cuptiUnsubscribe(subscriber);
-            subscriber = NULL;
-            return rc;
-        }
-        callbacks_registered = 1;
+    /* Every window, before the first kind is enabled: a torch.profiler session in between
+     * registers Kineto's own buffer callbacks (and sets its thread id type), which would take
+     * this window's records. With the timestamp callback CUPTI stamps records with cprof's
+     * clock, so CPU and GPU events share one time base with no conversion. */
+    if (api->cuptiSetThreadIdType) api->cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
+    timestamp_callback_ok =
+        api->cuptiActivityRegisterTimestampCallback &&
+        api->cuptiActivityRegisterTimestampCallback(timestamp_cb) == CUPTI_SUCCESS;
+    r = api->cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+    if (r != CUPTI_SUCCESS) {
+        int rc = map_cupti_error(r, "registering CUPTI buffer callbacks");
+        if (subscriber) api->cuptiUnsubscribe(subscriber);
+        subscriber = NULL;
+        return rc;
     }
     int rc = pool_setup(config.buffer_bytes, config.pool_cap_bytes);
     if (rc == CPROF_OK) {
@@ -327,11 +367,13 @@ int cprof_cupti_start(const cprof_gpu_config *cfg, uint64_t start_ns) {
             cupti_clock_offset = (int64_t)t - (int64_t)(a + (b - a) / 2);
         }
         window_start_ns = start_ns;
+        uint64_t t0 = cprof_clock_now_ns();
         rc = enable_kinds();
+        enable_cost_ns = cprof_clock_now_ns() - t0;
     }
     if (rc != CPROF_OK) {
         disable_all();
-        api->cuptiUnsubscribe(subscriber);
+        if (subscriber) api->cuptiUnsubscribe(subscriber);
         subscriber = NULL;
         return rc;
     }
@@ -347,6 +389,7 @@ typedef struct {
     cprof_gpu_snapshot *snap;
     cprof_gpu_chunk *tail;
     uint64_t stop_ns;
+    uint64_t host_stop_ns;  /* API calls and waits beginning later are the caller's own */
     cxa_demangle_fn demangle;
     uint32_t *demangled_of; /* mangled name id -> demangled id + 1 */
     uint32_t demangled_cap;
@@ -527,7 +570,8 @@ static void decode_one(decoder *d, const CUpti_Activity *a) {
         const cprof_cupti_api_t *p = (const void *)a;
         int is_driver = a->kind == CUPTI_ACTIVITY_KIND_DRIVER;
         const cprof_cbid_info *info = cprof_cbid_lookup(is_driver, p->cbid);
-        if (!info) return; /* an id cprof does not record (whole-kind fallback) */
+        if (!info) return; /* an id cprof does not record (switched off too late, newer id) */
+        if (to_cprof(p->start) > d->host_stop_ns) { s->dropped_outside++; return; }
         if (!(r = timed_record(d, p->start, p->end, 0))) return;
         r->kind = is_driver ? CPROF_GPU_DRIVER : CPROF_GPU_RUNTIME;
         r->sub = info->cat;
@@ -543,6 +587,7 @@ static void decode_one(decoder *d, const CUpti_Activity *a) {
         static const char *const sync_names[] = {"Unknown Sync", "Event Sync", "Stream Wait Event",
                                                  "Stream Sync", "Context Sync"};
         const cprof_cupti_sync_t *y = (const void *)a;
+        if (to_cprof(y->start) > d->host_stop_ns) { s->dropped_outside++; return; }
         if (!(r = timed_record(d, y->start, y->end, 1))) return;
         r->kind = CPROF_GPU_SYNC;
         r->sub = (uint8_t)(y->type < 5 ? y->type : 0);
@@ -644,7 +689,7 @@ static void decode_one(decoder *d, const CUpti_Activity *a) {
     s->per_kind[r->kind]++;
 }
 
-int cprof_cupti_stop(uint64_t stop_ns, cprof_gpu_snapshot **out) {
+int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot **out) {
     if (!out) return CPROF_E_ARG;
     if (!active) {
         set_error("GPU collection is not active");
@@ -652,6 +697,7 @@ int cprof_cupti_stop(uint64_t stop_ns, cprof_gpu_snapshot **out) {
     }
     /* forced: also the buffers CUPTI is still filling, so nothing of this window is left
      * behind to leak into the next one */
+    int had_per_api = per_api_enable, had_shared = shared;
     api->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     disable_all();
     api->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
@@ -661,7 +707,8 @@ int cprof_cupti_stop(uint64_t stop_ns, cprof_gpu_snapshot **out) {
 
     cprof_gpu_snapshot *snap = calloc(1, sizeof *snap);
     if (!snap) return CPROF_E_NOMEM;
-    decoder d = {.snap = snap, .stop_ns = stop_ns};
+    decoder d = {.snap = snap, .stop_ns = stop_ns,
+                 .host_stop_ns = host_stop_ns && host_stop_ns < stop_ns ? host_stop_ns : stop_ns};
     d.demangle = (cxa_demangle_fn)dlsym(RTLD_DEFAULT, "__cxa_demangle");
     if (!d.demangle) {
         void *h = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_LOCAL);
@@ -679,10 +726,13 @@ int cprof_cupti_stop(uint64_t stop_ns, cprof_gpu_snapshot **out) {
         free(snap);
         return CPROF_E_NOMEM;
     }
+    uint64_t raw[64] = {0};
     for (size_t i = 0; i < ndone; i++) {
         CUpti_Activity *rec = NULL;
-        while (api->cuptiActivityGetNextRecord(done[i].buf, done[i].valid, &rec) == CUPTI_SUCCESS)
+        while (api->cuptiActivityGetNextRecord(done[i].buf, done[i].valid, &rec) == CUPTI_SUCCESS) {
+            raw[(unsigned)rec->kind & 63]++;
             decode_one(&d, rec);
+        }
     }
     /* buffers back to the pool for the next window */
     pthread_mutex_lock(&pool_lock);
@@ -695,6 +745,11 @@ int cprof_cupti_stop(uint64_t stop_ns, cprof_gpu_snapshot **out) {
     free(d.markers);
     snap->dropped_cupti = atomic_load(&dropped_cupti);
     snap->buffers = atomic_load(&buffers_used);
+    snap->cupti_shared = had_shared;
+    snap->api_mode = had_per_api ? "ids" : api_filtered ? "kinds+filter" : "kinds";
+    snap->api_delivered = raw[CUPTI_ACTIVITY_KIND_RUNTIME] + raw[CUPTI_ACTIVITY_KIND_DRIVER];
+    snap->api_ids_off = api_filtered ? (uint32_t)api_enable_ok : 0;
+    snap->enable_us = (uint32_t)(enable_cost_ns / 1000);
     snap->device_props_json = cprof_cuda_device_props_json();
     *out = snap;
     return CPROF_OK;

@@ -76,6 +76,11 @@ typedef struct cprof_gpu_snapshot {
     uint64_t dropped_decode;    /* records cprof could not store (out of memory) */
     uint64_t overhead_ns;       /* sum of CUPTI overhead records */
     uint64_t buffers;           /* CUPTI buffers used */
+    int cupti_shared;           /* collected without the subscriber (another client held it) */
+    const char *api_mode;       /* how API records were enabled: "kinds+filter", "kinds", "ids" */
+    uint64_t api_delivered;     /* runtime + driver records CUPTI delivered (before filtering) */
+    uint32_t api_ids_off;       /* call ids switched off after enabling the kinds */
+    uint32_t enable_us;         /* time spent enabling kinds and ids at start */
     char *device_props_json;    /* deviceProperties array (malloc'd), or NULL */
 } cprof_gpu_snapshot;
 
@@ -85,6 +90,8 @@ typedef struct cprof_gpu_config {
     int nvtx;                   /* MARKER */
     uint64_t buffer_bytes;      /* size of one CUPTI buffer (default 8 MiB) */
     uint64_t pool_cap_bytes;    /* most memory for CUPTI buffers (default 128 MiB) */
+    int share;                  /* another client holds the subscriber but is idle (Kineto after
+                                   its session): collect through the activity API alone */
 } cprof_gpu_config;
 
 /* Error codes specific to GPU collection (below the core's). */
@@ -95,18 +102,20 @@ enum {
     CPROF_E_NO_DEVICE = -23         /* no driver / no GPU / driver too old */
 };
 
-/* Opens GPU collection for a window: loads CUPTI, registers the timestamp and buffer callbacks
- * (once per process), subscribes (to detect another CUPTI client) and enables the kinds and API
- * ids cprof records. On any failure everything done so far is undone.
+/* Opens GPU collection for a window: loads CUPTI, subscribes (to detect another CUPTI client;
+ * with cfg->share a busy subscriber is tolerated), registers the timestamp and buffer callbacks
+ * (every window: Kineto takes them over in its sessions) and enables the kinds cprof records.
+ * On any failure everything done so far is undone.
  * Returns 0 or a CPROF_E_* code; cprof_cupti_last_error() holds the message. Caller: one
  * thread at a time (the binding, GIL held). */
 int cprof_cupti_start(const cprof_gpu_config *cfg, uint64_t window_start_ns);
 /* 1 while collecting. */
 int cprof_cupti_active(void);
 /* Flushes, disables every kind, unsubscribes, and decodes what was collected into *out
- * (records outside [window_start_ns, stop_ns] are dropped and counted). Call with the GIL
+ * (records outside [window_start_ns, stop_ns] are dropped and counted, and so are API calls and
+ * waits that begin after host_stop_ns: the caller's own synchronize before stopping). Call with the GIL
  * released: it waits for CUPTI and decodes. */
-int cprof_cupti_stop(uint64_t stop_ns, cprof_gpu_snapshot **out);
+int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot **out);
 void cprof_gpu_snapshot_free(cprof_gpu_snapshot *snap);
 /* The last collector error message ("" if none). Per process; read it right after a failure. */
 const char *cprof_cupti_last_error(void);

@@ -324,14 +324,20 @@ static PyObject *gpu_snapshot_counts(GpuSnapshotObject *self, PyObject *unused) 
         Py_XDECREF(v);
     }
     if (!kinds) return NULL;
-    return Py_BuildValue("{sNsKs{sKsKsKsK}sKsK}", "records", kinds, "total",
+    return Py_BuildValue("{sNsKs{sKsKsKsK}sKsKsss{sssKsI}sI}", "records", kinds, "total",
                          (unsigned long long)g->nrecords, "dropped", "cupti",
                          (unsigned long long)g->dropped_cupti, "incomplete",
                          (unsigned long long)g->dropped_incomplete, "outside_window",
                          (unsigned long long)g->dropped_outside, "decode",
                          (unsigned long long)g->dropped_decode, "cupti_overhead_ns",
                          (unsigned long long)g->overhead_ns, "buffers",
-                         (unsigned long long)g->buffers);
+                         (unsigned long long)g->buffers, "cupti_subscriber",
+                         g->cupti_shared ? "shared: another client (Kineto) holds it; collected "
+                                           "through the activity API alone"
+                                         : "held by cprof",
+                         "api_records", "mode", g->api_mode ? g->api_mode : "",
+                         "delivered", (unsigned long long)g->api_delivered, "ids_switched_off",
+                         (unsigned)g->api_ids_off, "enable_us", (unsigned)g->enable_us);
 }
 
 /* records(): every decoded record as a dict (tests, small windows). */
@@ -1178,15 +1184,17 @@ static PyObject *mod_build_info(PyObject *module, PyObject *unused) {
                          (Py_ssize_t)sizeof(cprof_record));
 }
 
-/* gpu_start(memory=False, nvtx=True, buffer_bytes=0, pool_bytes=0): opens GPU collection. */
+/* gpu_start(memory=False, nvtx=True, buffer_bytes=0, pool_bytes=0, share=False): opens GPU
+ * collection. share: a subscriber held by an idle client (Kineto) does not stop it. */
 static PyObject *mod_gpu_start(PyObject *module, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"memory", "nvtx", "buffer_bytes", "pool_bytes", NULL};
-    int memory = 0, nvtx = 1;
+    static char *kwlist[] = {"memory", "nvtx", "buffer_bytes", "pool_bytes", "share", NULL};
+    int memory = 0, nvtx = 1, share = 0;
     unsigned long long buffer_bytes = 0, pool_bytes = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|ppKK", kwlist, &memory, &nvtx, &buffer_bytes,
-                                     &pool_bytes))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|ppKKp", kwlist, &memory, &nvtx, &buffer_bytes,
+                                     &pool_bytes, &share))
         return NULL;
-    cprof_gpu_config cfg = {memory, nvtx, buffer_bytes, pool_bytes};
+    cprof_gpu_config cfg = {.memory = memory, .nvtx = nvtx, .buffer_bytes = buffer_bytes,
+                            .pool_cap_bytes = pool_bytes, .share = share};
     int rc;
     uint64_t now = cprof_clock_now_ns();
     Py_BEGIN_ALLOW_THREADS rc = cprof_cupti_start(&cfg, now);
@@ -1195,13 +1203,19 @@ static PyObject *mod_gpu_start(PyObject *module, PyObject *args, PyObject *kwds)
     Py_RETURN_NONE;
 }
 
-/* gpu_stop() -> GpuSnapshot: flushes CUPTI and decodes (GIL released). */
-static PyObject *mod_gpu_stop(PyObject *module, PyObject *unused) {
+/* gpu_stop(host_stop_ns=0) -> GpuSnapshot: flushes CUPTI and decodes (GIL released).
+ * host_stop_ns: when the user's window ended; API calls and waits that begin after it (cprof's
+ * own synchronize before stopping) are left out. 0: now. */
+static PyObject *mod_gpu_stop(PyObject *module, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"host_stop_ns", NULL};
+    unsigned long long host_stop = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|K", kwlist, &host_stop)) return NULL;
     module_state *st = get_state(module);
     cprof_gpu_snapshot *snap = NULL;
     int rc;
     uint64_t now = cprof_clock_now_ns();
-    Py_BEGIN_ALLOW_THREADS rc = cprof_cupti_stop(now, &snap);
+    if (!host_stop || host_stop > now) host_stop = now;
+    Py_BEGIN_ALLOW_THREADS rc = cprof_cupti_stop(now, host_stop, &snap);
     Py_END_ALLOW_THREADS
     if (rc) return raise_core_error(st, rc, cprof_cupti_last_error(), 0);
     GpuSnapshotObject *obj = PyObject_New(GpuSnapshotObject, st->GpuSnapshotType);
@@ -1274,7 +1288,8 @@ static PyMethodDef module_methods[] = {
     {"build_info", (PyCFunction)mod_build_info, METH_NOARGS, "How this extension was built."},
     {"gpu_start", (PyCFunction)(void (*)(void))mod_gpu_start, METH_VARARGS | METH_KEYWORDS,
      "Opens GPU collection (CUPTI)."},
-    {"gpu_stop", (PyCFunction)mod_gpu_stop, METH_NOARGS, "Closes GPU collection; GpuSnapshot."},
+    {"gpu_stop", (PyCFunction)(void (*)(void))mod_gpu_stop, METH_VARARGS | METH_KEYWORDS,
+     "Closes GPU collection; GpuSnapshot."},
     {"gpu_active", (PyCFunction)mod_gpu_active, METH_NOARGS, "True while collecting GPU work."},
     {"cuda_info", (PyCFunction)mod_cuda_info, METH_NOARGS, "What the CUDA loader found."},
     {"cuda_add_search_dir", (PyCFunction)mod_cuda_add_search_dir, METH_O,

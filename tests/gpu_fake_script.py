@@ -51,6 +51,24 @@ with warnings.catch_warnings(record=True) as caught:
         except cprof.CuptiBusyError as e:
             result["raised"] = str(e)
         result["window_open"] = C.active()
+    elif scenario in ("shared_kineto_idle", "shared_nsight", "shared_kineto_active"):
+        import torch  # loaded: Kineto may be the holder
+        holder = b"CUPTI for Nsight Systems" if scenario == "shared_nsight" else b"Kineto"
+        fake.fake_cupti_set_other_subscriber(holder)
+        tp = None
+        if scenario == "shared_kineto_active":
+            tp = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            tp.__enter__()
+        try:
+            result["trace"] = str(scene("shared").trace_path)
+            result["raised"] = None
+        except cprof.CuptiBusyError as e:
+            result["raised"] = str(e)
+        finally:
+            if tp is not None:
+                tp.__exit__(None, None, None)
+        result["window_open"] = C.active()
+        result["subscribers_after"] = fake.fake_cupti_subscribers()
     elif scenario == "busy_lenient":
         fake.fake_cupti_set_other_subscriber(b"Kineto (torch.profiler)")
         result["trace"] = str(scene("lenient", strict=False).trace_path)

@@ -156,6 +156,33 @@ def test_other_cupti_client_is_a_clear_error(tmp_path, fake_so):
     assert res["window_open"] is False
 
 
+def test_idle_kineto_subscriber_is_shared_and_everything_collected(tmp_path, fake_so):
+    """Kineto keeps its CUPTI subscriber after a torch.profiler session for the life of the
+    process (seen on an H200 with torch 2.11). With torch loaded and no session running, cprof
+    collects through the activity API without a subscriber of its own, and says so."""
+    pytest.importorskip("torch")
+    res = run("shared_kineto_idle", tmp_path, fake_so)
+    assert res["raised"] is None and res["window_open"] is False
+    t = load_trace(res["trace"])
+    assert len(events(t, "kernel")) == 7 and "gpu_unavailable" not in t["cprof"]  # the scene
+    assert t["cprof"]["gpu"]["cupti_subscriber"].startswith("shared")
+    assert res["subscribers_after"] == 1  # the other client's, untouched
+    rng = {e["name"]: e["args"]["External id"] for e in events(t, "user_annotation")}
+    assert {k["args"]["External id"] for k in events(t, "kernel")} == {rng["launches"]}
+
+
+def test_nsight_or_a_running_torch_profiler_is_never_shared(tmp_path, fake_so):
+    """Sharing CUPTI with Nsight, or with a torch.profiler session in progress, would take the
+    other tool's records: cprof refuses as before (strict)."""
+    pytest.importorskip("torch")
+    for scenario, holder in (("shared_nsight", "Nsight Systems"), ("shared_kineto_active",
+                                                                  "Kineto")):
+        os.makedirs(tmp_path / scenario)
+        res = run(scenario, tmp_path / scenario, fake_so)
+        assert res["raised"] and "another profiler holds CUPTI" in res["raised"], scenario
+        assert holder in res["raised"] and res["window_open"] is False
+
+
 def test_other_cupti_client_lenient_gives_cpu_trace_and_warning(tmp_path, fake_so):
     res = run("busy_lenient", tmp_path, fake_so)
     assert any("CPU activity only" in w for w in res["warnings"])

@@ -5,9 +5,11 @@
  * CPROF_LIBCUDA_PATH (one .so serves as both).
  *
  * How it behaves like CUPTI:
- *  - a record is created only if its kind is enabled when it is added (API records: only for
- *    call ids enabled one by one or through the whole RUNTIME / DRIVER kind; kernels, copies and
- *    sets that belong to a graph are replaced by the graph record while GRAPH_TRACE is enabled);
+ *  - a record is created only if its kind is enabled when it is added (API records: only while
+ *    the RUNTIME / DRIVER kind is enabled, and only for call ids not switched off one by one
+ *    after it; the per-id switch alone, without the kind, creates none, as measured on CUPTI
+ *    13.0.1; kernels, copies and sets that belong to a graph are replaced by the graph record
+ *    while GRAPH_TRACE is enabled);
  *    with no buffer callbacks registered a record is counted as dropped, as CUPTI does;
  *  - records reach the client only through its bufferRequested / bufferCompleted callbacks: on
  *    cuptiActivityFlushAll (on the calling thread, partly filled buffer included), and with
@@ -281,7 +283,8 @@ static int emit(void *rec, size_t size) {
     case CUPTI_ACTIVITY_KIND_DRIVER: {
         CUpti_ActivityAPI *api = rec;
         const uint8_t *bits = a->kind == CUPTI_ACTIVITY_KIND_DRIVER ? g_driver_api : g_runtime_api;
-        if (api->cbid >= FAKE_API_BITS || !bit_get(bits, api->cbid)) goto discard;
+        if (!kind_on(a->kind) || api->cbid >= FAKE_API_BITS || !bit_get(bits, api->cbid))
+            goto discard;
         /* like CUPTI, an external id pushed on the calling thread is reported at API entry */
         if (kind_on(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION))
             for (int k = 0; k < FAKE_EXT_KINDS; k++) {
