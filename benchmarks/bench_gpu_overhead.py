@@ -11,8 +11,9 @@ Workloads (fixed seed, after warm-up):
 Configurations:
 
   none           no profiler
-  cprof_gpu      cprof.ProfilerContext(activities=["GPU"]) (cprof always records its CPU
-                 ranges; "GPU-only" means no extra CPU options)
+  cprof_gpu      cprof.ProfilerContext(activities=["GPU"], with_stack=False,
+                 record_shapes=False): GPU activity and the program's own ranges, no extra CPU
+                 options (the same collection as the torch configuration below)
   cprof_default  cprof.ProfilerContext() with its defaults (CPU + GPU)
   torch          torch.profiler.profile(activities=[CPU, CUDA]), then export_chrome_trace
 
@@ -149,7 +150,8 @@ class Runner:
                 self._steps(step, k)
                 return clock() - t0, 0.0
             if config in ("cprof_gpu", "cprof_default"):
-                kw = {"activities": ["GPU"]} if config == "cprof_gpu" else {}
+                kw = {"activities": ["GPU"], "with_stack": False,
+                      "record_shapes": False} if config == "cprof_gpu" else {}
                 ctx = self.cprof.ProfilerContext(output_dir=self.tmpdir, verbose=False,
                                                  profile_name=f"b{self.n}", **kw)
                 o0 = clock()

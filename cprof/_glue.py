@@ -206,11 +206,19 @@ def _cuda(torch):
         return False
 
 
+def _cuda_memory_wanted(prof):
+    """cprof.profile follows torch.profiler: CUDA memory with the CUDA activity only.
+    ProfilerContext follows its seed: MEM alone means the CUDA memory snapshot."""
+    return "GPU" in prof.activities or getattr(prof, "_api", None) == "ProfilerContext"
+
+
 def memory_begin(prof):
     """Starts CUDA memory history when the window tracks memory and torch has CUDA."""
     prof._memory_recording = False
     if not prof.profile_memory:
         return
+    if not _cuda_memory_wanted(prof):
+        return  # CPU-only memory, as torch.profiler(activities=[CPU], profile_memory=True)
     torch = sys.modules.get("torch")
     if not _cuda(torch):
         return
@@ -232,7 +240,9 @@ def memory_end(prof):
     summary = {"cpu_peak_rss_bytes": peak_rss}
     out = {"summary": summary, "snapshot": None, "text": None}
     if not getattr(prof, "_memory_recording", False):
-        summary["cuda"] = "not tracked: torch has no CUDA here or it is not in use"
+        summary["cuda"] = ("not tracked: CUDA is not among the activities"
+                           if not _cuda_memory_wanted(prof)
+                           else "not tracked: torch has no CUDA here or it is not in use")
         return out
     prof._memory_recording = False
     torch = sys.modules["torch"]

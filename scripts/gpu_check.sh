@@ -31,6 +31,13 @@ echo "== build: $PY setup.py build_ext --inplace =="
 if ls .deps/*.deb >/dev/null 2>&1; then
   for f in .deps/*.deb; do dpkg -x "$f" /tmp/cprof-deps; done
   export CPROF_DEPS_PREFIX=/tmp/cprof-deps
+  # zlib1g-dev's libz.so links to libz.so.1, which is in zlib1g (not carried): left dangling,
+  # the linker takes the non-PIC libz.a instead. Point it at the machine's own libz.so.1.
+  dl=/tmp/cprof-deps/usr/lib/x86_64-linux-gnu
+  if [ ! -e "$dl/libz.so" ]; then
+    sysz=$(ldconfig -p 2>/dev/null | awk '/libz\.so\.1 .*x86-64/ {print $NF; exit}')
+    [ -n "$sysz" ] && ln -sf "$sysz" "$dl/libz.so" && rm -f "$dl/libz.a"
+  fi
   echo "gpu_check: building against the packages in .deps/ (unpacked in /tmp/cprof-deps)"
 fi
 deps=${CPROF_DEPS_PREFIX:-}
