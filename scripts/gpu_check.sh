@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one command for a machine with an NVIDIA GPU: builds cprof in place, runs the GPU tests
 # (real CUPTI vs torch.profiler, the fake-CUPTI ones, torch.compile regions on the machine's
-# Python) and the GPU overhead, options and compiled-region benchmarks.
+# Python, bucket timers, operators), then the rest of the suite, and the GPU overhead, options,
+# bucket-timer and compiled-region benchmarks.
 #   bash scripts/gpu_check.sh
 # Logs and results go to $OUT (default ./gpu_check_out): build.log, gpu_tests.log,
 # bench_gpu.log, bench_gpu.json, nvidia_smi.txt. Needs no network. Exit status: 0 when every
@@ -120,6 +121,9 @@ if [ "$failed" = 0 ]; then
   echo "== benchmark: $PY benchmarks/bench_options.py --device cuda --json $OUT/bench_options.json =="
   $PY benchmarks/bench_options.py --device cuda --json "$OUT/bench_options.json" 2>&1 \
     | grep -v '^USDT:' | tee "$OUT/bench_options.log"
+  echo
+  echo "== benchmark: $PY benchmarks/bench_timers.py --json $OUT/bench_timers.json =="
+  $PY benchmarks/bench_timers.py --json "$OUT/bench_timers.json" 2>&1 | tee "$OUT/bench_timers.log"
   echo
   echo "== benchmark: $PY benchmarks/bench_compiled_regions.py --json $OUT/bench_compiled_regions.json =="
   $PY benchmarks/bench_compiled_regions.py --json "$OUT/bench_compiled_regions.json" 2>&1 \
