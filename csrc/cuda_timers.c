@@ -173,3 +173,24 @@ int cprof_timers_sync_stream(uintptr_t stream) {
     return api->cuStreamSynchronize((CUstream)stream) == CUDA_SUCCESS ? CPROF_OK
                                                                       : CPROF_E_UNAVAILABLE;
 }
+
+int cprof_timers_event_floor(uint64_t n, uintptr_t stream, uint64_t *ns_total) {
+    if (cuda_state != 1) return CPROF_E_UNAVAILABLE;
+    CUevent a, b;
+    if (event_get(&a) != CPROF_OK) return CPROF_E_UNAVAILABLE;
+    if (event_get(&b) != CPROF_OK) {
+        event_put(a);
+        return CPROF_E_UNAVAILABLE;
+    }
+    int rc = CPROF_OK;
+    uint64_t t0 = cprof_clock_now_ns();
+    for (uint64_t i = 0; i < n && rc == CPROF_OK; i++)
+        if (api->cuEventRecord(a, (CUstream)stream) != CUDA_SUCCESS ||
+            api->cuEventRecord(b, (CUstream)stream) != CUDA_SUCCESS)
+            rc = CPROF_E_UNAVAILABLE;
+    *ns_total = cprof_clock_now_ns() - t0;
+    if (api->cuStreamSynchronize((CUstream)stream) != CUDA_SUCCESS) rc = CPROF_E_UNAVAILABLE;
+    event_put(a);
+    event_put(b);
+    return rc;
+}

@@ -898,6 +898,20 @@ static PyObject *mod_sync_stream(PyObject *module, PyObject *arg) {
     return PyBool_FromLong(rc == CPROF_OK);
 }
 
+/* _timers_event_floor(n, stream) -> ns for n pairs of bare cuEventRecord (benchmarks). */
+static PyObject *mod_timers_event_floor(PyObject *module, PyObject *args) {
+    unsigned long long n, stream;
+    if (!PyArg_ParseTuple(args, "KK", &n, &stream)) return NULL;
+    if (cprof_timers_cuda_init() != CPROF_OK)
+        return raise_core_error(get_state(module), CPROF_E_UNAVAILABLE, cprof_timers_error(), 0);
+    uint64_t ns = 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc = cprof_timers_event_floor(n, (uintptr_t)stream, &ns);
+    Py_END_ALLOW_THREADS
+    if (rc) return raise_core_error(get_state(module), rc, "cuEventRecord failed", 0);
+    return PyLong_FromUnsignedLongLong(ns);
+}
+
 static PyObject *mod_step_begin(PyObject *module, PyObject *arg) {
     unsigned long run = PyLong_AsUnsignedLong(arg);
     if (run == (unsigned long)-1 && PyErr_Occurred()) return NULL;
@@ -1304,6 +1318,8 @@ static PyMethodDef module_methods[] = {
     {"timers_resolve", (PyCFunction)mod_timers_resolve, METH_NOARGS, "Resolves ended regions."},
     {"timers_counts", (PyCFunction)mod_timers_counts, METH_NOARGS, "Event pool figures."},
     {"sync_stream", (PyCFunction)mod_sync_stream, METH_O, "Synchronises one CUDA stream."},
+    {"_timers_event_floor", (PyCFunction)mod_timers_event_floor, METH_VARARGS,
+     "Benchmarks: ns for n pairs of bare cuEventRecord on a stream."},
     {"step_begin", (PyCFunction)mod_step_begin, METH_O, "Appends a step; returns its index."},
     {"step_end", (PyCFunction)mod_step_end, METH_VARARGS, "Completes a step."},
     {"step_abort", (PyCFunction)mod_step_abort, METH_O, "Drops the last step."},

@@ -36,6 +36,9 @@ int cprof_timers_resolve(void);
 void cprof_timers_counts(uint32_t *pool_events, uint32_t *pending);
 /* Records one event on stream and waits for it (a sync of that stream only). */
 int cprof_timers_sync_stream(uintptr_t stream);
+/* Benchmarks: n pairs of bare cuEventRecord calls on stream (two pooled events), timed into
+ * *ns_total: the driver's floor under a CUDA bucket-timer region. Then waits for the stream. */
+int cprof_timers_event_floor(uint64_t n, uintptr_t stream, uint64_t *ns_total);
 
 /* ---- runstats.c ---- */
 typedef struct cprof_step_stats {
