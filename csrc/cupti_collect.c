@@ -217,8 +217,13 @@ static int enable_kinds(void) {
          "MEMORY_POOL"},
         {config.nvtx ? CUPTI_ACTIVITY_KIND_MARKER : CUPTI_ACTIVITY_KIND_INVALID, 0, "MARKER"},
     };
+    /* CPROF_CUPTI_KINDS=minimal (diagnostics, A/B of CUPTI's cost): GPU work only, no API
+     * calls, syncs or overhead records; nothing links to the CPU side */
+    const char *kset = getenv("CPROF_CUPTI_KINDS");
+    int minimal = kset && !strcmp(kset, "minimal");
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         if (kinds[i].kind == CUPTI_ACTIVITY_KIND_INVALID) continue;
+        if (minimal && !kinds[i].required) continue;
         CUptiResult r = api->cuptiActivityEnable(kinds[i].kind);
         if (r == CUPTI_SUCCESS) {
             kinds_enabled[kinds[i].kind] = 1;
@@ -237,6 +242,7 @@ static int enable_kinds(void) {
      * success for every id on CUPTI 13.0.1 and then records no call at all (measured on an
      * H200, driver 580.159.04): never used by default. CPROF_CUPTI_API_RECORDS=kinds skips the
      * switching off, =ids uses the per-id switch alone (diagnostics). */
+    if (minimal) return CPROF_OK;
     const char *mode = getenv("CPROF_CUPTI_API_RECORDS");
     int ids_only = mode && !strcmp(mode, "ids"), no_filter = mode && !strcmp(mode, "kinds");
     api_enable_ok = api_enable_failed = api_enable_first_error = 0;
@@ -344,8 +350,9 @@ int cprof_cupti_start(const cprof_gpu_config *cfg, uint64_t start_ns) {
      * this window's records. With the timestamp callback CUPTI stamps records with cprof's
      * clock, so CPU and GPU events share one time base with no conversion. */
     if (api->cuptiSetThreadIdType) api->cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
+    const char *ts_mode = getenv("CPROF_CUPTI_TIMESTAMP"); /* =cupti: diagnostics (A/B) */
     timestamp_callback_ok =
-        api->cuptiActivityRegisterTimestampCallback &&
+        !(ts_mode && !strcmp(ts_mode, "cupti")) && api->cuptiActivityRegisterTimestampCallback &&
         api->cuptiActivityRegisterTimestampCallback(timestamp_cb) == CUPTI_SUCCESS;
     r = api->cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
     if (r != CUPTI_SUCCESS) {
