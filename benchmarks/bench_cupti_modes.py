@@ -24,6 +24,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import write_results  # noqa: E402
 MODES = {
     "default": {},
     "kinds": {"CPROF_CUPTI_API_RECORDS": "kinds"},
@@ -106,8 +108,7 @@ def main(argv=None):
               f"  kernel {rec.get('kernel')} runtime {rec.get('runtime')} "
               f"driver {rec.get('driver')} sync {rec.get('sync')}", flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=2)
+        write_results(args.json, out)
     return 0
 
 

@@ -9,7 +9,6 @@
 
 Interleaved rounds; medians of ns per region. `--json PATH` writes the results."""
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -18,6 +17,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cprof  # noqa: E402
+from _common import write_results  # noqa: E402
 
 
 def per_region(fn, n):
@@ -116,8 +116,7 @@ def main(argv=None):
     else:
         print("no GPU: the CUDA timer rows need a GPU machine")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(info, f, indent=2)
+        write_results(args.json, info)
     return 0
 
 
