@@ -37,10 +37,10 @@ static cprof_gpu_config config;
 static int per_api_enable;         /* cuptiActivityEnableRuntimeApi/DriverApi used */
 static int kinds_enabled[64];
 static char last_error[512];
-/* diagnostics (CPROF_CUPTI_DEBUG=1 prints them at stop) */
-static int api_enable_ok, api_enable_failed, api_enable_first_error;
+/* how this window enabled API records (trace metadata: cprof.gpu.api_records) */
+static const char *api_mode = "";  /* "kinds+filter", "kinds", "ids" or "none" */
+static uint32_t api_ids_off;       /* ids switched off after enabling the whole kinds */
 static uint64_t enable_cost_ns;
-static int api_filtered;           /* ids switched off after enabling the whole kinds */
 
 /* the buffer pool */
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -242,23 +242,20 @@ static int enable_kinds(void) {
      * success for every id on CUPTI 13.0.1 and then records no call at all (measured on an
      * H200, driver 580.159.04): never used by default. CPROF_CUPTI_API_RECORDS=kinds skips the
      * switching off, =ids uses the per-id switch alone (diagnostics). */
+    api_ids_off = 0;
+    api_mode = "none";
     if (minimal) return CPROF_OK;
     const char *mode = getenv("CPROF_CUPTI_API_RECORDS");
     int ids_only = mode && !strcmp(mode, "ids"), no_filter = mode && !strcmp(mode, "kinds");
-    api_enable_ok = api_enable_failed = api_enable_first_error = 0;
     if (ids_only && api->cuptiActivityEnableRuntimeApi && api->cuptiActivityEnableDriverApi) {
         per_api_enable = 1;
+        api_mode = "ids";
         for (size_t i = 0; i < CPROF_N_RUNTIME_CBIDS + CPROF_N_DRIVER_CBIDS; i++) {
             int drv = i >= CPROF_N_RUNTIME_CBIDS;
             CUptiResult r = drv ? api->cuptiActivityEnableDriverApi(
                                       cprof_driver_cbids[i - CPROF_N_RUNTIME_CBIDS].cbid, 1)
                                 : api->cuptiActivityEnableRuntimeApi(cprof_runtime_cbids[i].cbid, 1);
-            if (r == CUPTI_SUCCESS) {
-                api_enable_ok++;
-                continue;
-            }
-            if (!api_enable_failed++) api_enable_first_error = (int)r;
-            if (r != CUPTI_ERROR_INVALID_PARAMETER)
+            if (r != CUPTI_SUCCESS && r != CUPTI_ERROR_INVALID_PARAMETER)
                 return map_cupti_error(r, drv ? "enabling CUDA driver API records"
                                               : "enabling CUDA runtime API records");
         }
@@ -270,23 +267,18 @@ static int enable_kinds(void) {
     r = api->cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER);
     if (r != CUPTI_SUCCESS) return map_cupti_error(r, "enabling CUDA driver API records");
     kinds_enabled[CUPTI_ACTIVITY_KIND_DRIVER] = 1;
-    api_filtered = 0;
+    api_mode = "kinds";
     if (no_filter || !api->cuptiActivityEnableRuntimeApi || !api->cuptiActivityEnableDriverApi)
         return CPROF_OK;
-    api_filtered = 1;
-    /* ids past the table's end (a newer CUPTI) stay on; the decoder drops them */
-    for (uint32_t id = 1; id < CPROF_RUNTIME_CBID_LIMIT; id++) {
-        if (cprof_cbid_lookup(0, id)) continue;
-        CUptiResult e = api->cuptiActivityEnableRuntimeApi(id, 0);
-        if (e == CUPTI_SUCCESS) api_enable_ok++;
-        else if (!api_enable_failed++) api_enable_first_error = (int)e;
-    }
-    for (uint32_t id = 1; id < CPROF_DRIVER_CBID_LIMIT; id++) {
-        if (cprof_cbid_lookup(1, id)) continue;
-        CUptiResult e = api->cuptiActivityEnableDriverApi(id, 0);
-        if (e == CUPTI_SUCCESS) api_enable_ok++;
-        else if (!api_enable_failed++) api_enable_first_error = (int)e;
-    }
+    api_mode = "kinds+filter";
+    /* ids past the table's end (a newer CUPTI) stay on; the decoder drops them. A refused
+     * switch only means more records for the decoder to drop. */
+    for (uint32_t id = 1; id < CPROF_RUNTIME_CBID_LIMIT; id++)
+        if (!cprof_cbid_lookup(0, id) && api->cuptiActivityEnableRuntimeApi(id, 0) == CUPTI_SUCCESS)
+            api_ids_off++;
+    for (uint32_t id = 1; id < CPROF_DRIVER_CBID_LIMIT; id++)
+        if (!cprof_cbid_lookup(1, id) && api->cuptiActivityEnableDriverApi(id, 0) == CUPTI_SUCCESS)
+            api_ids_off++;
     return CPROF_OK;
 }
 
@@ -704,7 +696,7 @@ int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot
     }
     /* forced: also the buffers CUPTI is still filling, so nothing of this window is left
      * behind to leak into the next one */
-    int had_per_api = per_api_enable, had_shared = shared;
+    int had_shared = shared;
     api->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     disable_all();
     api->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
@@ -753,9 +745,9 @@ int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot
     snap->dropped_cupti = atomic_load(&dropped_cupti);
     snap->buffers = atomic_load(&buffers_used);
     snap->cupti_shared = had_shared;
-    snap->api_mode = had_per_api ? "ids" : api_filtered ? "kinds+filter" : "kinds";
+    snap->api_mode = api_mode;
     snap->api_delivered = raw[CUPTI_ACTIVITY_KIND_RUNTIME] + raw[CUPTI_ACTIVITY_KIND_DRIVER];
-    snap->api_ids_off = api_filtered ? (uint32_t)api_enable_ok : 0;
+    snap->api_ids_off = api_ids_off;
     snap->enable_us = (uint32_t)(enable_cost_ns / 1000);
     snap->device_props_json = cprof_cuda_device_props_json();
     *out = snap;

@@ -77,7 +77,8 @@ typedef struct cprof_gpu_snapshot {
     uint64_t overhead_ns;       /* sum of CUPTI overhead records */
     uint64_t buffers;           /* CUPTI buffers used */
     int cupti_shared;           /* collected without the subscriber (another client held it) */
-    const char *api_mode;       /* how API records were enabled: "kinds+filter", "kinds", "ids" */
+    const char *api_mode;       /* how API records were enabled: "kinds+filter" (default),
+                                   "kinds", "ids" or "none" (diagnostic modes) */
     uint64_t api_delivered;     /* runtime + driver records CUPTI delivered (before filtering) */
     uint32_t api_ids_off;       /* call ids switched off after enabling the kinds */
     uint32_t enable_us;         /* time spent enabling kinds and ids at start */

@@ -52,6 +52,17 @@ def test_features_report_the_library(basic):
     assert f["cupti_source"] == "CPROF_CUPTI_PATH" and f["cupti_version"] >= 130000
 
 
+def test_api_records_come_from_the_whole_kinds_with_other_ids_off(basic):
+    """CUPTI 13.0.1 records no call through the per-id switch alone (measured on an H200): the
+    kinds are enabled whole and every id cprof does not show is switched off; the trace says
+    so, and the launches are there to link kernels to their range."""
+    _, t = basic
+    a = t["cprof"]["gpu"]["api_records"]
+    assert a["mode"] == "kinds+filter" and a["ids_switched_off"] > 1000, a
+    assert a["delivered"] >= len(events(t, "cuda_runtime")) > 0
+    assert t["cprof"]["gpu"]["cupti_subscriber"] == "held by cprof"
+
+
 def test_kernels_copies_sets_decoded(basic):
     _, t = basic
     kernels = events(t, "kernel")
