@@ -196,15 +196,22 @@ def test_full_tmpfs(tiny_tmpfs, tmp_path):
     _check_complete(prof.export_chrome_trace(str(tmp_path / "export.json.gz")), n)
 
 
-def test_write_error_says_what_to_do(tmp_path):
-    """The error names the path and the cause, and says how to get the data out."""
+def _window_losing_its_dir(tmp_path, n):
+    """A window of n ranges whose output directory is removed before it closes: (the
+    directory, the ProfilerContext, the TraceWriteError its exit raised)."""
     out = tmp_path / "gone"
     ctx = _ctx(out)
     with pytest.raises(cprof.TraceWriteError) as ei:
         with ctx:
-            _fill(10)
+            _fill(n)
             shutil.rmtree(out)
-    msg = str(ei.value)
+    return out, ctx, ei.value
+
+
+def test_write_error_says_what_to_do(tmp_path):
+    """The error names the path and the cause, and says how to get the data out."""
+    out, _, err = _window_losing_its_dir(tmp_path, 10)
+    msg = str(err)
     assert str(out) in msg and os.strerror(errno.ENOENT) in msg
     assert "save(path)" in msg
     with cprof.profile(activities=[cprof.ProfilerActivity.CPU]) as prof:
@@ -218,13 +225,8 @@ def test_write_error_says_what_to_do(tmp_path):
 def test_output_dir_removed_during_window(tmp_path):
     """The directory disappears while the window runs (works as root and non-root): ENOENT,
     nothing created, save() elsewhere writes everything."""
-    out = tmp_path / "gone"
-    ctx = _ctx(out)
-    with pytest.raises(cprof.TraceWriteError) as ei:
-        with ctx:
-            _fill(1000)
-            shutil.rmtree(out)
-    assert ei.value.errno == errno.ENOENT
+    out, ctx, err = _window_losing_its_dir(tmp_path, 1000)
+    assert err.errno == errno.ENOENT
     assert not out.exists()
     _check_complete(ctx.save(tmp_path / "saved.trace.json").path, 1000)
 
@@ -405,18 +407,23 @@ def _worker(i, n, out):
                 pass
 
 
+def _run_workers(indices, n, tids, prefix):
+    """One _worker thread per index (named prefix-i), all started, then all joined."""
+    ts = [threading.Thread(target=_worker, args=(i, n, tids), name=f"{prefix}-{i}")
+          for i in indices]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+
+
 def test_threads_that_exit_inside_the_window(tmp_path):
     """16 threads run and exit (joined) before the window closes: every range is kept under the
     thread's OS tid, nested correctly."""
     n, k = 50, 16
     tids = {}
     with _ctx(tmp_path, gzip_=False) as ctx:
-        ts = [threading.Thread(target=_worker, args=(i, n, tids), name=f"exits-{i}")
-              for i in range(k)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
+        _run_workers(range(k), n, tids, "exits")
     t = load_trace(ctx.trace_path)
     by_tid, _ = _thread_ranges(t)
     for i, tid in tids.items():
@@ -528,12 +535,7 @@ def test_two_hundred_short_lived_threads(tmp_path):
         tids = {}
         with _ctx(tmp_path, name=f"short{rnd}", gzip_=False, buffer_size_mb=32) as ctx:
             for base in range(0, k, 8):
-                ts = [threading.Thread(target=_worker, args=(i, n, tids), name=f"short-{i}")
-                      for i in range(base, base + 8)]
-                for t in ts:
-                    t.start()
-                for t in ts:
-                    t.join()
+                _run_workers(range(base, base + 8), n, tids, "short")
         t = load_trace(ctx.trace_path)
         by_tid, _ = _thread_ranges(t)
         assert len(set(tids.values())) == k
