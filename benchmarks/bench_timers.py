@@ -6,6 +6,11 @@
   side with the seed's way: two new torch.cuda.Event(enable_timing=True) per region, recorded,
   resolved in Python after a sync (the issue quotes 63.9 us per region on an H100 host), and
   the driver's floor: two bare cuEventRecord calls from C per region.
+  Each twice: empty regions, and regions around one small kernel (x.add_(1) on 256 floats)
+  whose cost is given over the same kernels without a timer. Adjacent cprof regions share
+  their boundary event (csrc/cuda_timers.c); "sharing off" (CPROF_TIMER_SHARE_NS=0) is two
+  records per region. Empty regions shorter than the window share even their own start and
+  end: read the kernel rows for what a real region costs.
 
 Interleaved rounds; medians of ns per region. `--json PATH` writes the results."""
 import argparse
@@ -73,21 +78,55 @@ def main(argv=None):
         "timer outside a step (gated)": cuda_timer,
     }
     if gpu:
-        variants["cuda_bucket_timer in step (cprof)"] = in_step(cuda_timer)
+        x = torch.zeros(256, device="cuda")
 
-        def seed_way(n):
-            pairs = []
+        def no_sharing(fn):
+            def run(n):
+                old = cprof._C._timers_share_ns(0)
+                try:
+                    return fn(n)
+                finally:
+                    cprof._C._timers_share_ns(old)
+            return run
+
+        def kernel_alone(n):
             for _ in range(n):
-                a = torch.cuda.Event(enable_timing=True)
-                b = torch.cuda.Event(enable_timing=True)
-                a.record()
-                b.record()
-                pairs.append((a, b))
+                x.add_(1)
             torch.cuda.synchronize()
-            for a, b in pairs:
-                a.elapsed_time(b)
 
-        variants["seed: 2 x torch.cuda.Event per region"] = seed_way
+        def kernel_timer(n):
+            for _ in range(n):
+                with cprof.cuda_bucket_timer("attn.rope"):
+                    x.add_(1)
+
+        def seed_way(body):
+            def run(n):
+                pairs = []
+                for _ in range(n):
+                    a = torch.cuda.Event(enable_timing=True)
+                    b = torch.cuda.Event(enable_timing=True)
+                    a.record()
+                    body()
+                    b.record()
+                    pairs.append((a, b))
+                torch.cuda.synchronize()
+                for a, b in pairs:
+                    a.elapsed_time(b)
+            return run
+
+        def synced(fn):
+            def run(n):
+                fn(n)
+                torch.cuda.synchronize()
+            return run
+
+        variants["cuda_bucket_timer in step (cprof)"] = in_step(cuda_timer)
+        variants["cuda_bucket_timer, sharing off"] = no_sharing(in_step(cuda_timer))
+        variants["seed: 2 x torch.cuda.Event per region"] = seed_way(lambda: None)
+        variants["kernel alone"] = kernel_alone
+        variants["kernel in cuda_bucket_timer (cprof)"] = synced(in_step(kernel_timer))
+        variants["kernel in timer, sharing off"] = no_sharing(synced(in_step(kernel_timer)))
+        variants["kernel between 2 torch.cuda.Event (seed)"] = seed_way(lambda: x.add_(1))
         stream = int(torch.cuda.current_stream().cuda_stream)
         # what the driver alone costs for a region's two records (timed in C, no Python)
         variants["driver floor: 2 x cuEventRecord from C"] = (
@@ -113,6 +152,15 @@ def main(argv=None):
         over = med["cuda_bucket_timer in step (cprof)"] - med[
             "driver floor: 2 x cuEventRecord from C"]
         print(f"cprof above the driver floor: {over:.0f} ns per region")
+        k = med["kernel alone"]
+        info["over_kernel_ns"] = {}
+        for name in ("kernel in cuda_bucket_timer (cprof)", "kernel in timer, sharing off",
+                     "kernel between 2 torch.cuda.Event (seed)"):
+            info["over_kernel_ns"][name] = med[name] - k
+            print(f"{name:<42} {med[name] - k:>10.0f} ns per region over the kernel alone")
+        c = cprof._C.timers_counts()
+        info["timer_counts"] = c
+        print(f"timer events recorded {c['records']}, boundaries shared {c['shared']}")
     else:
         print("no GPU: the CUDA timer rows need a GPU machine")
     if args.json:

@@ -105,6 +105,9 @@ def build_summary(prof):
             "cprof_version": _C.__version__,
             "timing": "cuda_events" if prof._cuda else "host_clock",
             "timing_note": prof._timing_note,
+            # CUDA timer boundaries on one stream within this many ns share one event
+            "timer_boundary_share_ns": (_C.timers_counts()["share_ns"] if prof._cuda
+                                        else None),
             "percentile_method": PERCENTILE_METHOD,
             "runs_recorded": len(runs), "runs_measured": len(measured),
             "warmup_runs": cfg.warmup_runs, "num_total_runs": cfg.num_total_runs,

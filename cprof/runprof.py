@@ -45,6 +45,23 @@ PERCENTILE_METHOD = ("exact over all measured steps: linear interpolation betwee
                      "nearest ranks of the sorted step latencies (numpy's default 'linear')")
 
 
+def _share_ns_from_env():
+    """CPROF_TIMER_SHARE_NS: the window (ns) in which adjacent CUDA timer boundaries on one
+    stream share one event (csrc/cuda_timers.c); 0 gives every region two events of its own."""
+    v = os.environ.get("CPROF_TIMER_SHARE_NS", "").strip()
+    if not v:
+        return None
+    try:
+        ns = int(v)
+    except ValueError:
+        ns = -1
+    if ns < 0:
+        raise ValueError(f"cprof: CPROF_TIMER_SHARE_NS={v!r} is not a whole number of "
+                         "nanoseconds >= 0; unset it for the default (1000) or set 0 to give "
+                         "every CUDA timer region two events of its own")
+    return ns
+
+
 class ProfilerStateError(_C.CprofError, RuntimeError):
     """A Profiler call in the wrong order (end_run without begin_run, ...)."""
 
@@ -195,6 +212,7 @@ class Profiler:
         self._kv = None
         self._cuda = None  # decided at the first run: CUDA events or host clock
         self._timing_note = None
+        self._share_ns = _share_ns_from_env()
         self._attached_models = set()
         _C.rs_reset()
 
@@ -207,6 +225,8 @@ class Profiler:
             return
         if self._timing == "cuda" or _cuda_ready():
             ok, reason = _C.timers_cuda_init()
+            if ok and self._share_ns is not None:
+                _C._timers_share_ns(self._share_ns)
         else:
             ok, reason = False, "CUDA is not available or not initialised in this process"
         self._cuda = ok

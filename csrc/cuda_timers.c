@@ -2,7 +2,14 @@
  * clock reads when CUDA is not usable. Events come from a pool that only grows while warming
  * up; ended regions are resolved in batch at step end (cprof_timers_resolve), never with a sync
  * per timer. Callers hold the GIL (begin/end/counts); resolve runs with it released but while
- * the Profiler blocks other timer calls (it is called at step end, from the timing thread). */
+ * the Profiler blocks other timer calls (it is called at step end, from the timing thread).
+ *
+ * One event per boundary: a record asked for on the same stream within share_ns of the end of
+ * the previous record call reuses that event instead of recording another (the end of one
+ * region and the start of the next, an outer and an inner start). No launch fits in that gap
+ * (a launch costs more host time than share_ns), so the two would mark the same place in the
+ * stream; on an idle GPU the shared stamp is at most share_ns early. A record is ~1.3 us of
+ * driver time on an H200 VM, so adjacent regions cost one record each instead of two. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +37,16 @@ static uint32_t nregions, regions_cap, nopen;
 static uint32_t generation;        /* bumps at each resolve: stale slots are ignored */
 static CUevent *pool;
 static uint32_t npool, pool_cap, pool_total;
+static CUevent *used;              /* events recorded since the last resolve (<= 2 per region) */
+static uint32_t nused;
+static struct {
+    CUevent e;
+    uintptr_t stream;
+    uint64_t t_after;              /* host clock when its cuEventRecord returned */
+    int valid;
+} last;
+static uint64_t share_ns = CPROF_TIMER_SHARE_NS_DEFAULT;
+static uint64_t n_records, n_shared;
 
 const char *cprof_timers_error(void) { return err; }
 
@@ -78,6 +95,40 @@ static void event_put(CUevent e) {
     pool[npool++] = e;
 }
 
+uint64_t cprof_timers_share_ns(int64_t set) {
+    uint64_t old = share_ns;
+    if (set >= 0) share_ns = (uint64_t)set;
+    return old;
+}
+
+/* An event marking the current end of `stream`: the last one when it is close enough (see the
+ * top of the file), otherwise a pooled event recorded now. `used` has room: begin() grows it
+ * with the regions, two entries per region. */
+static int boundary(uintptr_t stream, CUevent *out) {
+    uint64_t now = cprof_clock_now_ns();
+    if (last.valid && last.stream == stream && now >= last.t_after &&
+        now - last.t_after <= share_ns) {
+        *out = last.e;
+        n_shared++;
+        return CPROF_OK;
+    }
+    CUevent e;
+    if (event_get(&e) != CPROF_OK) return CPROF_E_UNAVAILABLE;
+    if (api->cuEventRecord(e, (CUstream)stream) != CUDA_SUCCESS) {
+        event_put(e);
+        last.valid = 0;
+        return CPROF_E_UNAVAILABLE;
+    }
+    used[nused++] = e;
+    n_records++;
+    last.e = e;
+    last.stream = stream;
+    last.t_after = cprof_clock_now_ns();
+    last.valid = 1;
+    *out = e;
+    return CPROF_OK;
+}
+
 int cprof_timer_begin(int cuda, uintptr_t stream, uint32_t *slot) {
     if (cuda && cuda_state != 1) return CPROF_E_UNAVAILABLE;
     if (nregions > SLOT_INDEX_MASK) return CPROF_E_FULL;
@@ -86,18 +137,16 @@ int cprof_timer_begin(int cuda, uintptr_t stream, uint32_t *slot) {
         region *nr = realloc(regions, ncap * sizeof *nr);
         if (!nr) return CPROF_E_NOMEM;
         regions = nr;
+        CUevent *nu = realloc(used, 2 * (size_t)ncap * sizeof *nu);
+        if (!nu) return CPROF_E_NOMEM; /* regions grew: harmless, capacity stays as it was */
+        used = nu;
         regions_cap = ncap;
     }
     region *r = &regions[nregions];
     memset(r, 0, sizeof *r);
     r->cuda = (uint8_t)(cuda != 0);
     if (cuda) {
-        if (event_get(&r->a) || event_get(&r->b)) return CPROF_E_UNAVAILABLE;
-        if (api->cuEventRecord(r->a, (CUstream)stream) != CUDA_SUCCESS) {
-            event_put(r->a);
-            event_put(r->b);
-            return CPROF_E_UNAVAILABLE;
-        }
+        if (boundary(stream, &r->a) != CPROF_OK) return CPROF_E_UNAVAILABLE;
     } else {
         r->host_a = cprof_clock_now_ns();
     }
@@ -116,7 +165,7 @@ int cprof_timer_end(uint32_t slot, uintptr_t stream, uint8_t domain, uint32_t bu
         return CPROF_E_STATE; /* resolved (or abandoned) since it began */
     region *r = &regions[idx];
     if (r->cuda) {
-        if (api->cuEventRecord(r->b, (CUstream)stream) != CUDA_SUCCESS) return CPROF_E_UNAVAILABLE;
+        if (boundary(stream, &r->b) != CPROF_OK) return CPROF_E_UNAVAILABLE;
     } else {
         r->host_b = cprof_clock_now_ns();
     }
@@ -150,22 +199,24 @@ int cprof_timers_resolve(void) {
             if (r->domain == CPROF_DOMAIN_STEP) cprof_rs_set_latency(r->step, ns);
             else cprof_rs_add_bucket(r->step, r->domain, r->bucket, ns);
         }
-        /* an open region (its timer raised before ending) is abandoned: its events return
-         * to the pool and a late end() sees a stale slot */
-        if (r->cuda) {
-            event_put(r->a);
-            event_put(r->b);
-        }
+        /* an open region (its timer raised before ending) is abandoned: a late end() sees a
+         * stale slot */
     }
+    for (uint32_t i = 0; i < nused; i++) event_put(used[i]);
+    nused = 0;
+    last.valid = 0;
     nregions = 0;
     nopen = 0;
     generation++;
     return rc;
 }
 
-void cprof_timers_counts(uint32_t *pool_events, uint32_t *pending) {
+void cprof_timers_counts(uint32_t *pool_events, uint32_t *pending, uint64_t *records,
+                         uint64_t *shared) {
     if (pool_events) *pool_events = pool_total;
     if (pending) *pending = nregions;
+    if (records) *records = n_records;
+    if (shared) *shared = n_shared;
 }
 
 int cprof_timers_sync_stream(uintptr_t stream) {

@@ -324,7 +324,7 @@ static PyObject *gpu_snapshot_counts(GpuSnapshotObject *self, PyObject *unused) 
         Py_XDECREF(v);
     }
     if (!kinds) return NULL;
-    return Py_BuildValue("{sNsKs{sKsKsKsK}sKsKsss{sssKsI}sI}", "records", kinds, "total",
+    return Py_BuildValue("{sNsKs{sKsKsKsK}sKsKsss{sssKsI}sIsNsI}", "records", kinds, "total",
                          (unsigned long long)g->nrecords, "dropped", "cupti",
                          (unsigned long long)g->dropped_cupti, "incomplete",
                          (unsigned long long)g->dropped_incomplete, "outside_window",
@@ -337,7 +337,9 @@ static PyObject *gpu_snapshot_counts(GpuSnapshotObject *self, PyObject *unused) 
                                          : "held by cprof",
                          "api_records", "mode", g->api_mode ? g->api_mode : "",
                          "delivered", (unsigned long long)g->api_delivered, "ids_switched_off",
-                         (unsigned)g->api_ids_off, "enable_us", (unsigned)g->enable_us);
+                         (unsigned)g->api_ids_off, "enable_us", (unsigned)g->enable_us,
+                         "buffers_prezeroed", PyBool_FromLong(g->buffers_prezeroed),
+                         "prezero_us", (unsigned)g->prezero_us);
 }
 
 /* records(): every decoded record as a dict (tests, small windows). */
@@ -884,9 +886,20 @@ static PyObject *mod_timers_resolve(PyObject *module, PyObject *unused) {
 
 static PyObject *mod_timers_counts(PyObject *module, PyObject *unused) {
     uint32_t pool, pending;
-    cprof_timers_counts(&pool, &pending);
-    return Py_BuildValue("{sIsIsI}", "events", pool, "pending", pending, "open",
-                         cprof_timers_open());
+    uint64_t records, shared;
+    cprof_timers_counts(&pool, &pending, &records, &shared);
+    return Py_BuildValue("{sIsIsIsKsKsK}", "events", pool, "pending", pending, "open",
+                         cprof_timers_open(), "records", (unsigned long long)records, "shared",
+                         (unsigned long long)shared, "share_ns",
+                         (unsigned long long)cprof_timers_share_ns(-1));
+}
+
+/* _timers_share_ns(ns) -> previous: the one-event-per-boundary window (0 turns it off). */
+static PyObject *mod_timers_share_ns(PyObject *module, PyObject *arg) {
+    long long ns = PyLong_AsLongLong(arg);
+    if (ns == -1 && PyErr_Occurred()) return NULL;
+    if (ns < 0) return PyErr_Format(PyExc_ValueError, "share window must be >= 0 ns, not %lld", ns);
+    return PyLong_FromUnsignedLongLong(cprof_timers_share_ns(ns));
 }
 
 static PyObject *mod_sync_stream(PyObject *module, PyObject *arg) {
@@ -1318,6 +1331,8 @@ static PyMethodDef module_methods[] = {
     {"timers_resolve", (PyCFunction)mod_timers_resolve, METH_NOARGS, "Resolves ended regions."},
     {"timers_counts", (PyCFunction)mod_timers_counts, METH_NOARGS, "Event pool figures."},
     {"sync_stream", (PyCFunction)mod_sync_stream, METH_O, "Synchronises one CUDA stream."},
+    {"_timers_share_ns", (PyCFunction)mod_timers_share_ns, METH_O,
+     "Sets the window in which timer boundaries share one CUDA event; returns the old one."},
     {"_timers_event_floor", (PyCFunction)mod_timers_event_floor, METH_VARARGS,
      "Benchmarks: ns for n pairs of bare cuEventRecord on a stream."},
     {"step_begin", (PyCFunction)mod_step_begin, METH_O, "Appends a step; returns its index."},

@@ -19,7 +19,8 @@ enum cprof_domain {
 int cprof_timers_cuda_init(void);
 const char *cprof_timers_error(void);
 /* Opens a timed region on stream (a CUstream as an integer; 0 = the legacy default stream):
- * two events from the pool, the first recorded now. cuda=0 uses the host clock instead.
+ * its start event recorded now, or the stream's last event when that was recorded less than
+ * cprof_timers_share_ns() ago (one event per boundary). cuda=0 uses the host clock instead.
  * *slot identifies the region for cprof_timer_end. No sync. */
 int cprof_timer_begin(int cuda, uintptr_t stream, uint32_t *slot);
 /* Records the region's end and files it under (domain, bucket) of step (an index from
@@ -32,8 +33,14 @@ uint32_t cprof_timers_open(void);
  * stream in practice) and files its time in the step store. Events go back to the pool.
  * Call with the GIL released. */
 int cprof_timers_resolve(void);
-/* Events held by the pool, and regions pending resolution (tests, leak checks). */
-void cprof_timers_counts(uint32_t *pool_events, uint32_t *pending);
+/* Events held by the pool, regions pending resolution, events recorded and boundaries that
+ * reused the previous event, since the process started (tests, leak checks, benchmarks). */
+void cprof_timers_counts(uint32_t *pool_events, uint32_t *pending, uint64_t *records,
+                         uint64_t *shared);
+/* The sharing window in ns (0: every boundary records its own event); set >= 0 changes it.
+ * Returns the previous value. */
+#define CPROF_TIMER_SHARE_NS_DEFAULT 1000u
+uint64_t cprof_timers_share_ns(int64_t set);
 /* Records one event on stream and waits for it (a sync of that stream only). */
 int cprof_timers_sync_stream(uintptr_t stream);
 /* Benchmarks: n pairs of bare cuEventRecord calls on stream (two pooled events), timed into

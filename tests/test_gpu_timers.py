@@ -59,3 +59,44 @@ def test_no_event_leak_across_runs(tmp_path):
     assert counts[-1] == counts[1], counts  # the pool stops growing after the first run
     s = prof.summary()
     assert s["stats"]["steps"] == 250 and s["buckets_model_avg_ms"]["x"] > 0
+
+
+def test_adjacent_regions_share_a_boundary_and_still_match_torch_events(tmp_path):
+    """Two regions back to back on one stream: the end of the first is the start of the second
+    (one event, csrc/cuda_timers.c); their sum matches a torch.cuda.Event pair around both and
+    each is half of it (the same work)."""
+    torch.ones(1, device="cuda")
+    a = torch.randn(4096, 4096, device="cuda")
+    prof = cprof.Profiler(cprof.ProfilerConfig(output_dir=str(tmp_path), run_name="adj",
+                                               warmup_runs=0, model_profiling=True,
+                                               print_per_run=False))
+    for _ in range(3):
+        a @ a
+    torch.cuda.synchronize()
+    theirs = []
+    c0 = cprof._C.timers_counts()
+    prof.begin_run()
+    for _ in range(20):
+        with prof.step_timing_ctx():
+            e0 = torch.cuda.Event(enable_timing=True)
+            e1 = torch.cuda.Event(enable_timing=True)
+            e0.record()
+            with cprof.cuda_bucket_timer("first"):
+                for _ in range(4):
+                    a @ a
+            with cprof.cuda_bucket_timer("second"):
+                for _ in range(4):
+                    a @ a
+            e1.record()
+        torch.cuda.synchronize()
+        theirs.append(e0.elapsed_time(e1))
+    prof.end_run()
+    c1 = cprof._C.timers_counts()
+    b = prof.summary()["buckets_model_avg_ms"]
+    ref = statistics.fmean(theirs)
+    print(f"first {b['first']:.4f} + second {b['second']:.4f} ms vs torch.cuda.Event "
+          f"{ref:.4f} ms; records {c1['records'] - c0['records']}, shared "
+          f"{c1['shared'] - c0['shared']}")
+    assert c1["shared"] - c0["shared"] >= 10  # most steps shared their middle boundary
+    assert abs(b["first"] + b["second"] - ref) <= 0.05 * ref
+    assert abs(b["first"] - ref / 2) <= 0.05 * ref and abs(b["second"] - ref / 2) <= 0.05 * ref

@@ -395,7 +395,7 @@ for _ in range(5):
 prof.end_run()
 s = prof.summary()
 print(json.dumps({{"timing": s["meta"]["timing"], "b": s["buckets_model_avg_ms"],
-                   "counts": C.timers_counts()}}))
+                   "counts": C.timers_counts(), "share": s["meta"]["timer_boundary_share_ns"]}}))
 """
     env = dict(os.environ, CPROF_LIBCUDA_PATH=so, CPROF_CUPTI_PATH=so)
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -405,3 +405,74 @@ print(json.dumps({{"timing": s["meta"]["timing"], "b": s["buckets_model_avg_ms"]
     assert out["timing"] == "cuda_events"
     assert 1.5 <= out["b"]["attn.compute"] <= 50
     assert out["counts"]["pending"] == 0 and out["counts"]["events"] == 2  # pooled, reused
+    assert out["share"] == 1000  # the default window of one event per boundary
+
+
+FAKE_TIMERS = """
+import json, sys, time
+sys.path.insert(0, {root!r})
+import cprof, cprof._C as C
+prof = cprof.Profiler(cprof.ProfilerConfig(output_dir={out!r}, run_name="share",
+                      warmup_runs=0, model_profiling=True, print_per_run=False), timing="cuda")
+prof.begin_run()
+c0 = C.timers_counts()
+for _ in range(5):
+    with prof.step_timing_ctx():
+        with cprof.cuda_bucket_timer("attn.qkv_proj"):
+            time.sleep(0.002)
+        {between}
+        with cprof.cuda_bucket_timer("attn.compute"):
+            with cprof.cuda_bucket_timer("attn.rope"):
+                time.sleep(0.003)
+c1 = C.timers_counts()
+prof.end_run()
+s = prof.summary()
+print(json.dumps({{"b": s["buckets_model_avg_ms"], "share_ns": s["meta"]["timer_boundary_share_ns"],
+                   "records": c1["records"] - c0["records"], "shared": c1["shared"] - c0["shared"]}}))
+"""
+
+
+def _fake_timers(tmp_path, between="pass", **env):
+    fake_dir = os.path.join(ROOT, "tests", "fake_cupti")
+    if subprocess.run(["bash", os.path.join(fake_dir, "build.sh")]).returncode != 0:
+        pytest.skip("cannot build the fake library")
+    so = os.path.join(fake_dir, "libfake_cupti.so")
+    code = FAKE_TIMERS.format(root=ROOT, out=str(tmp_path), between=between)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, CPROF_LIBCUDA_PATH=so, CPROF_CUPTI_PATH=so, **env))
+    return r
+
+
+def test_adjacent_cuda_regions_share_their_boundary_event(tmp_path):
+    """End of one region and start of the next (and an outer and an inner start, an inner and
+    an outer end) are one event: 3 regions, 6 boundaries, 3 records per step; the times are
+    those of separate events."""
+    # a window far above any host gap between two `with` blocks and far below the regions
+    r = _fake_timers(tmp_path, CPROF_TIMER_SHARE_NS="200000")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["share_ns"] == 200000
+    assert out["records"] == 3 * 5 and out["shared"] == 3 * 5, out
+    b = out["b"]
+    assert 1.9 <= b["attn.qkv_proj"] <= 20 and 2.9 <= b["attn.rope"] <= 30
+    assert b["attn.rope"] <= b["attn.compute"] <= b["attn.rope"] + 1.0
+
+
+def test_separated_cuda_regions_record_their_own_events(tmp_path):
+    """Host time between two regions (where a launch could go) is longer than the window: no
+    sharing; CPROF_TIMER_SHARE_NS=0 turns sharing off altogether."""
+    r = _fake_timers(tmp_path, between="time.sleep(0.001)", CPROF_TIMER_SHARE_NS="200000")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["records"] == 4 * 5 and out["shared"] == 2 * 5, out  # outer/inner still share
+    r = _fake_timers(tmp_path, CPROF_TIMER_SHARE_NS="0")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["share_ns"] == 0 and out["records"] == 6 * 5 and out["shared"] == 0, out
+    assert 2.9 <= out["b"]["attn.rope"] <= out["b"]["attn.compute"]
+
+
+def test_bad_share_window_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("CPROF_TIMER_SHARE_NS", "fast")
+    with pytest.raises(ValueError, match="CPROF_TIMER_SHARE_NS='fast'.*set 0"):
+        cprof.Profiler(cprof.ProfilerConfig(output_dir="unused", print_per_run=False))
