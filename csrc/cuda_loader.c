@@ -73,6 +73,7 @@ static const sym_spec cupti_syms[] = {
     SYM(cuptiGetContextId, 0),
     SYM(cuptiGetStreamIdEx, 0),
     SYM(cuptiSetThreadIdType, 0),
+    SYM(cuptiActivitySetAttribute, 0),
 };
 
 #define N_DRIVER_SYMS (sizeof(driver_syms) / sizeof(driver_syms[0]))

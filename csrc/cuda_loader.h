@@ -55,6 +55,7 @@ typedef struct cprof_cuda_api {
     PFN_cuptiGetContextId cuptiGetContextId;
     PFN_cuptiGetStreamIdEx cuptiGetStreamIdEx;
     PFN_cuptiSetThreadIdType cuptiSetThreadIdType;
+    PFN_cuptiActivitySetAttribute cuptiActivitySetAttribute;
 
     int has_driver;        /* 1 once the driver part is loaded */
     int has_cupti;         /* 1 once the CUPTI part is loaded */

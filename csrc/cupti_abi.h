@@ -280,6 +280,12 @@ typedef enum {
     CUPTI_ACTIVITY_FLAG_FORCE_INT = 0x7fffffff
 } CUpti_ActivityFlag;
 
+/* cuptiActivitySetAttribute: only the attribute cprof sets (a uint8_t value). Non-zero: the
+ * client hands out zero-filled buffers, so CUPTI does not zero them on the thread that asked. */
+typedef enum {
+    CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER = 5,
+} CUpti_ActivityAttribute;
+
 typedef enum {
     CUPTI_ACTIVITY_MEMCPY_KIND_UNKNOWN = 0,
     CUPTI_ACTIVITY_MEMCPY_KIND_HTOD = 1,
@@ -1022,6 +1028,8 @@ typedef CUptiResult (*PFN_cuptiActivityDisable)(CUpti_ActivityKind kind);
 typedef CUptiResult (*PFN_cuptiActivityEnableRuntimeApi)(CUpti_CallbackId cbid, uint8_t enable);
 typedef CUptiResult (*PFN_cuptiActivityEnableDriverApi)(CUpti_CallbackId cbid, uint8_t enable);
 typedef CUptiResult (*PFN_cuptiActivityFlushAll)(uint32_t flag);
+typedef CUptiResult (*PFN_cuptiActivitySetAttribute)(CUpti_ActivityAttribute attr,
+                                                     size_t *valueSize, void *value);
 typedef CUptiResult (*PFN_cuptiActivityGetNextRecord)(uint8_t *buffer, size_t validBufferSizeBytes,
                                                       CUpti_Activity **record);
 /* Reads and resets the count of records dropped for lack of buffer space. */

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "cuda_loader.h"
@@ -44,11 +45,14 @@ static uint64_t enable_cost_ns;
 
 /* the buffer pool */
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint8_t **pool_all;         /* every buffer we own */
+static uint8_t **pool_all;         /* every buffer we own (mmap'ed: zero until written) */
+static uint8_t *pool_dirty;        /* handed to CUPTI since it was last zeroed */
 static size_t pool_n;
 static uint64_t pool_buffer_bytes;
-static uint8_t **pool_free;
+static size_t *pool_free;          /* indices into pool_all */
 static size_t pool_free_n;
+static int prezeroed;              /* CUPTI told our buffers come zeroed (it skips its memset) */
+static uint64_t zero_cost_ns;
 static completed_buf *pool_done;
 static size_t pool_done_n;
 static _Atomic uint64_t dropped_cupti;
@@ -77,7 +81,11 @@ static uint64_t timestamp_cb(void) { return cprof_clock_now_ns(); }
 static void buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
     uint8_t *b = NULL;
     pthread_mutex_lock(&pool_lock);
-    if (pool_free_n) b = pool_free[--pool_free_n];
+    if (pool_free_n) {
+        size_t i = pool_free[--pool_free_n];
+        b = pool_all[i];
+        pool_dirty[i] = 1;
+    }
     pthread_mutex_unlock(&pool_lock);
     *max_records = 0;
     if (!b) {
@@ -114,42 +122,59 @@ static void subscriber_cb(void *userdata, CUpti_CallbackDomain domain, CUpti_Cal
 /* ---- the pool ---- */
 
 static void pool_free_all(void) {
-    for (size_t i = 0; i < pool_n; i++) free(pool_all[i]);
+    for (size_t i = 0; i < pool_n; i++) munmap(pool_all[i], pool_buffer_bytes);
     free(pool_all);
+    free(pool_dirty);
     free(pool_free);
     free(pool_done);
-    pool_all = pool_free = NULL;
+    pool_all = NULL;
+    pool_dirty = NULL;
+    pool_free = NULL;
     pool_done = NULL;
     pool_n = pool_free_n = pool_done_n = 0;
 }
 
-/* Allocates the whole pool up front (malloc'd pages cost nothing until CUPTI writes them), so
- * the request callback never allocates. Kept across windows while the sizes stay the same. */
+/* Allocates the whole pool up front (mmap'ed pages cost nothing until CUPTI writes them, and
+ * read as zero), so the request callback never allocates. Kept across windows while the sizes
+ * stay the same; a buffer CUPTI wrote is zeroed here, at window start, so that CUPTI can skip
+ * zeroing it on the application thread that asks for it mid-window (8 MiB, ~1 ms). */
 static int pool_setup(uint64_t buffer_bytes, uint64_t cap) {
     size_t n = (size_t)(cap / buffer_bytes);
     if (n < 2) n = 2;
     if (pool_n == n && pool_buffer_bytes == buffer_bytes) {
+        uint64_t t0 = cprof_clock_now_ns();
         pthread_mutex_lock(&pool_lock);
         pool_free_n = 0;
-        for (size_t i = 0; i < pool_n; i++) pool_free[pool_free_n++] = pool_all[i];
+        for (size_t i = pool_n; i-- > 0;) {
+            if (pool_dirty[i] && prezeroed) {
+                memset(pool_all[i], 0, buffer_bytes);
+                pool_dirty[i] = 0; /* else CUPTI zeroes it and it stays dirty for us */
+            }
+            pool_free[pool_free_n++] = i;
+        }
         pool_done_n = 0; /* anything delivered after the last window is discarded */
         pthread_mutex_unlock(&pool_lock);
+        zero_cost_ns = cprof_clock_now_ns() - t0;
         return CPROF_OK;
     }
     pool_free_all();
     pool_all = calloc(n, sizeof *pool_all);
+    pool_dirty = calloc(n, 1);
     pool_free = calloc(n, sizeof *pool_free);
     pool_done = calloc(n, sizeof *pool_done);
-    if (!pool_all || !pool_free || !pool_done) goto oom;
-    for (size_t i = 0; i < n; i++) {
-        /* CUPTI needs 8-byte alignment; use a page so records never straddle a cache line */
-        if (posix_memalign((void **)&pool_all[i], 4096, buffer_bytes)) goto oom;
-        pool_n = i + 1;
-        pool_free[i] = pool_all[i];
-    }
-    pool_free_n = n;
-    pool_done_n = 0;
     pool_buffer_bytes = buffer_bytes;
+    if (!pool_all || !pool_dirty || !pool_free || !pool_done) goto oom;
+    for (size_t i = 0; i < n; i++) {
+        /* page-aligned (CUPTI needs 8 bytes) and zero-filled by the kernel */
+        void *m = mmap(NULL, buffer_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                       -1, 0);
+        if (m == MAP_FAILED) goto oom;
+        pool_all[i] = m;
+        pool_n = i + 1;
+    }
+    for (size_t i = n; i-- > 0;) pool_free[pool_free_n++] = i; /* lowest index handed out first */
+    pool_done_n = 0;
+    zero_cost_ns = 0;
     return CPROF_OK;
 oom:
     pool_free_all();
@@ -346,6 +371,16 @@ int cprof_cupti_start(const cprof_gpu_config *cfg, uint64_t start_ns) {
     timestamp_callback_ok =
         !(ts_mode && !strcmp(ts_mode, "cupti")) && api->cuptiActivityRegisterTimestampCallback &&
         api->cuptiActivityRegisterTimestampCallback(timestamp_cb) == CUPTI_SUCCESS;
+    /* Our buffers come zeroed (mmap'ed, or zeroed at window start in pool_setup): CUPTI need not
+     * zero each one on the application thread. Set every window (another client may have set it
+     * otherwise); if it cannot be set, CUPTI zeroes them as before. CPROF_CUPTI_ZEROED=0: A/B. */
+    const char *zeroed_env = getenv("CPROF_CUPTI_ZEROED");
+    uint8_t zeroed = !(zeroed_env && !strcmp(zeroed_env, "0"));
+    size_t zeroed_size = sizeof zeroed;
+    prezeroed = api->cuptiActivitySetAttribute &&
+                api->cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER,
+                                               &zeroed_size, &zeroed) == CUPTI_SUCCESS &&
+                zeroed;
     r = api->cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
     if (r != CUPTI_SUCCESS) {
         int rc = map_cupti_error(r, "registering CUPTI buffer callbacks");
@@ -733,11 +768,7 @@ int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot
             decode_one(&d, rec);
         }
     }
-    /* buffers back to the pool for the next window */
-    pthread_mutex_lock(&pool_lock);
-    for (size_t i = 0; i < ndone; i++)
-        if (pool_free_n < pool_n) pool_free[pool_free_n++] = done[i].buf;
-    pthread_mutex_unlock(&pool_lock);
+    /* the buffers go back to the pool (zeroed) when the next window starts: pool_setup */
     free(done);
     free(d.demangled_of);
     snap->dropped_incomplete += d.nmarkers; /* NVTX ranges never closed in the window */
@@ -749,6 +780,8 @@ int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot
     snap->api_delivered = raw[CUPTI_ACTIVITY_KIND_RUNTIME] + raw[CUPTI_ACTIVITY_KIND_DRIVER];
     snap->api_ids_off = api_ids_off;
     snap->enable_us = (uint32_t)(enable_cost_ns / 1000);
+    snap->buffers_prezeroed = prezeroed;
+    snap->prezero_us = (uint32_t)(zero_cost_ns / 1000);
     snap->device_props_json = cprof_cuda_device_props_json();
     *out = snap;
     return CPROF_OK;

@@ -82,6 +82,8 @@ typedef struct cprof_gpu_snapshot {
     uint64_t api_delivered;     /* runtime + driver records CUPTI delivered (before filtering) */
     uint32_t api_ids_off;       /* call ids switched off after enabling the kinds */
     uint32_t enable_us;         /* time spent enabling kinds and ids at start */
+    int buffers_prezeroed;      /* cprof zeroed the buffers (at start), not CUPTI mid-window */
+    uint32_t prezero_us;        /* time spent zeroing the last window's buffers at start */
     char *device_props_json;    /* deviceProperties array (malloc'd), or NULL */
 } cprof_gpu_snapshot;
 

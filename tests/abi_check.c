@@ -28,6 +28,7 @@ typedef struct abi_entry {
     S(CUpti_ActivityObjectKind) \
     S(CUpti_ActivityOverheadKind) \
     S(CUpti_ActivityFlag) \
+    S(CUpti_ActivityAttribute) \
     S(CUpti_ActivityMemcpyKind) \
     S(CUpti_ActivityMemoryKind) \
     S(CUpti_ActivityPartitionedGlobalCacheConfig) \
@@ -499,6 +500,7 @@ typedef struct abi_entry {
     V(CUPTI_ACTIVITY_FLAG_THRASHING_IN_CPU) \
     V(CUPTI_ACTIVITY_FLAG_THROTTLING_IN_CPU) \
     V(CUPTI_ACTIVITY_FLAG_FORCE_INT) \
+    V(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER) \
     V(CUPTI_ACTIVITY_MEMCPY_KIND_UNKNOWN) \
     V(CUPTI_ACTIVITY_MEMCPY_KIND_HTOD) \
     V(CUPTI_ACTIVITY_MEMCPY_KIND_DTOH) \
@@ -814,6 +816,7 @@ typedef struct abi_entry {
     P(cuptiActivityEnableRuntimeApi, cuptiActivityEnableRuntimeApi) \
     P(cuptiActivityEnableDriverApi, cuptiActivityEnableDriverApi) \
     P(cuptiActivityFlushAll, cuptiActivityFlushAll) \
+    P(cuptiActivitySetAttribute, cuptiActivitySetAttribute) \
     P(cuptiActivityGetNextRecord, cuptiActivityGetNextRecord) \
     P(cuptiActivityGetNumDroppedRecords, cuptiActivityGetNumDroppedRecords) \
     P(cuptiGetTimestamp, cuptiGetTimestamp) \

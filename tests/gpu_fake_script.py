@@ -99,6 +99,8 @@ with warnings.catch_warnings(record=True) as caught:
             traces.append(str(p.trace_path))
             result.setdefault("subscribers", []).append(fake.fake_cupti_subscribers())
         result["traces"] = traces
+        result["zeroed_attr"] = fake.fake_cupti_zeroed_attr()
+        result["dirty_buffers"] = fake.fake_cupti_dirty_buffers()
     elif scenario == "nvtx":
         with cprof.ProfilerContext(output_dir=out_dir, profile_name="nvtx", verbose=False) as p:
             t0 = C.now_ns() + 1000

@@ -230,6 +230,12 @@ def test_many_windows_no_leak_between_them(tmp_path, fake_so):
         t = load_trace(path)
         assert len(events(t, "kernel")) == (7 if i % 2 == 0 else 0), i
         assert [e["name"] for e in events(t, "user_annotation")] == [f"window {i}"]
+        gpu = t["cprof"]["gpu"]
+        assert gpu["buffers_prezeroed"] is True
+    # CUPTI was told the buffers come zero-filled (it skips zeroing them on the thread that
+    # asks, mid-window), and every buffer it got was: the ones written in window i are zeroed
+    # when window i + 1 starts
+    assert res["zeroed_attr"] == 1 and res["dirty_buffers"] == 0
 
 
 def test_nvtx_ranges_and_injection_env(tmp_path, fake_so):

@@ -55,6 +55,7 @@
     X(cuptiActivityEnableRuntimeApi) \
     X(cuptiActivityEnableDriverApi) \
     X(cuptiActivityFlushAll) \
+    X(cuptiActivitySetAttribute) \
     X(cuptiActivityGetNextRecord) \
     X(cuptiActivityGetNumDroppedRecords) \
     X(cuptiGetTimestamp) \
@@ -140,6 +141,8 @@ static CUpti_TimestampCallbackFunc g_timestamp;
 static uint64_t g_kinds; /* bit per enabled CUpti_ActivityKind */
 static uint8_t g_runtime_api[FAKE_API_BITS / 8], g_driver_api[FAKE_API_BITS / 8];
 static int g_thread_id_type;
+static uint8_t g_zeroed_attr;    /* CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER */
+static uint64_t g_dirty_buffers; /* buffers handed out not zeroed although the client said so */
 static uint64_t g_ext_stack[FAKE_EXT_KINDS][FAKE_EXT_DEPTH];
 static int g_ext_depth[FAKE_EXT_KINDS];
 
@@ -351,6 +354,23 @@ static int request_buffer(size_t need) {
     req(&buf, &size, &max_records);
     /* CUPTI wants 8-byte aligned buffers; anything else is as good as no buffer */
     if (!buf || size < need || ((uintptr_t)buf & 7)) return 0;
+    /* CUPTI zeroes the buffer on this (the application's) thread unless the client promised
+     * zero-filled buffers; a promise broken would leave stale bytes among new records */
+    int zeroed;
+    pthread_mutex_lock(&g_lock);
+    zeroed = g_zeroed_attr;
+    pthread_mutex_unlock(&g_lock);
+    if (!zeroed) {
+        memset(buf, 0, size);
+    } else {
+        for (size_t i = 0; i < size; i++)
+            if (buf[i]) {
+                pthread_mutex_lock(&g_lock);
+                g_dirty_buffers++;
+                pthread_mutex_unlock(&g_lock);
+                break;
+            }
+    }
     g_cur.buf = buf;
     g_cur.size = size;
     g_cur.used = 0;
@@ -540,6 +560,18 @@ FAKE_EXPORT CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle subscriber) {
     else g_subscribed = 0;
     pthread_mutex_unlock(&g_lock);
     return r;
+}
+
+FAKE_EXPORT CUptiResult cuptiActivitySetAttribute(CUpti_ActivityAttribute attr,
+                                                  size_t *valueSize, void *value) {
+    FAKE_ENTER(cuptiActivitySetAttribute, CUptiResult);
+    if (!valueSize || !value) return CUPTI_ERROR_INVALID_PARAMETER;
+    if (attr != CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER) return CUPTI_ERROR_NOT_SUPPORTED;
+    if (*valueSize != sizeof(uint8_t)) return CUPTI_ERROR_INVALID_PARAMETER;
+    pthread_mutex_lock(&g_lock);
+    g_zeroed_attr = *(uint8_t *)value;
+    pthread_mutex_unlock(&g_lock);
+    return CUPTI_SUCCESS;
 }
 
 FAKE_EXPORT CUptiResult cuptiActivityRegisterCallbacks(
@@ -947,6 +979,8 @@ FAKE_EXPORT void fake_cupti_reset(void) {
     g_subscriber_name[0] = '\0';
     g_other_holder[0] = '\0';
     g_dropped = g_discarded = g_completed_buffers = g_delivered_records = 0;
+    g_zeroed_attr = 0;
+    g_dirty_buffers = 0;
     g_next_grid_id = 1;
     __atomic_store_n(&g_events_pending, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&g_lock);
@@ -1091,6 +1125,21 @@ FAKE_EXPORT uint64_t fake_cupti_discarded(void) {
     uint64_t n = g_discarded;
     pthread_mutex_unlock(&g_lock);
     return n;
+}
+
+/* Buffers handed to the fake not zero-filled while the zeroed-buffer attribute was on. */
+FAKE_EXPORT uint64_t fake_cupti_dirty_buffers(void) {
+    pthread_mutex_lock(&g_lock);
+    uint64_t n = g_dirty_buffers;
+    pthread_mutex_unlock(&g_lock);
+    return n;
+}
+
+FAKE_EXPORT int fake_cupti_zeroed_attr(void) {
+    pthread_mutex_lock(&g_lock);
+    int z = g_zeroed_attr;
+    pthread_mutex_unlock(&g_lock);
+    return z;
 }
 
 FAKE_EXPORT uint64_t fake_cupti_buffers_completed(void) {
