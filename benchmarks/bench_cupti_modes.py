@@ -10,10 +10,22 @@ Modes (diagnostic switches read by csrc/cupti_collect.c at window start):
                without API records
   minimal      kernels, copies and sets only (no API calls, syncs or overhead records)
   cupti_clock  default, but CUPTI's own timestamps (offset applied at decode)
+  bare_kernel  no cprof window: benchmarks/bare_cupti.c, a collector with no cprof code,
+               kernels only (CONCURRENT_KERNEL), records counted and dropped
+  bare_rt      bare, kernels and every runtime call (KIND_RUNTIME whole)
+  bare_launch  bare, kernels and the runtime's launch / copy / sync calls only (KIND_RUNTIME
+               whole, the other runtime ids switched off)
+  bare_kernel_z  bare kernels only, buffers handed out zero-filled and CUPTI told so
+  unzeroed     default, but CUPTI zeroes each buffer itself on the thread that asks for it
+               (CPROF_CUPTI_ZEROED=0: what cprof did before it pre-zeroed its buffers)
+The bare modes say what CUPTI alone costs here: cprof's modes can be no cheaper.
 
 Step: 16 x (Linear(256, 256) + ReLU), batch 8, no_grad (the launch-bound step of issue 3).
-Per mode: R interleaved rounds of a no-profiler block and a cprof block of K steps; the ratio
-of the medians. Needs a CUDA GPU. `--json PATH` writes the results."""
+Per mode: R interleaved rounds of a no-profiler block and a profiled block of K steps; the
+ratio of the medians. `--repeat N` runs the whole list of modes N times (a new process each
+time, the order reversed every other pass) and reports each mode's median ratio: processes
+differ more than modes do on a VM. Needs a CUDA GPU and gcc (for the bare collector).
+`--json PATH` writes the results."""
 import argparse
 import json
 import os
@@ -32,7 +44,51 @@ MODES = {
     "ids": {"CPROF_CUPTI_API_RECORDS": "ids"},
     "minimal": {"CPROF_CUPTI_KINDS": "minimal"},
     "cupti_clock": {"CPROF_CUPTI_TIMESTAMP": "cupti"},
+    "bare_kernel": {"BENCH_BARE": "0"},
+    "bare_rt": {"BENCH_BARE": "1"},
+    "bare_launch": {"BENCH_BARE": "2"},
+    "bare_kernel_z": {"BENCH_BARE": "4"},
+    "unzeroed": {"CPROF_CUPTI_ZEROED": "0"},
 }
+
+
+def build_bare(tmpdir):
+    """Compiles benchmarks/bare_cupti.c; returns the .so path or None with a message."""
+    so = os.path.join(tmpdir, "bare_cupti.so")
+    r = subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-I", os.path.join(ROOT, "csrc"),
+                        os.path.join(ROOT, "benchmarks", "bare_cupti.c"), "-ldl", "-o", so],
+                       capture_output=True, text=True)
+    if r.returncode:
+        print(f"cannot build the bare collector: {r.stderr[-400:]}")
+        return None
+    return so
+
+
+class Bare:
+    """A profiler-like window over benchmarks/bare_cupti.c."""
+
+    def __init__(self, so, mode):
+        import ctypes
+        from cprof._features import _gpu_status
+        self.path = _gpu_status()[2]["cupti_path"]
+        if not self.path:
+            raise RuntimeError("no libcupti found for the bare collector")
+        self.lib = ctypes.CDLL(so)
+        self.lib.bare_start.argtypes = [ctypes.c_char_p, ctypes.c_int]
+        self.lib.bare_stop.argtypes = [ctypes.POINTER(ctypes.c_ulong)]
+        self.lib.bare_stop.restype = ctypes.c_long
+        self.mode = mode
+        self.kernels = ctypes.c_ulong(0)
+        self.records = None
+
+    def __enter__(self):
+        rc = self.lib.bare_start(self.path.encode(), self.mode)
+        if rc:
+            raise RuntimeError(f"bare_start failed: {rc}")
+        return self
+
+    def __exit__(self, *exc):
+        self.records = self.lib.bare_stop(self.kernels)
 
 
 def worker(rounds, steps):
@@ -55,19 +111,27 @@ def worker(rounds, steps):
     for _ in range(20):
         block()
     none, prof = [], []
+    bare = os.environ.get("BENCH_BARE")
+    gpu = {}
     with tempfile.TemporaryDirectory() as d:
         for r in range(rounds):
             t0 = time.perf_counter()
             block()
             none.append((time.perf_counter() - t0) / steps * 1e3)
-            ctx = cprof.ProfilerContext(activities=["GPU"], with_stack=False,
-                                        record_shapes=False, output_dir=d,
-                                        profile_name=f"r{r}", verbose=False)
+            if bare is not None:
+                ctx = Bare(os.environ["BENCH_BARE_SO"], int(bare))
+            else:
+                ctx = cprof.ProfilerContext(activities=["GPU"], with_stack=False,
+                                            record_shapes=False, output_dir=d,
+                                            profile_name=f"r{r}", verbose=False)
             ctx.__enter__()
             t0 = time.perf_counter()
             block()
             prof.append((time.perf_counter() - t0) / steps * 1e3)
             ctx.__exit__(None, None, None)
+            if bare is not None:
+                gpu = {"records": {"kernel": ctx.kernels.value, "all": ctx.records}}
+                continue
             with open(ctx.trace_path, "rb") as f:
                 raw = f.read()
             import gzip
@@ -85,28 +149,45 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--json")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         return worker(args.rounds, args.steps)
     out = {}
-    print(f"{'mode':<12} {'none ms':>9} {'cprof ms':>9} {'ratio':>7}  records")
-    for mode in args.modes.split(","):
-        env = dict(os.environ, **MODES[mode])
-        r = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker",
-                            "--rounds", str(args.rounds), "--steps", str(args.steps)],
-                           env=env, capture_output=True, text=True, timeout=300)
-        lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
-        if r.returncode or not lines:
-            print(f"{mode:<12} failed: {r.stderr[-500:]}")
-            continue
-        res = json.loads(lines[-1][7:])
-        out[mode] = res
-        rec = res["records"] or {}
-        print(f"{mode:<12} {res['none_ms']:>9.3f} {res['cprof_ms']:>9.3f} {res['ratio']:>6.3f}x"
-              f"  kernel {rec.get('kernel')} runtime {rec.get('runtime')} "
-              f"driver {rec.get('driver')} sync {rec.get('sync')}", flush=True)
+    modes = args.modes.split(",")
+    tmp = tempfile.mkdtemp()
+    so = build_bare(tmp) if any(m.startswith("bare") for m in modes) else None
+    print(f"{'mode':<12} {'none ms':>9} {'prof ms':>9} {'ratio':>7}  records")
+    for rep in range(args.repeat):
+        for mode in (modes if rep % 2 == 0 else modes[::-1]):
+            if mode.startswith("bare") and so is None:
+                continue
+            env = dict(os.environ, **MODES[mode])
+            if so:
+                env["BENCH_BARE_SO"] = so
+            r = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker",
+                                "--rounds", str(args.rounds), "--steps", str(args.steps)],
+                               env=env, capture_output=True, text=True, timeout=300)
+            lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+            if r.returncode or not lines:
+                print(f"{mode:<12} failed: {r.stderr[-500:]}")
+                continue
+            res = json.loads(lines[-1][7:])
+            out.setdefault(mode, []).append(res)
+            rec = res["records"] or {}
+            print(f"{mode:<12} {res['none_ms']:>9.3f} {res['cprof_ms']:>9.3f} "
+                  f"{res['ratio']:>6.3f}x  " + " ".join(f"{k} {v}" for k, v in rec.items()),
+                  flush=True)
+    if args.repeat > 1:
+        print(f"\n{'mode':<12} {'median ratio':>12} {'min':>7} {'max':>7}  over {args.repeat} "
+              "processes")
+        for mode in modes:
+            rs = [x["ratio"] for x in out.get(mode, [])]
+            if rs:
+                print(f"{mode:<12} {statistics.median(rs):>11.3f}x {min(rs):>6.3f}x "
+                      f"{max(rs):>6.3f}x")
     if args.json:
         write_results(args.json, out)
     return 0

@@ -6,7 +6,9 @@
 #   bash scripts/gpu_check.sh
 # Logs and results go to $OUT (default ./gpu_check_out): build.log, gpu_tests.log,
 # bench_gpu.log, bench_gpu.json, nvidia_smi.txt. Needs no network. Exit status: 0 when every
-# step passed.
+# step passed. GPU_CHECK_REST=0 skips the rest of the suite; GPU_CHECK_BENCHES="timers
+# cupti_modes" (names: gpu_overhead options timers compiled_regions cupti_modes) picks the
+# benchmarks; GPU_CHECK_TESTS overrides the GPU test files.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
@@ -84,7 +86,7 @@ if [ "$failed" = 0 ]; then
   # The GPU files first (test_gpu_fake.py carries no gpu mark: it runs on CI too), then the rest
   # of the suite, which must also pass where a GPU is visible. A per-test limit where
   # pytest-timeout is there, so one hang cannot eat the whole call.
-  gpu_files="tests/test_gpu_real.py tests/test_gpu_profile.py tests/test_gpu_timers.py tests/test_gpu_fake.py tests/test_compiled_regions.py tests/test_ops.py"
+  gpu_files=${GPU_CHECK_TESTS:-"tests/test_gpu_real.py tests/test_gpu_profile.py tests/test_gpu_timers.py tests/test_gpu_fake.py tests/test_compiled_regions.py tests/test_ops.py"}
   tlimit=""
   $PY -c "import pytest_timeout" 2>/dev/null && tlimit="--timeout=180"
   echo "== tests: $PY -m pytest -q -rA $tlimit $gpu_files =="
@@ -107,27 +109,40 @@ if [ "$failed" = 0 ]; then
     if [ $rc = 0 ]; then status_rest="ok"; else status_rest="FAILED (exit $rc)"; failed=1; fi
   fi
 
-  echo
-  echo "== benchmark: $PY benchmarks/bench_gpu_overhead.py --json $OUT/bench_gpu.json =="
-  # torch's profiler prints "USDT: ..." to stderr for every session: dropped
-  $PY benchmarks/bench_gpu_overhead.py --json "$OUT/bench_gpu.json" 2>&1 | grep -v '^USDT:' \
-    | tee "$OUT/bench_gpu.log"
-  rc=$?
-  if [ $rc != 0 ]; then status_bench="FAILED (exit $rc)"; failed=1
-  elif [ -f "$OUT/bench_gpu.json" ]; then status_bench="ok"
-  else status_bench="nothing measured (see bench_gpu.log)"; failed=1; fi
-
-  echo
-  echo "== benchmark: $PY benchmarks/bench_options.py --device cuda --json $OUT/bench_options.json =="
-  $PY benchmarks/bench_options.py --device cuda --json "$OUT/bench_options.json" 2>&1 \
-    | grep -v '^USDT:' | tee "$OUT/bench_options.log"
-  echo
-  echo "== benchmark: $PY benchmarks/bench_timers.py --json $OUT/bench_timers.json =="
-  $PY benchmarks/bench_timers.py --json "$OUT/bench_timers.json" 2>&1 | tee "$OUT/bench_timers.log"
-  echo
-  echo "== benchmark: $PY benchmarks/bench_compiled_regions.py --json $OUT/bench_compiled_regions.json =="
-  $PY benchmarks/bench_compiled_regions.py --json "$OUT/bench_compiled_regions.json" 2>&1 \
-    | grep -v '^USDT:' | tee "$OUT/bench_compiled_regions.log"
+  # GPU_CHECK_BENCHES picks the benchmarks (default: the four below; cupti_modes, the CUPTI
+  # mode A/B of issue 3, takes ~3 min and runs only when named)
+  for b in ${GPU_CHECK_BENCHES:-gpu_overhead options timers compiled_regions}; do
+    echo
+    case $b in
+      gpu_overhead)
+        echo "== benchmark: $PY benchmarks/bench_gpu_overhead.py --json $OUT/bench_gpu.json =="
+        # torch's profiler prints "USDT: ..." to stderr for every session: dropped
+        $PY benchmarks/bench_gpu_overhead.py --json "$OUT/bench_gpu.json" 2>&1 \
+          | grep -v '^USDT:' | tee "$OUT/bench_gpu.log"
+        rc=$?
+        if [ $rc != 0 ]; then status_bench="FAILED (exit $rc)"; failed=1
+        elif [ -f "$OUT/bench_gpu.json" ]; then status_bench="ok"
+        else status_bench="nothing measured (see bench_gpu.log)"; failed=1; fi ;;
+      options)
+        echo "== benchmark: $PY benchmarks/bench_options.py --device cuda --json $OUT/bench_options.json =="
+        $PY benchmarks/bench_options.py --device cuda --json "$OUT/bench_options.json" 2>&1 \
+          | grep -v '^USDT:' | tee "$OUT/bench_options.log" ;;
+      timers)
+        echo "== benchmark: $PY benchmarks/bench_timers.py --json $OUT/bench_timers.json =="
+        $PY benchmarks/bench_timers.py --json "$OUT/bench_timers.json" 2>&1 \
+          | tee "$OUT/bench_timers.log" ;;
+      compiled_regions)
+        echo "== benchmark: $PY benchmarks/bench_compiled_regions.py --json $OUT/bench_compiled_regions.json =="
+        $PY benchmarks/bench_compiled_regions.py --json "$OUT/bench_compiled_regions.json" 2>&1 \
+          | grep -v '^USDT:' | tee "$OUT/bench_compiled_regions.log" ;;
+      cupti_modes)
+        echo "== benchmark: $PY benchmarks/bench_cupti_modes.py --repeat 2 --json $OUT/bench_cupti_modes.json =="
+        $PY benchmarks/bench_cupti_modes.py --repeat 2 --rounds 9 --steps 40 \
+          ${CUPTI_MODES:+--modes $CUPTI_MODES} --json "$OUT/bench_cupti_modes.json" 2>&1 \
+          | tee "$OUT/bench_cupti_modes.log" ;;
+      *) echo "gpu_check: unknown benchmark '$b' in GPU_CHECK_BENCHES" ;;
+    esac
+  done
 fi
 
 echo
