@@ -183,6 +183,15 @@ oom:
     return CPROF_E_NOMEM;
 }
 
+/* The zeroed-buffer attribute is process-wide: once a window ends (or fails to start) the next
+ * client, a torch.profiler session say, hands out buffers of its own that nobody zeroed. */
+static void zeroed_attr_off(void) {
+    if (!prezeroed) return;
+    uint8_t off = 0;
+    size_t off_size = sizeof off;
+    api->cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER, &off_size, &off);
+}
+
 /* ---- enabling ---- */
 
 typedef struct {
@@ -384,6 +393,7 @@ int cprof_cupti_start(const cprof_gpu_config *cfg, uint64_t start_ns) {
     r = api->cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
     if (r != CUPTI_SUCCESS) {
         int rc = map_cupti_error(r, "registering CUPTI buffer callbacks");
+        zeroed_attr_off();
         if (subscriber) api->cuptiUnsubscribe(subscriber);
         subscriber = NULL;
         return rc;
@@ -407,6 +417,7 @@ int cprof_cupti_start(const cprof_gpu_config *cfg, uint64_t start_ns) {
     }
     if (rc != CPROF_OK) {
         disable_all();
+        zeroed_attr_off();
         if (subscriber) api->cuptiUnsubscribe(subscriber);
         subscriber = NULL;
         return rc;
@@ -735,6 +746,7 @@ int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot
     api->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     disable_all();
     api->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    zeroed_attr_off();
     if (subscriber) api->cuptiUnsubscribe(subscriber);
     subscriber = NULL;
     active = 0;

@@ -75,6 +75,8 @@ with warnings.catch_warnings(record=True) as caught:
     elif scenario == "privileges":
         fake.fake_cupti_set_error(b"cuptiActivityEnable", 35)  # INSUFFICIENT_PRIVILEGES
         result["trace"] = str(scene("priv").trace_path)
+        result["zeroed_attr"] = fake.fake_cupti_zeroed_attr()
+        result["zeroed_attr_set"] = fake.fake_cupti_calls(b"cuptiActivitySetAttribute")
     elif scenario == "dropped":
         fake.fake_cupti_set_dropped(5)
         result["trace"] = str(scene("dropped").trace_path)
@@ -100,6 +102,7 @@ with warnings.catch_warnings(record=True) as caught:
             result.setdefault("subscribers", []).append(fake.fake_cupti_subscribers())
         result["traces"] = traces
         result["zeroed_attr"] = fake.fake_cupti_zeroed_attr()
+        result["zeroed_requests"] = fake.fake_cupti_zeroed_requests()
         result["dirty_buffers"] = fake.fake_cupti_dirty_buffers()
     elif scenario == "nvtx":
         with cprof.ProfilerContext(output_dir=out_dir, profile_name="nvtx", verbose=False) as p:

@@ -208,6 +208,8 @@ def test_insufficient_privileges_message(tmp_path, fake_so):
                for w in res["warnings"])
     t = load_trace(res["trace"])
     assert "INSUFFICIENT_PRIVILEGES" in t["cprof"]["gpu_unavailable"]
+    # the window set the zeroed-buffer attribute before enabling failed, and took it back
+    assert res["zeroed_attr_set"] == 2 and res["zeroed_attr"] == 0
 
 
 def test_cupti_drops_are_counted_and_warned(tmp_path, fake_so):
@@ -234,8 +236,10 @@ def test_many_windows_no_leak_between_them(tmp_path, fake_so):
         assert gpu["buffers_prezeroed"] is True
     # CUPTI was told the buffers come zero-filled (it skips zeroing them on the thread that
     # asks, mid-window), and every buffer it got was: the ones written in window i are zeroed
-    # when window i + 1 starts
-    assert res["zeroed_attr"] == 1 and res["dirty_buffers"] == 0
+    # when window i + 1 starts. After the last window the process-wide attribute is off again
+    # (a later torch.profiler session hands CUPTI buffers nobody zeroed).
+    assert res["zeroed_requests"] >= 10 and res["dirty_buffers"] == 0
+    assert res["zeroed_attr"] == 0
 
 
 def test_nvtx_ranges_and_injection_env(tmp_path, fake_so):

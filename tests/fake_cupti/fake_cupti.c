@@ -143,6 +143,7 @@ static uint8_t g_runtime_api[FAKE_API_BITS / 8], g_driver_api[FAKE_API_BITS / 8]
 static int g_thread_id_type;
 static uint8_t g_zeroed_attr;    /* CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER */
 static uint64_t g_dirty_buffers; /* buffers handed out not zeroed although the client said so */
+static uint64_t g_zeroed_requests; /* buffers handed out while the attribute was on */
 static uint64_t g_ext_stack[FAKE_EXT_KINDS][FAKE_EXT_DEPTH];
 static int g_ext_depth[FAKE_EXT_KINDS];
 
@@ -363,6 +364,9 @@ static int request_buffer(size_t need) {
     if (!zeroed) {
         memset(buf, 0, size);
     } else {
+        pthread_mutex_lock(&g_lock);
+        g_zeroed_requests++;
+        pthread_mutex_unlock(&g_lock);
         for (size_t i = 0; i < size; i++)
             if (buf[i]) {
                 pthread_mutex_lock(&g_lock);
@@ -981,6 +985,7 @@ FAKE_EXPORT void fake_cupti_reset(void) {
     g_dropped = g_discarded = g_completed_buffers = g_delivered_records = 0;
     g_zeroed_attr = 0;
     g_dirty_buffers = 0;
+    g_zeroed_requests = 0;
     g_next_grid_id = 1;
     __atomic_store_n(&g_events_pending, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&g_lock);
@@ -1131,6 +1136,13 @@ FAKE_EXPORT uint64_t fake_cupti_discarded(void) {
 FAKE_EXPORT uint64_t fake_cupti_dirty_buffers(void) {
     pthread_mutex_lock(&g_lock);
     uint64_t n = g_dirty_buffers;
+    pthread_mutex_unlock(&g_lock);
+    return n;
+}
+
+FAKE_EXPORT uint64_t fake_cupti_zeroed_requests(void) {
+    pthread_mutex_lock(&g_lock);
+    uint64_t n = g_zeroed_requests;
     pthread_mutex_unlock(&g_lock);
     return n;
 }
