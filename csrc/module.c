@@ -31,7 +31,6 @@ typedef struct {
     PyTypeObject *RangeType;
     PyTypeObject *SnapshotType;
     PyTypeObject *GpuSnapshotType;
-    PyTypeObject *BucketTimerType;
     uint32_t full_name_id;  /* used when the name table is full */
 } module_state;
 
@@ -728,297 +727,14 @@ static PyType_Spec snapshot_spec = {
     .slots = snapshot_slots,
 };
 
-/* ---- bucket timers of the run/step Profiler: `with cuda_bucket_timer(name):` ----
- * The Profiler opens the gate at step begin (which domains time, CUDA or host, on which stream,
- * for which step) and closes it at step end: outside a step a timer costs one check. */
+/* ---- for the other binding units (py_binding.h) ---- */
 
-static struct {
-    int on[CPROF_DOMAIN_COUNT];
-    int cuda[CPROF_DOMAIN_COUNT];
-    uintptr_t stream;
-    uint64_t step;
-} gate;
-
-#define NO_SLOT UINT32_MAX
-
-typedef struct {
-    PyObject_HEAD
-    PyObject *name;
-    uint32_t name_id;
-    uint32_t slot;
-    uint8_t domain;
-    uint8_t pushed;
-} BucketTimerObject;
-
-static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"bucket", "domain", NULL};
-    PyObject *name;
-    int domain = CPROF_DOMAIN_MODEL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "U|i", kwlist, &name, &domain)) return NULL;
-    if (domain < 0 || domain >= CPROF_DOMAIN_COUNT) {
-        PyErr_SetString(PyExc_ValueError, "domain must be 0 (model) or 1 (engine)");
-        return NULL;
-    }
-    uint32_t id;
-    if (name_id_of(PyType_GetModuleState(tp), name, &id) < 0) return NULL;
-    BucketTimerObject *self = (BucketTimerObject *)tp->tp_alloc(tp, 0);
-    if (!self) return NULL;
-    self->name = Py_NewRef(name);
-    self->name_id = id;
-    self->domain = (uint8_t)domain;
-    self->slot = NO_SLOT;
-    return (PyObject *)self;
+int cprof_py_name_id(PyObject *module, PyObject *name, uint32_t *id) {
+    return name_id_of(get_state(module), name, id);
 }
 
-static void timer_dealloc(BucketTimerObject *self) {
-    PyTypeObject *tp = Py_TYPE(self);
-    Py_CLEAR(self->name);
-    tp->tp_free((PyObject *)self);
-    Py_DECREF(tp);
-}
-
-static PyObject *timer_enter(BucketTimerObject *self, PyObject *unused) {
-    self->slot = NO_SLOT;
-    self->pushed = 0;
-    if (!gate.on[self->domain]) return Py_NewRef(self);
-    if (cprof_events_active() && cprof_events_push(self->name_id, CPROF_CAT_USER_ANNOTATION) == 0)
-        self->pushed = 1; /* the bucket shows in an open cprof trace too */
-    uint32_t slot;
-    if (cprof_timer_begin(gate.cuda[self->domain], gate.stream, &slot) == CPROF_OK)
-        self->slot = slot;
-    return Py_NewRef(self);
-}
-
-static PyObject *timer_exit(BucketTimerObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (self->slot != NO_SLOT) {
-        cprof_timer_end(self->slot, gate.stream, self->domain, self->name_id, gate.step);
-        self->slot = NO_SLOT;
-    }
-    if (self->pushed) {
-        cprof_events_pop();
-        self->pushed = 0;
-    }
-    Py_RETURN_FALSE;
-}
-
-static PyObject *timer_get_name(BucketTimerObject *self, void *c) { return Py_NewRef(self->name); }
-static PyObject *timer_get_domain(BucketTimerObject *self, void *c) {
-    return PyLong_FromLong(self->domain);
-}
-
-static PyMethodDef timer_methods[] = {
-    {"__enter__", (PyCFunction)timer_enter, METH_NOARGS, "Starts timing if the gate is open."},
-    {"__exit__", (PyCFunction)(void (*)(void))timer_exit, METH_FASTCALL, "Stops timing."},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyGetSetDef timer_getset[] = {
-    {"bucket", (getter)timer_get_name, NULL, "The bucket name.", NULL},
-    {"domain", (getter)timer_get_domain, NULL, "0 model, 1 engine.", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-static PyType_Slot timer_slots[] = {
-    {Py_tp_doc, "BucketTimer(bucket, domain=0): times a region into a Profiler bucket."},
-    {Py_tp_new, timer_new},
-    {Py_tp_dealloc, timer_dealloc},
-    {Py_tp_methods, timer_methods},
-    {Py_tp_getset, timer_getset},
-    {0, NULL},
-};
-
-static PyType_Spec timer_spec = {
-    .name = "cprof._C.BucketTimer",
-    .basicsize = sizeof(BucketTimerObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
-    .slots = timer_slots,
-};
-
-/* timers_gate(model_on, engine_on, model_cuda, engine_cuda, stream, step) */
-static PyObject *mod_timers_gate(PyObject *module, PyObject *args) {
-    int mon, eon, mcuda, ecuda;
-    unsigned long long stream, step;
-    if (!PyArg_ParseTuple(args, "ppppKK", &mon, &eon, &mcuda, &ecuda, &stream, &step))
-        return NULL;
-    gate.on[CPROF_DOMAIN_MODEL] = mon;
-    gate.on[CPROF_DOMAIN_ENGINE] = eon;
-    gate.cuda[CPROF_DOMAIN_MODEL] = mcuda;
-    gate.cuda[CPROF_DOMAIN_ENGINE] = ecuda;
-    gate.stream = (uintptr_t)stream;
-    gate.step = step;
-    Py_RETURN_NONE;
-}
-
-static PyObject *mod_timers_cuda_init(PyObject *module, PyObject *unused) {
-    int rc;
-    Py_BEGIN_ALLOW_THREADS rc = cprof_timers_cuda_init();
-    Py_END_ALLOW_THREADS
-    if (rc) return Py_BuildValue("(Os)", Py_False, cprof_timers_error());
-    return Py_BuildValue("(Oz)", Py_True, NULL);
-}
-
-/* timer_begin(cuda, stream) -> slot ; timer_end(slot, stream, domain, bucket_name, step) */
-static PyObject *mod_timer_begin(PyObject *module, PyObject *args) {
-    int cuda;
-    unsigned long long stream;
-    if (!PyArg_ParseTuple(args, "pK", &cuda, &stream)) return NULL;
-    uint32_t slot;
-    int rc = cprof_timer_begin(cuda, (uintptr_t)stream, &slot);
-    if (rc) return raise_core_error(get_state(module), rc, "timer_begin", 0);
-    return PyLong_FromUnsignedLong(slot);
-}
-
-static PyObject *mod_timer_end(PyObject *module, PyObject *args) {
-    unsigned int slot, domain;
-    unsigned long long stream, step;
-    if (!PyArg_ParseTuple(args, "IKIK", &slot, &stream, &domain, &step)) return NULL;
-    int rc = cprof_timer_end(slot, (uintptr_t)stream, (uint8_t)domain, 0, step);
-    if (rc) return raise_core_error(get_state(module), rc, "timer_end", 0);
-    Py_RETURN_NONE;
-}
-
-static PyObject *mod_timers_resolve(PyObject *module, PyObject *unused) {
-    int rc;
-    Py_BEGIN_ALLOW_THREADS rc = cprof_timers_resolve();
-    Py_END_ALLOW_THREADS
-    return PyBool_FromLong(rc == CPROF_OK);
-}
-
-static PyObject *mod_timers_counts(PyObject *module, PyObject *unused) {
-    uint32_t pool, pending;
-    uint64_t records, shared;
-    cprof_timers_counts(&pool, &pending, &records, &shared);
-    return Py_BuildValue("{sIsIsIsKsKsK}", "events", pool, "pending", pending, "open",
-                         cprof_timers_open(), "records", (unsigned long long)records, "shared",
-                         (unsigned long long)shared, "share_ns",
-                         (unsigned long long)cprof_timers_share_ns(-1));
-}
-
-/* _timers_share_ns(ns) -> previous: the one-event-per-boundary window (0 turns it off). */
-static PyObject *mod_timers_share_ns(PyObject *module, PyObject *arg) {
-    long long ns = PyLong_AsLongLong(arg);
-    if (ns == -1 && PyErr_Occurred()) return NULL;
-    if (ns < 0) return PyErr_Format(PyExc_ValueError, "share window must be >= 0 ns, not %lld", ns);
-    return PyLong_FromUnsignedLongLong(cprof_timers_share_ns(ns));
-}
-
-static PyObject *mod_sync_stream(PyObject *module, PyObject *arg) {
-    unsigned long long stream = PyLong_AsUnsignedLongLong(arg);
-    if (stream == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS rc = cprof_timers_sync_stream((uintptr_t)stream);
-    Py_END_ALLOW_THREADS
-    return PyBool_FromLong(rc == CPROF_OK);
-}
-
-/* _timers_event_floor(n, stream) -> ns for n pairs of bare cuEventRecord (benchmarks). */
-static PyObject *mod_timers_event_floor(PyObject *module, PyObject *args) {
-    unsigned long long n, stream;
-    if (!PyArg_ParseTuple(args, "KK", &n, &stream)) return NULL;
-    if (cprof_timers_cuda_init() != CPROF_OK)
-        return raise_core_error(get_state(module), CPROF_E_UNAVAILABLE, cprof_timers_error(), 0);
-    uint64_t ns = 0;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS rc = cprof_timers_event_floor(n, (uintptr_t)stream, &ns);
-    Py_END_ALLOW_THREADS
-    if (rc) return raise_core_error(get_state(module), rc, "cuEventRecord failed", 0);
-    return PyLong_FromUnsignedLongLong(ns);
-}
-
-static PyObject *mod_step_begin(PyObject *module, PyObject *arg) {
-    unsigned long run = PyLong_AsUnsignedLong(arg);
-    if (run == (unsigned long)-1 && PyErr_Occurred()) return NULL;
-    uint64_t step;
-    int rc = cprof_rs_step_begin((uint32_t)run, &step);
-    if (rc) return raise_core_error(get_state(module), rc, "step_begin", 0);
-    return PyLong_FromUnsignedLongLong(step);
-}
-
-/* step_end(step, latency_ns or None, tokens, kv_len or None) */
-static PyObject *mod_step_end(PyObject *module, PyObject *args) {
-    unsigned long long step;
-    PyObject *lat, *kv;
-    long long tokens;
-    if (!PyArg_ParseTuple(args, "KOLO", &step, &lat, &tokens, &kv)) return NULL;
-    uint64_t latency = UINT64_MAX;
-    if (lat != Py_None) {
-        latency = PyLong_AsUnsignedLongLong(lat);
-        if (latency == (uint64_t)-1 && PyErr_Occurred()) return NULL;
-    }
-    double kv_len = kv == Py_None ? NAN : PyFloat_AsDouble(kv);
-    if (kv_len == -1.0 && PyErr_Occurred()) return NULL;
-    int rc = cprof_rs_step_end(step, latency, tokens, kv_len);
-    if (rc) return raise_core_error(get_state(module), rc, "step_end", 0);
-    Py_RETURN_NONE;
-}
-
-static PyObject *mod_step_abort(PyObject *module, PyObject *arg) {
-    unsigned long long step = PyLong_AsUnsignedLongLong(arg);
-    if (step == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
-    cprof_rs_step_abort(step);
-    Py_RETURN_NONE;
-}
-
-static PyObject *mod_step_set_kv(PyObject *module, PyObject *args) {
-    unsigned long long step;
-    double kv;
-    if (!PyArg_ParseTuple(args, "Kd", &step, &kv)) return NULL;
-    cprof_rs_set_kv(step, kv);
-    Py_RETURN_NONE;
-}
-
-static PyObject *mod_rs_reset(PyObject *module, PyObject *unused) {
-    cprof_rs_reset();
-    Py_RETURN_NONE;
-}
-
-static PyObject *float_or_none(double v) {
-    if (isnan(v) || isinf(v)) Py_RETURN_NONE;
-    return PyFloat_FromDouble(v);
-}
-
-/* rs_stats(run_lo, run_hi, kv_lo, kv_hi) -> dict (None for undefined values) */
-static PyObject *mod_rs_stats(PyObject *module, PyObject *args) {
-    unsigned int lo, hi;
-    double kvlo, kvhi;
-    if (!PyArg_ParseTuple(args, "IIdd", &lo, &hi, &kvlo, &kvhi)) return NULL;
-    cprof_step_stats s;
-    int rc = cprof_rs_stats(lo, hi, kvlo, kvhi, &s);
-    if (rc) return raise_core_error(get_state(module), rc, "stats", 0);
-    return Py_BuildValue("{sKsNsNsNsNsNsNsNsLsN}", "steps", (unsigned long long)s.steps,
-                         "mean_ms", float_or_none(s.mean_ms), "p50_ms", float_or_none(s.p50_ms),
-                         "p90_ms", float_or_none(s.p90_ms), "p99_ms", float_or_none(s.p99_ms),
-                         "min_ms", float_or_none(s.min_ms), "max_ms", float_or_none(s.max_ms),
-                         "time_ms", float_or_none(s.time_ms), "tokens", (long long)s.tokens,
-                         "tok_per_s", float_or_none(s.tok_per_s));
-}
-
-/* rs_buckets(run_lo, run_hi, kv_lo, kv_hi) -> [(domain, name, total_ns, steps)] */
-static PyObject *mod_rs_buckets(PyObject *module, PyObject *args) {
-    unsigned int lo, hi;
-    double kvlo, kvhi;
-    if (!PyArg_ParseTuple(args, "IIdd", &lo, &hi, &kvlo, &kvhi)) return NULL;
-    size_t cap = 4096, n = 0;
-    cprof_bucket_total *rows = malloc(cap * sizeof *rows);
-    if (!rows) return PyErr_NoMemory();
-    int rc = cprof_rs_buckets(lo, hi, kvlo, kvhi, rows, cap, &n);
-    if (rc) {
-        free(rows);
-        return raise_core_error(get_state(module), rc, "buckets", 0);
-    }
-    PyObject *list = PyList_New(0);
-    for (size_t i = 0; list && i < n; i++) {
-        size_t len;
-        const char *s = cprof_names_get(rows[i].bucket_id, &len);
-        PyObject *item = Py_BuildValue("(iNKK)", (int)rows[i].domain,
-                                       PyUnicode_DecodeUTF8(s, (Py_ssize_t)len, "replace"),
-                                       (unsigned long long)rows[i].total_ns,
-                                       (unsigned long long)rows[i].steps);
-        if (!item || PyList_Append(list, item) < 0) Py_CLEAR(list);
-        Py_XDECREF(item);
-    }
-    free(rows);
-    return list;
+PyObject *cprof_py_raise(PyObject *module, int code, const char *what) {
+    return raise_core_error(get_state(module), code, what, 0);
 }
 
 /* ---- module functions ---- */
@@ -1323,25 +1039,6 @@ static PyMethodDef module_methods[] = {
      "A directory to look for libcupti in (before CUDA_HOME)."},
     {"device_props_json", (PyCFunction)mod_device_props_json, METH_NOARGS,
      "deviceProperties from the driver, as JSON text, or None."},
-    {"timers_gate", (PyCFunction)mod_timers_gate, METH_VARARGS, "Opens/closes bucket timers."},
-    {"timers_cuda_init", (PyCFunction)mod_timers_cuda_init, METH_NOARGS,
-     "(True, None) when CUDA-event timers work here, else (False, reason)."},
-    {"timer_begin", (PyCFunction)mod_timer_begin, METH_VARARGS, "Opens a timed region."},
-    {"timer_end", (PyCFunction)mod_timer_end, METH_VARARGS, "Closes a timed region."},
-    {"timers_resolve", (PyCFunction)mod_timers_resolve, METH_NOARGS, "Resolves ended regions."},
-    {"timers_counts", (PyCFunction)mod_timers_counts, METH_NOARGS, "Event pool figures."},
-    {"sync_stream", (PyCFunction)mod_sync_stream, METH_O, "Synchronises one CUDA stream."},
-    {"_timers_share_ns", (PyCFunction)mod_timers_share_ns, METH_O,
-     "Sets the window in which timer boundaries share one CUDA event; returns the old one."},
-    {"_timers_event_floor", (PyCFunction)mod_timers_event_floor, METH_VARARGS,
-     "Benchmarks: ns for n pairs of bare cuEventRecord on a stream."},
-    {"step_begin", (PyCFunction)mod_step_begin, METH_O, "Appends a step; returns its index."},
-    {"step_end", (PyCFunction)mod_step_end, METH_VARARGS, "Completes a step."},
-    {"step_abort", (PyCFunction)mod_step_abort, METH_O, "Drops the last step."},
-    {"rs_reset", (PyCFunction)mod_rs_reset, METH_NOARGS, "Forgets every step."},
-    {"step_set_kv", (PyCFunction)mod_step_set_kv, METH_VARARGS, "Sets a step's KV length."},
-    {"rs_stats", (PyCFunction)mod_rs_stats, METH_VARARGS, "Step statistics of a selection."},
-    {"rs_buckets", (PyCFunction)mod_rs_buckets, METH_VARARGS, "Bucket totals of a selection."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1390,9 +1087,6 @@ static int module_exec(PyObject *m) {
     st->GpuSnapshotType = (PyTypeObject *)PyType_FromModuleAndSpec(m, &gpu_snapshot_spec, NULL);
     if (!st->GpuSnapshotType) return -1;
     if (PyModule_AddObjectRef(m, "GpuSnapshot", (PyObject *)st->GpuSnapshotType) < 0) return -1;
-    st->BucketTimerType = (PyTypeObject *)PyType_FromModuleAndSpec(m, &timer_spec, NULL);
-    if (!st->BucketTimerType) return -1;
-    if (PyModule_AddObjectRef(m, "BucketTimer", (PyObject *)st->BucketTimerType) < 0) return -1;
     static const char full_marker[] = "[cprof: name table full]";
     if (cprof_names_intern(full_marker, sizeof full_marker - 1, &st->full_name_id)) {
         PyErr_NoMemory();
@@ -1406,7 +1100,8 @@ static int module_exec(PyObject *m) {
         PyModule_AddStringConstant(m, "__version__", CPROF_VERSION) < 0)
         return -1;
     if (cprof_py_tracer_add(m) < 0 || cprof_py_hooks_add(m) < 0 || cprof_py_report_add(m) < 0 ||
-        cprof_py_regions_add(m) < 0 || cprof_py_ops_add(m) < 0)
+        cprof_py_regions_add(m) < 0 || cprof_py_ops_add(m) < 0 ||
+        cprof_py_runprof_add(m) < 0)
         return -1;
     cprof_events_set_new_thread_hook(name_new_thread);
     return 0;
@@ -1425,7 +1120,6 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg) {
     Py_VISIT(st->RangeType);
     Py_VISIT(st->SnapshotType);
     Py_VISIT(st->GpuSnapshotType);
-    Py_VISIT(st->BucketTimerType);
     return 0;
 }
 
@@ -1442,7 +1136,6 @@ static int module_clear(PyObject *m) {
     Py_CLEAR(st->RangeType);
     Py_CLEAR(st->SnapshotType);
     Py_CLEAR(st->GpuSnapshotType);
-    Py_CLEAR(st->BucketTimerType);
     return 0;
 }
 

@@ -31,5 +31,12 @@ int cprof_py_regions_lookup(const void *code, uint32_t *id);
 int cprof_py_ops_add(PyObject *m);
 /* py_report.c: the trace reader for cprof report / merge, and TraceFormatError. */
 int cprof_py_report_add(PyObject *m);
+/* py_runprof.c: the run/step Profiler's BucketTimer type, timer gate, steps and statistics. */
+int cprof_py_runprof_add(PyObject *m);
+
+/* module.c, for the units above: a name's interned id through the module's name cache (0, or
+ * -1 with an exception set), and the exception for a core error code (returns NULL). */
+int cprof_py_name_id(PyObject *module, PyObject *name, uint32_t *id);
+PyObject *cprof_py_raise(PyObject *module, int code, const char *what);
 
 #endif
