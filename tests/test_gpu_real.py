@@ -460,7 +460,7 @@ def test_many_windows_each_holds_only_its_own_kernels(tmp_path):
     x = torch.zeros(1 << 16, device="cuda")
     x.add_(1.0)
     torch.cuda.synchronize()
-    counts = []
+    counts, zeroing = [], []
     for i in range(5):
         with cprof_window(tmp_path, f"window{i}") as p:
             with cprof.range(f"w{i}"):
@@ -477,11 +477,18 @@ def test_many_windows_each_holds_only_its_own_kernels(tmp_path):
         assert len(ks) == i + 1, f"window {i}: {[k['name'] for k in ks]}"
         assert t["cprof"]["gpu"]["records"]["kernel"] == i + 1
         assert t["cprof"]["dropped"]["gpu_cupti"] == 0
+        # CUPTI took the pre-zeroed buffers (decision 65); from the second window on, the
+        # buffers the last one used were zeroed at its start, and they hold this window's
+        # records intact (the kernel counts above)
+        gpu = t["cprof"]["gpu"]
+        assert gpu["buffers_prezeroed"] is True, gpu
+        zeroing.append(gpu["prezero_us"])
+        assert i == 0 or gpu["prezero_us"] > 0, gpu
         for k in ks:
             assert links_into(t, k, f"w{i}")
             assert r0 - 2 <= k["ts"] and k["ts"] + k["dur"] <= r1 + 2, (k["ts"], k["dur"], r0, r1)
         assert not flow_problems(t)
-    print(f"\nkernels per window: {counts}")
+    print(f"\nkernels per window: {counts}; us zeroing buffers at window start: {zeroing}")
     assert float(x[0]) == 1 + sum(range(1, 6))
 
 
