@@ -7,6 +7,7 @@ import sys
 from . import _C
 
 _search_dirs_added = False
+_MIN_DRIVER_CUDA = 13000  # cuDriverGetVersion of a CUDA 13.0 driver (R580)
 
 
 def _add_torch_cupti_dirs():
@@ -44,6 +45,12 @@ def _gpu_status():
                "cupti_version": cupti["version"], "driver_version": driver["version"]}
     if not driver["loaded"]:
         return False, f"no NVIDIA driver: {driver['error']}", details
+    dv = driver["version"] or 0
+    if 0 < dv < _MIN_DRIVER_CUDA:
+        # CUPTI 13 answers CUPTI_ERROR_NOT_INITIALIZED to everything under an older driver
+        return False, (f"the NVIDIA driver supports CUDA {dv // 1000}.{dv % 1000 // 10} at most "
+                       f"(driver API {dv}); cprof's CUPTI 13 needs a driver for CUDA 13.0 or "
+                       "newer (R580 or later): update the NVIDIA driver"), details
     if not cupti["loaded"]:
         return False, f"CUPTI could not be loaded: {cupti['error']}", details
     if _C.device_props_json() is None:

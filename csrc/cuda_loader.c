@@ -218,7 +218,9 @@ static int cupti_accept(void *h, const char *path, const char *source) {
         /* before 13.0 CUPTI numbered its API 1..28; 13.0 switched to 130000 = CUDA 13.0 */
         err_append(g_cupti_err, sizeof g_cupti_err,
                    "%s is CUPTI API version %u (a CUDA %s CUPTI); cprof decodes the activity "
-                   "records of CUPTI 13.0 or newer (API version >= %d)",
+                   "records of CUPTI 13.0 or newer (API version >= %d): set CPROF_CUPTI_PATH "
+                   "to the libcupti.so.13 of a CUDA 13 toolkit or of the nvidia-cuda-cupti 13 "
+                   "wheel",
                    where, version, version < 100 ? "12 or older" : "pre-13",
                    CPROF_CUPTI_MIN_API_VERSION);
         dlclose(h);

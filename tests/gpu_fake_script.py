@@ -77,6 +77,12 @@ with warnings.catch_warnings(record=True) as caught:
         result["trace"] = str(scene("priv").trace_path)
         result["zeroed_attr"] = fake.fake_cupti_zeroed_attr()
         result["zeroed_attr_set"] = fake.fake_cupti_calls(b"cuptiActivitySetAttribute")
+    elif scenario == "unavailable":
+        # the environment poses the problem: no driver, an old one, or (here) no device
+        if os.environ.get("FAKE_NO_DEVICE"):
+            fake.fake_cupti_set_error(b"cuInit", 100)  # CUDA_ERROR_NO_DEVICE
+        result["trace"] = str(scene("unavailable").trace_path)
+        result["reason"] = cprof.features()["gpu_activity"]["reason"]
     elif scenario == "dropped":
         fake.fake_cupti_set_dropped(5)
         result["trace"] = str(scene("dropped").trace_path)

@@ -23,9 +23,10 @@ def fake_so():
     return FAKE_SO
 
 
-def run(scenario, tmp_path, fake_so):
+def run(scenario, tmp_path, fake_so, **env_extra):
     env = dict(os.environ, CPROF_REPO=ROOT, CPROF_OUT=str(tmp_path),
                CPROF_CUPTI_PATH=fake_so, CPROF_LIBCUDA_PATH=fake_so)
+    env.update(env_extra)
     env.pop("NVTX_INJECTION64_PATH", None)
     r = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "gpu_fake_script.py"),
                         scenario], env=env, capture_output=True, text=True, timeout=120)
@@ -210,6 +211,28 @@ def test_insufficient_privileges_message(tmp_path, fake_so):
     assert "INSUFFICIENT_PRIVILEGES" in t["cprof"]["gpu_unavailable"]
     # the window set the zeroed-buffer attribute before enabling failed, and took it back
     assert res["zeroed_attr_set"] == 2 and res["zeroed_attr"] == 0
+
+
+@pytest.mark.parametrize("case, env, words", [
+    ("no driver", {"CPROF_LIBCUDA_PATH": "/nonexistent/libcuda.so.1"},
+     ["no NVIDIA driver", "/nonexistent/libcuda.so.1"]),
+    ("no GPU", {"FAKE_NO_DEVICE": "1"}, ["no GPU is usable", "CUDA_VISIBLE_DEVICES"]),
+    ("old driver", {"FAKE_CUDA_DRIVER_VERSION": "12040"},
+     ["supports CUDA 12.4", "CUDA 13.0", "update the NVIDIA driver"]),
+    ("old CUPTI", {"FAKE_CUPTI_API_VERSION": "26"},
+     ["CUPTI could not be loaded", "13.0", "CPROF_CUPTI_PATH"]),
+])
+def test_no_usable_gpu_says_why_and_records_cpu(tmp_path, fake_so, case, env, words):
+    """Each way GPU collection can be impossible: one warning naming the cause and the fix, and
+    the CPU trace, with the reason in its metadata."""
+    res = run("unavailable", tmp_path, fake_so, **env)
+    warned = [w for w in res["warnings"] if "GPU activity" in w]
+    assert len(warned) == 1 and all(x in warned[0] for x in words), (case, res["warnings"])
+    assert all(x in res["reason"] for x in words), res["reason"]
+    t = load_trace(res["trace"])
+    assert all(x in t["cprof"]["gpu_unavailable"] for x in words)
+    assert t["cprof"]["config"]["collected_activities"] == ["CPU"]
+    assert [e["name"] for e in events(t, "user_annotation")] == ["step", "launches"]
 
 
 def test_cupti_drops_are_counted_and_warned(tmp_path, fake_so):
