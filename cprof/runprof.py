@@ -532,23 +532,23 @@ def release_active_profiler():
 
 # -- timers (C objects: outside a step, in warmup runs or with the domain off, one check) --
 
-def cuda_bucket_timer(bucket):
-    """Model-domain timer: CUDA events on the step's stream (host clock without CUDA)."""
-    return _C.BucketTimer(bucket, 0)
+# Model-domain timer: CUDA events on the step's stream (host clock without CUDA). A C function:
+# no Python frame and no argument parsing on the per-region path.
+cuda_bucket_timer = _C.cuda_bucket_timer
 
 
 def cpu_bucket_timer(bucket, sync=False):
     """Engine-domain timer on the host clock; sync=True synchronises the device around it."""
-    t = _C.BucketTimer(bucket, 1)
+    t = _C.engine_timer(bucket)
     return _SyncedTimer(t) if sync else t
 
 
 def attention_compute_timer():
-    return _C.BucketTimer("attn.compute", 0)
+    return _C.cuda_bucket_timer("attn.compute")
 
 
 def rope_compute_timer():
-    return _C.BucketTimer("attn.rope", 0)
+    return _C.cuda_bucket_timer("attn.rope")
 
 
 class _SyncedTimer:

@@ -32,18 +32,14 @@ typedef struct {
     uint8_t pushed;
 } BucketTimerObject;
 
-static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"bucket", "domain", NULL};
-    PyObject *name;
-    int domain = CPROF_DOMAIN_MODEL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "U|i", kwlist, &name, &domain)) return NULL;
-    if (domain < 0 || domain >= CPROF_DOMAIN_COUNT) {
-        PyErr_SetString(PyExc_ValueError, "domain must be 0 (model) or 1 (engine)");
-        return NULL;
-    }
+static PyTypeObject *timer_type; /* the module's BucketTimer (a reference held by the module) */
+
+static PyObject *timer_make(PyObject *module, PyTypeObject *tp, PyObject *name, int domain) {
+    if (!PyUnicode_Check(name))
+        return PyErr_Format(PyExc_TypeError, "a bucket name must be a str, not %.100s",
+                            Py_TYPE(name)->tp_name);
     uint32_t id;
-    PyObject *module = PyType_GetModule(tp);
-    if (!module || cprof_py_name_id(module, name, &id) < 0) return NULL;
+    if (cprof_py_name_id(module, name, &id) < 0) return NULL;
     BucketTimerObject *self = (BucketTimerObject *)tp->tp_alloc(tp, 0);
     if (!self) return NULL;
     self->name = Py_NewRef(name);
@@ -51,6 +47,29 @@ static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds) {
     self->domain = (uint8_t)domain;
     self->slot = NO_SLOT;
     return (PyObject *)self;
+}
+
+static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"bucket", "domain", NULL};
+    PyObject *name;
+    int domain = CPROF_DOMAIN_MODEL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|i", kwlist, &name, &domain)) return NULL;
+    if (domain < 0 || domain >= CPROF_DOMAIN_COUNT) {
+        PyErr_SetString(PyExc_ValueError, "domain must be 0 (model) or 1 (engine)");
+        return NULL;
+    }
+    PyObject *module = PyType_GetModule(tp);
+    return module ? timer_make(module, tp, name, domain) : NULL;
+}
+
+/* cprof.cuda_bucket_timer(bucket) / the engine domain's: a timer without argument parsing, the
+ * per-region path of the Profiler (issue 4 counts every ns of it). */
+static PyObject *mod_model_timer(PyObject *module, PyObject *bucket) {
+    return timer_make(module, timer_type, bucket, CPROF_DOMAIN_MODEL);
+}
+
+static PyObject *mod_engine_timer(PyObject *module, PyObject *bucket) {
+    return timer_make(module, timer_type, bucket, CPROF_DOMAIN_ENGINE);
 }
 
 static void timer_dealloc(BucketTimerObject *self) {
@@ -305,6 +324,11 @@ static PyObject *mod_rs_buckets(PyObject *module, PyObject *args) {
 }
 
 static PyMethodDef runprof_methods[] = {
+    {"cuda_bucket_timer", (PyCFunction)mod_model_timer, METH_O,
+     "cuda_bucket_timer(bucket): model-domain timer, CUDA events on the step's stream (host "
+     "clock without CUDA); `with cprof.cuda_bucket_timer(\"attn.compute\"): ...`."},
+    {"engine_timer", (PyCFunction)mod_engine_timer, METH_O,
+     "engine_timer(bucket): engine-domain timer on the host clock (cpu_bucket_timer)."},
     {"timers_gate", (PyCFunction)mod_timers_gate, METH_VARARGS, "Opens/closes bucket timers."},
     {"timers_cuda_init", (PyCFunction)mod_timers_cuda_init, METH_NOARGS,
      "(True, None) when CUDA-event timers work here, else (False, reason)."},
@@ -333,5 +357,6 @@ int cprof_py_runprof_add(PyObject *m) {
     int rc = PyModule_AddObjectRef(m, "BucketTimer", tp);
     Py_DECREF(tp);
     if (rc < 0) return -1;
+    timer_type = (PyTypeObject *)tp; /* the module's attribute keeps it alive */
     return PyModule_AddFunctions(m, runprof_methods);
 }
