@@ -477,3 +477,14 @@ def test_bad_share_window_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("CPROF_TIMER_SHARE_NS", "fast")
     with pytest.raises(ValueError, match="CPROF_TIMER_SHARE_NS='fast'.*set 0"):
         cprof.Profiler(cprof.ProfilerConfig(output_dir="unused", print_per_run=False))
+
+
+def test_bucket_name_must_be_a_str():
+    for make in (cprof.cuda_bucket_timer, cprof.cpu_bucket_timer,
+                 lambda b: cprof._C.BucketTimer(b, 0)):
+        with pytest.raises(TypeError, match="bucket name must be a str, not int"):
+            make(3)
+    with pytest.raises(ValueError, match="domain must be 0"):
+        cprof._C.BucketTimer("x", 2)
+    assert cprof.cuda_bucket_timer("attn.rope").bucket == "attn.rope"
+    assert cprof.cpu_bucket_timer("sampler").domain == 1
