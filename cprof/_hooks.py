@@ -88,10 +88,11 @@ def _wrap_forward(module, bucket, domain=0):
         return False
     forward = module.forward
     timer_name = bucket
+    timer = _C.engine_timer if domain == 1 else _C.cuda_bucket_timer
 
     @functools.wraps(forward)
     def timed_forward(*args, **kwargs):
-        with _C.BucketTimer(timer_name, domain):
+        with timer(timer_name):
             return forward(*args, **kwargs)
 
     module.forward = timed_forward
@@ -130,7 +131,7 @@ def _wrap_collectives():
         def make(fn=fn, bucket=bucket):
             @functools.wraps(fn)
             def timed(*args, **kwargs):
-                with _C.BucketTimer(bucket, 0):
+                with _C.cuda_bucket_timer(bucket):
                     return fn(*args, **kwargs)
 
             setattr(timed, _MARK, bucket)
@@ -151,7 +152,7 @@ def attach_engine(engine):
         def make(fn=fn, bucket=bucket):
             @functools.wraps(fn)
             def timed(*args, **kwargs):
-                with _C.BucketTimer(bucket, 1):
+                with _C.engine_timer(bucket):
                     return fn(*args, **kwargs)
 
             setattr(timed, _MARK, bucket)
