@@ -12,29 +12,37 @@ pytestmark = [
 ]
 
 
+def _steps_against_torch_events(prof, a, buckets, steps=20):
+    """One run of `steps` steps; in each, back-to-back cuda_bucket_timer regions (4 matmuls of
+    a each), all inside one torch.cuda.Event pair. Returns torch's ms per step."""
+    for _ in range(3):
+        a @ a  # warm-up (cuBLAS handles, clocks)
+    torch.cuda.synchronize()
+    theirs = []
+    prof.begin_run(label="matmul")
+    for _ in range(steps):
+        with prof.step_timing_ctx():
+            e0 = torch.cuda.Event(enable_timing=True)
+            e1 = torch.cuda.Event(enable_timing=True)
+            e0.record()
+            for b in buckets:
+                with cprof.cuda_bucket_timer(b):
+                    for _ in range(4):
+                        a @ a
+            e1.record()
+        torch.cuda.synchronize()
+        theirs.append(e0.elapsed_time(e1))
+    prof.end_run()
+    return theirs
+
+
 def test_cuda_bucket_times_match_torch_events(tmp_path):
     torch.ones(1, device="cuda")
     a = torch.randn(4096, 4096, device="cuda")
     prof = cprof.Profiler(cprof.ProfilerConfig(output_dir=str(tmp_path), run_name="gpu",
                                                warmup_runs=0, model_profiling=True,
                                                print_per_run=False))
-    for _ in range(3):
-        a @ a  # warm-up (cuBLAS handles, clocks)
-    torch.cuda.synchronize()
-    ours, theirs = [], []
-    prof.begin_run(label="matmul")
-    for _ in range(20):
-        with prof.step_timing_ctx():
-            e0 = torch.cuda.Event(enable_timing=True)
-            e1 = torch.cuda.Event(enable_timing=True)
-            e0.record()
-            with cprof.cuda_bucket_timer("mm"):
-                for _ in range(4):
-                    a @ a
-            e1.record()
-        torch.cuda.synchronize()
-        theirs.append(e0.elapsed_time(e1))
-    prof.end_run()
+    theirs = _steps_against_torch_events(prof, a, ["mm"])
     assert prof.summary()["meta"]["timing"] == "cuda_events"
     ours_avg = prof.summary()["buckets_model_avg_ms"]["mm"]
     ref = statistics.fmean(theirs)
@@ -70,27 +78,8 @@ def test_adjacent_regions_share_a_boundary_and_still_match_torch_events(tmp_path
     prof = cprof.Profiler(cprof.ProfilerConfig(output_dir=str(tmp_path), run_name="adj",
                                                warmup_runs=0, model_profiling=True,
                                                print_per_run=False))
-    for _ in range(3):
-        a @ a
-    torch.cuda.synchronize()
-    theirs = []
     c0 = cprof._C.timers_counts()
-    prof.begin_run()
-    for _ in range(20):
-        with prof.step_timing_ctx():
-            e0 = torch.cuda.Event(enable_timing=True)
-            e1 = torch.cuda.Event(enable_timing=True)
-            e0.record()
-            with cprof.cuda_bucket_timer("first"):
-                for _ in range(4):
-                    a @ a
-            with cprof.cuda_bucket_timer("second"):
-                for _ in range(4):
-                    a @ a
-            e1.record()
-        torch.cuda.synchronize()
-        theirs.append(e0.elapsed_time(e1))
-    prof.end_run()
+    theirs = _steps_against_torch_events(prof, a, ["first", "second"])
     c1 = cprof._C.timers_counts()
     b = prof.summary()["buckets_model_avg_ms"]
     ref = statistics.fmean(theirs)

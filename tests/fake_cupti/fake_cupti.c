@@ -1065,19 +1065,18 @@ FAKE_EXPORT void fake_cuda_set_events_pending(int on) {
 
 /* ---- counters ---- */
 
-FAKE_EXPORT int fake_cupti_subscribers(void) {
-    pthread_mutex_lock(&g_lock);
-    int n = g_subscribed + (g_other_holder[0] != '\0');
-    pthread_mutex_unlock(&g_lock);
-    return n;
-}
+/* A counter or flag of the fake, read under g_lock (tests). */
+#define FAKE_LOCKED_GETTER(type, name, var) \
+    FAKE_EXPORT type name(void) { \
+        pthread_mutex_lock(&g_lock); \
+        type v_ = (type)(var); \
+        pthread_mutex_unlock(&g_lock); \
+        return v_; \
+    }
 
-FAKE_EXPORT uint64_t fake_cupti_enabled_kinds_mask(void) {
-    pthread_mutex_lock(&g_lock);
-    uint64_t m = g_kinds;
-    pthread_mutex_unlock(&g_lock);
-    return m;
-}
+FAKE_LOCKED_GETTER(int, fake_cupti_subscribers, g_subscribed + (g_other_holder[0] != '\0'))
+
+FAKE_LOCKED_GETTER(uint64_t, fake_cupti_enabled_kinds_mask, g_kinds)
 
 /* 1 if API records for this call id would be created now. */
 FAKE_EXPORT int fake_cupti_api_enabled(int is_driver, uint32_t cbid) {
@@ -1098,19 +1097,9 @@ FAKE_EXPORT int64_t fake_cupti_calls(const char *fn) {
     return n;
 }
 
-FAKE_EXPORT int fake_cupti_has_timestamp_callback(void) {
-    pthread_mutex_lock(&g_lock);
-    int on = g_timestamp != NULL;
-    pthread_mutex_unlock(&g_lock);
-    return on;
-}
+FAKE_LOCKED_GETTER(int, fake_cupti_has_timestamp_callback, g_timestamp != NULL)
 
-FAKE_EXPORT int fake_cupti_thread_id_type(void) {
-    pthread_mutex_lock(&g_lock);
-    int t = g_thread_id_type;
-    pthread_mutex_unlock(&g_lock);
-    return t;
-}
+FAKE_LOCKED_GETTER(int, fake_cupti_thread_id_type, g_thread_id_type)
 
 /* Records created but not yet handed to the client. */
 FAKE_EXPORT uint64_t fake_cupti_pending(void) {
@@ -1125,48 +1114,18 @@ FAKE_EXPORT uint64_t fake_cupti_pending(void) {
 }
 
 /* Records never created because their kind or call id was not enabled. */
-FAKE_EXPORT uint64_t fake_cupti_discarded(void) {
-    pthread_mutex_lock(&g_lock);
-    uint64_t n = g_discarded;
-    pthread_mutex_unlock(&g_lock);
-    return n;
-}
+FAKE_LOCKED_GETTER(uint64_t, fake_cupti_discarded, g_discarded)
 
 /* Buffers handed to the fake not zero-filled while the zeroed-buffer attribute was on. */
-FAKE_EXPORT uint64_t fake_cupti_dirty_buffers(void) {
-    pthread_mutex_lock(&g_lock);
-    uint64_t n = g_dirty_buffers;
-    pthread_mutex_unlock(&g_lock);
-    return n;
-}
+FAKE_LOCKED_GETTER(uint64_t, fake_cupti_dirty_buffers, g_dirty_buffers)
 
-FAKE_EXPORT uint64_t fake_cupti_zeroed_requests(void) {
-    pthread_mutex_lock(&g_lock);
-    uint64_t n = g_zeroed_requests;
-    pthread_mutex_unlock(&g_lock);
-    return n;
-}
+FAKE_LOCKED_GETTER(uint64_t, fake_cupti_zeroed_requests, g_zeroed_requests)
 
-FAKE_EXPORT int fake_cupti_zeroed_attr(void) {
-    pthread_mutex_lock(&g_lock);
-    int z = g_zeroed_attr;
-    pthread_mutex_unlock(&g_lock);
-    return z;
-}
+FAKE_LOCKED_GETTER(int, fake_cupti_zeroed_attr, g_zeroed_attr)
 
-FAKE_EXPORT uint64_t fake_cupti_buffers_completed(void) {
-    pthread_mutex_lock(&g_lock);
-    uint64_t n = g_completed_buffers;
-    pthread_mutex_unlock(&g_lock);
-    return n;
-}
+FAKE_LOCKED_GETTER(uint64_t, fake_cupti_buffers_completed, g_completed_buffers)
 
-FAKE_EXPORT uint64_t fake_cupti_records_delivered(void) {
-    pthread_mutex_lock(&g_lock);
-    uint64_t n = g_delivered_records;
-    pthread_mutex_unlock(&g_lock);
-    return n;
-}
+FAKE_LOCKED_GETTER(uint64_t, fake_cupti_records_delivered, g_delivered_records)
 
 FAKE_EXPORT uint64_t fake_cuda_live_events(void) {
     return __atomic_load_n(&g_live_events, __ATOMIC_RELAXED);
