@@ -7,7 +7,7 @@
 # Logs and results go to $OUT (default ./gpu_check_out): build.log, gpu_tests.log,
 # bench_gpu.log, bench_gpu.json, nvidia_smi.txt. Needs no network. Exit status: 0 when every
 # step passed. GPU_CHECK_REST=0 skips the rest of the suite; GPU_CHECK_BENCHES="timers
-# cupti_modes" (names: gpu_overhead options timers compiled_regions cupti_modes) picks the
+# cupti_modes" (names: clock gpu_overhead options timers compiled_regions cupti_modes) picks the
 # benchmarks; GPU_CHECK_TESTS overrides the GPU test files.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -109,9 +109,9 @@ if [ "$failed" = 0 ]; then
     if [ $rc = 0 ]; then status_rest="ok"; else status_rest="FAILED (exit $rc)"; failed=1; fi
   fi
 
-  # GPU_CHECK_BENCHES picks the benchmarks (default: the four below; cupti_modes, the CUPTI
+  # GPU_CHECK_BENCHES picks the benchmarks (default: all below but cupti_modes, the CUPTI
   # mode A/B of issue 3, takes ~3 min and runs only when named)
-  for b in ${GPU_CHECK_BENCHES:-gpu_overhead options timers compiled_regions}; do
+  for b in ${GPU_CHECK_BENCHES:-clock gpu_overhead options timers compiled_regions}; do
     echo
     case $b in
       gpu_overhead)
@@ -135,6 +135,13 @@ if [ "$failed" = 0 ]; then
         echo "== benchmark: $PY benchmarks/bench_compiled_regions.py --json $OUT/bench_compiled_regions.json =="
         $PY benchmarks/bench_compiled_regions.py --json "$OUT/bench_compiled_regions.json" 2>&1 \
           | grep -v '^USDT:' | tee "$OUT/bench_compiled_regions.log" ;;
+      clock)
+        echo "== benchmark: benchmarks/bench_clock.c (cprof's clock read vs rdtsc on this machine) =="
+        cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null \
+          | sed 's/^/clocksource: /' | tee "$OUT/bench_clock.log"
+        gcc -O2 benchmarks/bench_clock.c -o "$OUT/bench_clock" 2>&1 && "$OUT/bench_clock" 2>&1 \
+          | tee -a "$OUT/bench_clock.log"
+        rm -f "$OUT/bench_clock" ;;
       cupti_modes)
         echo "== benchmark: $PY benchmarks/bench_cupti_modes.py --repeat 2 --json $OUT/bench_cupti_modes.json =="
         $PY benchmarks/bench_cupti_modes.py --repeat 2 --rounds 9 --steps 40 \
