@@ -9,11 +9,19 @@ $PY -m pytest -q -ra "$@" tests
 rc=$?
 set -e
 # On CI (CI set) or when asked, and only for the whole suite (no pytest arguments): the suite
-# again under ASan + UBSan (scripts/sanitize.sh, 2-3.5 min on 2 cores; CPROF_SANITIZE_TESTS=1),
-# then each libFuzzer harness for 60 s (scripts/fuzz.sh, ~3.2 min; CPROF_FUZZ=1). Either one
-# failing fails the run; the first failure's exit status is kept.
+# on Python 3.12+ when one is installed (scripts/test_py312.sh: sys.monitoring paths, no torch,
+# ~1 min; CPROF_PY312_TESTS=1), again under ASan + UBSan (scripts/sanitize.sh, 2-3.5 min on 2
+# cores; CPROF_SANITIZE_TESTS=1), then each libFuzzer harness for 60 s (scripts/fuzz.sh,
+# ~3.2 min; CPROF_FUZZ=1). Any one failing fails the run; the first failure's exit status is kept.
 if [ $# = 0 ]; then
   set +e
+  if [ -n "${CI:-}" ] || [ "${CPROF_PY312_TESTS:-}" = 1 ]; then
+    t0=$(date +%s)
+    bash scripts/test_py312.sh
+    s=$?
+    echo "test: scripts/test_py312.sh exit $s in $(( $(date +%s) - t0 )) s"
+    [ $rc != 0 ] || rc=$s
+  fi
   if [ -n "${CI:-}" ] || [ "${CPROF_SANITIZE_TESTS:-}" = 1 ]; then
     t0=$(date +%s)
     bash scripts/sanitize.sh
