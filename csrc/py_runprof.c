@@ -62,14 +62,30 @@ static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds) {
     return module ? timer_make(module, tp, name, domain) : NULL;
 }
 
-/* cprof.cuda_bucket_timer(bucket) / the engine domain's: a timer without argument parsing, the
- * per-region path of the Profiler (issue 4 counts every ns of it). */
-static PyObject *mod_model_timer(PyObject *module, PyObject *bucket) {
-    return timer_make(module, timer_type, bucket, CPROF_DOMAIN_MODEL);
+/* cprof.cuda_bucket_timer(bucket) / the engine domain's: one positional argument takes no
+ * parsing at all, the per-region path of the Profiler (issue 4 counts every ns of it);
+ * bucket= as a keyword works too. */
+static PyObject *bucket_arg(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                            const char *fn) {
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (CPROF_LIKELY(nargs == 1 && nkw == 0)) return args[0];
+    if (nargs == 0 && nkw == 1 &&
+        PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "bucket") == 0)
+        return args[0];
+    PyErr_Format(PyExc_TypeError, "%s() takes one argument, the bucket name (bucket=...)", fn);
+    return NULL;
 }
 
-static PyObject *mod_engine_timer(PyObject *module, PyObject *bucket) {
-    return timer_make(module, timer_type, bucket, CPROF_DOMAIN_ENGINE);
+static PyObject *mod_model_timer(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames) {
+    PyObject *b = bucket_arg(args, PyVectorcall_NARGS(nargs), kwnames, "cuda_bucket_timer");
+    return b ? timer_make(module, timer_type, b, CPROF_DOMAIN_MODEL) : NULL;
+}
+
+static PyObject *mod_engine_timer(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames) {
+    PyObject *b = bucket_arg(args, PyVectorcall_NARGS(nargs), kwnames, "engine_timer");
+    return b ? timer_make(module, timer_type, b, CPROF_DOMAIN_ENGINE) : NULL;
 }
 
 static void timer_dealloc(BucketTimerObject *self) {
@@ -324,11 +340,15 @@ static PyObject *mod_rs_buckets(PyObject *module, PyObject *args) {
 }
 
 static PyMethodDef runprof_methods[] = {
-    {"cuda_bucket_timer", (PyCFunction)mod_model_timer, METH_O,
-     "cuda_bucket_timer(bucket): model-domain timer, CUDA events on the step's stream (host "
-     "clock without CUDA); `with cprof.cuda_bucket_timer(\"attn.compute\"): ...`."},
-    {"engine_timer", (PyCFunction)mod_engine_timer, METH_O,
-     "engine_timer(bucket): engine-domain timer on the host clock (cpu_bucket_timer)."},
+    {"cuda_bucket_timer", (PyCFunction)(void (*)(void))mod_model_timer,
+     METH_FASTCALL | METH_KEYWORDS,
+     "cuda_bucket_timer($module, /, bucket)\n--\n\n"
+     "Model-domain timer: CUDA events on the step's stream (host clock without CUDA); "
+     "`with cprof.cuda_bucket_timer(\"attn.compute\"): ...`."},
+    {"engine_timer", (PyCFunction)(void (*)(void))mod_engine_timer,
+     METH_FASTCALL | METH_KEYWORDS,
+     "engine_timer($module, /, bucket)\n--\n\n"
+     "Engine-domain timer on the host clock (cpu_bucket_timer)."},
     {"timers_gate", (PyCFunction)mod_timers_gate, METH_VARARGS, "Opens/closes bucket timers."},
     {"timers_cuda_init", (PyCFunction)mod_timers_cuda_init, METH_NOARGS,
      "(True, None) when CUDA-event timers work here, else (False, reason)."},

@@ -488,3 +488,10 @@ def test_bucket_name_must_be_a_str():
         cprof._C.BucketTimer("x", 2)
     assert cprof.cuda_bucket_timer("attn.rope").bucket == "attn.rope"
     assert cprof.cpu_bucket_timer("sampler").domain == 1
+    # the seed's signature, cuda_bucket_timer(bucket: str), keyword included
+    assert cprof.cuda_bucket_timer(bucket="attn.qk_norm").bucket == "attn.qk_norm"
+    assert cprof.cpu_bucket_timer(bucket="sampler").bucket == "sampler"
+    for call in (lambda: cprof.cuda_bucket_timer(), lambda: cprof.cuda_bucket_timer("a", "b"),
+                 lambda: cprof.cuda_bucket_timer(name="a")):
+        with pytest.raises(TypeError, match="takes one argument, the bucket name"):
+            call()
