@@ -13,29 +13,23 @@ set -e
 # ~1 min; CPROF_PY312_TESTS=1), again under ASan + UBSan (scripts/sanitize.sh, 2-3.5 min on 2
 # cores; CPROF_SANITIZE_TESTS=1), then each libFuzzer harness for 60 s (scripts/fuzz.sh,
 # ~3.2 min; CPROF_FUZZ=1). Any one failing fails the run; the first failure's exit status is kept.
+# extra_step FLAG_VAR SCRIPT [ARGS]: runs SCRIPT on CI or when $FLAG_VAR is 1; keeps the first
+# failing exit status in rc.
+extra_step() {
+  local flag=$1 script=$2 t0 s
+  shift 2
+  [ -n "${CI:-}" ] || [ "${!flag:-}" = 1 ] || return 0
+  t0=$(date +%s)
+  bash "$script" "$@"
+  s=$?
+  echo "test: $script exit $s in $(( $(date +%s) - t0 )) s"
+  [ $rc != 0 ] || rc=$s
+}
 if [ $# = 0 ]; then
   set +e
-  if [ -n "${CI:-}" ] || [ "${CPROF_PY312_TESTS:-}" = 1 ]; then
-    t0=$(date +%s)
-    bash scripts/test_py312.sh
-    s=$?
-    echo "test: scripts/test_py312.sh exit $s in $(( $(date +%s) - t0 )) s"
-    [ $rc != 0 ] || rc=$s
-  fi
-  if [ -n "${CI:-}" ] || [ "${CPROF_SANITIZE_TESTS:-}" = 1 ]; then
-    t0=$(date +%s)
-    bash scripts/sanitize.sh
-    s=$?
-    echo "test: scripts/sanitize.sh exit $s in $(( $(date +%s) - t0 )) s"
-    [ $rc != 0 ] || rc=$s
-  fi
-  if [ -n "${CI:-}" ] || [ "${CPROF_FUZZ:-}" = 1 ]; then
-    t0=$(date +%s)
-    bash scripts/fuzz.sh "${CPROF_FUZZ_SECONDS:-60}"
-    s=$?
-    echo "test: scripts/fuzz.sh exit $s in $(( $(date +%s) - t0 )) s"
-    [ $rc != 0 ] || rc=$s
-  fi
+  extra_step CPROF_PY312_TESTS scripts/test_py312.sh
+  extra_step CPROF_SANITIZE_TESTS scripts/sanitize.sh
+  extra_step CPROF_FUZZ scripts/fuzz.sh "${CPROF_FUZZ_SECONDS:-60}"
   set -e
 fi
 # pytest exits 5 when it collected nothing: that is a failure of the suite, not a pass
