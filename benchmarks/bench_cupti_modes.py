@@ -15,14 +15,20 @@ Modes (diagnostic switches read by csrc/cupti_collect.c at window start):
   bare_rt      bare, kernels and every runtime call (KIND_RUNTIME whole)
   bare_launch  bare, kernels and the runtime's launch / copy / sync calls only (KIND_RUNTIME
                whole, the other runtime ids switched off)
+  bare_driver  bare, kernels and every driver call (KIND_DRIVER whole, no KIND_RUNTIME)
   bare_kernel_z  bare kernels only, buffers handed out zero-filled and CUPTI told so
+  driver       cprof with KIND_DRIVER alone (filtered), no KIND_RUNTIME: launches seen as the
+               driver calls the runtime makes (CPROF_CUPTI_API_RECORDS=driver)
   unzeroed     default, but CUPTI zeroes each buffer itself on the thread that asks for it
                (CPROF_CUPTI_ZEROED=0: what cprof did before it pre-zeroed its buffers)
 The bare modes say what CUPTI alone costs here: cprof's modes can be no cheaper.
 
 Step: 16 x (Linear(256, 256) + ReLU), batch 8, no_grad (the launch-bound step of issue 3).
-Per mode: R interleaved rounds of a no-profiler block and a profiled block of K steps; the
-ratio of the medians. `--repeat N` runs the whole list of modes N times (a new process each
+Per mode: R rounds of a no-profiler block and a profiled block of K steps (which goes first
+alternates); the ratio is the median over rounds of each round's profiled / no-profiler time
+(paired: this VM's step time drifts by tens of percent within seconds, so a round's two
+blocks are compared with each other, not with medians over the whole run). "linked" counts the
+kernels whose launch (an API record of the same correlation id) was recorded. `--repeat N` runs the whole list of modes N times (a new process each
 time, the order reversed every other pass) and reports each mode's median ratio: processes
 differ more than modes do on a VM. Needs a CUDA GPU and gcc (for the bare collector).
 `--json PATH` writes the results."""
@@ -47,7 +53,9 @@ MODES = {
     "bare_kernel": {"BENCH_BARE": "0"},
     "bare_rt": {"BENCH_BARE": "1"},
     "bare_launch": {"BENCH_BARE": "2"},
+    "bare_driver": {"BENCH_BARE": "3"},
     "bare_kernel_z": {"BENCH_BARE": "4"},
+    "driver": {"CPROF_CUPTI_API_RECORDS": "driver"},
     "unzeroed": {"CPROF_CUPTI_ZEROED": "0"},
 }
 
@@ -77,6 +85,7 @@ class Bare:
         self.lib.bare_start.argtypes = [ctypes.c_char_p, ctypes.c_int]
         self.lib.bare_stop.argtypes = [ctypes.POINTER(ctypes.c_ulong)]
         self.lib.bare_stop.restype = ctypes.c_long
+        self.lib.bare_linked.restype = ctypes.c_long
         self.mode = mode
         self.kernels = ctypes.c_ulong(0)
         self.records = None
@@ -89,6 +98,7 @@ class Bare:
 
     def __exit__(self, *exc):
         self.records = self.lib.bare_stop(self.kernels)
+        self.linked = self.lib.bare_linked()
 
 
 def worker(rounds, steps):
@@ -113,11 +123,17 @@ def worker(rounds, steps):
     none, prof = [], []
     bare = os.environ.get("BENCH_BARE")
     gpu = {}
+    linked = None
+
+    def timed_none():
+        t0 = time.perf_counter()
+        block()
+        none.append((time.perf_counter() - t0) / steps * 1e3)
+
     with tempfile.TemporaryDirectory() as d:
         for r in range(rounds):
-            t0 = time.perf_counter()
-            block()
-            none.append((time.perf_counter() - t0) / steps * 1e3)
+            if r % 2 == 0:
+                timed_none()
             if bare is not None:
                 ctx = Bare(os.environ["BENCH_BARE_SO"], int(bare))
             else:
@@ -129,18 +145,26 @@ def worker(rounds, steps):
             block()
             prof.append((time.perf_counter() - t0) / steps * 1e3)
             ctx.__exit__(None, None, None)
+            if r % 2 == 1:
+                timed_none()
             if bare is not None:
                 gpu = {"records": {"kernel": ctx.kernels.value, "all": ctx.records}}
+                linked = ctx.linked
                 continue
             with open(ctx.trace_path, "rb") as f:
                 raw = f.read()
             import gzip
             t = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
             gpu = t["cprof"].get("gpu", {})
+            linked = sum(1 for e in t["traceEvents"] if e.get("ph") == "f")
             os.remove(ctx.trace_path)
     n, p = statistics.median(none), statistics.median(prof)
-    print("RESULT " + json.dumps({"none_ms": n, "cprof_ms": p, "ratio": p / n,
-                                  "records": gpu.get("records"),
+    paired = sorted(b / a for a, b in zip(none, prof))
+    q = len(paired) // 4
+    print("RESULT " + json.dumps({"none_ms": n, "cprof_ms": p, "ratio": statistics.median(paired),
+                                  "ratio_of_medians": p / n,
+                                  "ratio_q1": paired[q], "ratio_q3": paired[-1 - q],
+                                  "linked": linked, "records": gpu.get("records"),
                                   "api_records": gpu.get("api_records")}))
 
 
@@ -159,7 +183,8 @@ def main(argv=None):
     modes = args.modes.split(",")
     tmp = tempfile.mkdtemp()
     so = build_bare(tmp) if any(m.startswith("bare") for m in modes) else None
-    print(f"{'mode':<12} {'none ms':>9} {'prof ms':>9} {'ratio':>7}  records")
+    print(f"{'mode':<13} {'none ms':>9} {'prof ms':>9} {'ratio':>7} {'q1-q3':>13} {'linked':>6}"
+          "  records")
     for rep in range(args.repeat):
         for mode in (modes if rep % 2 == 0 else modes[::-1]):
             if mode.startswith("bare") and so is None:
@@ -177,16 +202,17 @@ def main(argv=None):
             res = json.loads(lines[-1][7:])
             out.setdefault(mode, []).append(res)
             rec = res["records"] or {}
-            print(f"{mode:<12} {res['none_ms']:>9.3f} {res['cprof_ms']:>9.3f} "
-                  f"{res['ratio']:>6.3f}x  " + " ".join(f"{k} {v}" for k, v in rec.items()),
-                  flush=True)
+            print(f"{mode:<13} {res['none_ms']:>9.3f} {res['cprof_ms']:>9.3f} "
+                  f"{res['ratio']:>6.3f}x {res['ratio_q1']:>6.3f}-{res['ratio_q3']:<6.3f} "
+                  f"{res['linked'] if res['linked'] is not None else '-':>6}  "
+                  + " ".join(f"{k} {v}" for k, v in rec.items()), flush=True)
     if args.repeat > 1:
-        print(f"\n{'mode':<12} {'median ratio':>12} {'min':>7} {'max':>7}  over {args.repeat} "
-              "processes")
+        print(f"\n{'mode':<13} {'median ratio':>12} {'min':>7} {'max':>7}  over {args.repeat} "
+              "processes (each a median of paired ratios)")
         for mode in modes:
             rs = [x["ratio"] for x in out.get(mode, [])]
             if rs:
-                print(f"{mode:<12} {statistics.median(rs):>11.3f}x {min(rs):>6.3f}x "
+                print(f"{mode:<13} {statistics.median(rs):>11.3f}x {min(rs):>6.3f}x "
                       f"{max(rs):>6.3f}x")
     if args.json:
         write_results(args.json, out)

@@ -21,7 +21,9 @@ Method: a configuration opens its profiler around a block of K steps; the block 
 after the profiler has started to after the K steps and a torch.cuda.synchronize() (steady
 state: opening, closing and writing the trace are timed separately and reported on their own);
 ms/step = block time / K. Rounds interleave the configurations (the order rotates each round)
-and the table gives the median over rounds and the ratio to "none".
+and the table gives the median ms/step over rounds and, as the ratio, the median over rounds of
+each round's block over the "none" block of the same round (paired: on a VM the step time drifts
+by tens of percent between rounds; the JSON also has the quartiles and the ratio of medians).
 
 torch.profiler (Kineto) may keep CUPTI subscribed after its session, and cprof cannot open a GPU
 window while another CUPTI client holds it; so the process runs two phases: phase 1 interleaves
@@ -333,12 +335,20 @@ def main(argv=None):
             base = base2 if config == "torch" else base1
             m = statistics.median(s[key])
             med[name][config] = m
+            # paired: each round's block over the no-profiler block of the same round and phase
+            # (the step time drifts by tens of percent between rounds on a VM)
+            nkey = "none2" if config == "torch" else "none1"
+            paired = sorted(a / b for a, b in zip(s[key], s[nkey]))
+            q = len(paired) // 4
             row["configs"][config] = {
                 "label": CONFIG_LABELS[config],
                 "ms_per_step_median": m * 1e3,
                 "ms_per_step_min": min(s[key]) * 1e3,
                 "ms_per_step_max": max(s[key]) * 1e3,
-                "ratio_vs_none": m / base,
+                "ratio_vs_none": statistics.median(paired),
+                "ratio_q1": paired[q],
+                "ratio_q3": paired[-1 - q],
+                "ratio_of_medians": m / base,
                 "baseline": "none of phase 2" if config == "torch" else "none of phase 1",
                 "open_close_write_s_median": (statistics.median(overhead[name][config])
                                               if overhead[name][config] else 0.0),
@@ -374,7 +384,10 @@ def main(argv=None):
             "warmup": args.warmup,
             "method": "per config: profiler opened around K steps; block timed after open, to "
                       "after K steps + synchronize; ms/step = block/K; median over interleaved "
-                      "rounds; phase 1 none/cprof_gpu/cprof_default, phase 2 none/torch",
+                      "rounds; phase 1 none/cprof_gpu/cprof_default, phase 2 none/torch; "
+                      "ratio_vs_none: median over rounds of the block / the no-profiler block "
+                      "of the same round (q1, q3 beside it), ratio_of_medians: medians over "
+                      "all rounds divided",
             "workloads": results,
             "findings": findings,
             "elapsed_s": elapsed,
@@ -383,8 +396,8 @@ def main(argv=None):
             json.dump(out, f, indent=2)
         print(f"results written to {args.json}")
     print()
-    print(f"median ms/step over {args.rounds} interleaved rounds (x = ratio vs no profiler; "
-          f"torch.profiler vs the no-profiler runs of its own phase)")
+    print(f"median ms/step over {args.rounds} interleaved rounds (x = median of each round's "
+          f"ratio to its no-profiler block; torch.profiler's from its own phase)")
     head = f"{'workload':<36} {'K':>3} " + " ".join(f"{CONFIG_LABELS[c]:>20}"
                                                      for c in CONFIG_LABELS)
     print(head)

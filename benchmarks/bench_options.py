@@ -19,8 +19,9 @@ Configurations (cprof.profile vs torch.profiler.profile with the same option):
 Method: a configuration opens its profiler around a block of K steps; the block is timed from
 after the profiler started to after the K steps (and a torch.cuda.synchronize() on cuda);
 opening, closing and exporting are not in the step time. Rounds interleave all
-configurations (the order rotates each round); the table gives medians over rounds and the
-ratio to "none". On cuda, torch.profiler may keep CUPTI after its session, so cprof's
+configurations (the order rotates each round); the table gives medians over rounds and, as the
+ratio, the median over rounds of each block over the same round's "none" block (paired: a VM's
+step time drifts between rounds; the JSON has quartiles and the ratio of medians too). On cuda, torch.profiler may keep CUPTI after its session, so cprof's
 configurations all run first (phase 1, with its own "none") and torch's after (phase 2).
 
     python benchmarks/bench_options.py [--device cpu|cuda] [--rounds 7] [--steps 50] [--json P]
@@ -148,15 +149,21 @@ def main(argv=None):
         base = statistics.median(times[("none", None)])
         for (kind, opt), v in times.items():
             key = f"{kind}:{opt}" if opt else f"none(phase{pi + 1})"
+            # paired: each round's block over the same round's no-profiler block
+            paired = sorted(x / n for x, n in zip(v, times[("none", None)]))
             results[key] = {"ms_per_step": statistics.median(v),
-                            "ratio": statistics.median(v) / base}
+                            "ratio": statistics.median(paired),
+                            "ratio_q1": paired[len(paired) // 4],
+                            "ratio_q3": paired[-1 - len(paired) // 4],
+                            "ratio_of_medians": statistics.median(v) / base}
     info = machine_info(torch, cprof)
     info["device"] = a.device
     if a.device == "cuda":
         info["gpu"] = torch.cuda.get_device_name()
         info["cuda"] = torch.version.cuda
     print(f"machine: {info}")
-    print(f"{a.rounds} rounds x {a.steps} steps, medians; ratio = vs no profiler (same phase)")
+    print(f"{a.rounds} rounds x {a.steps} steps, medians; ratio = median over rounds of the "
+          "block / the same round's no-profiler block (same phase)")
     print(f"{'option':<10} {'none ms':>9} {'cprof ms':>9} {'cprof x':>8} {'torch ms':>9} "
           f"{'torch x':>8}")
     n1, n2 = results["none(phase1)"], results["none(phase2)"]

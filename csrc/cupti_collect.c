@@ -39,7 +39,7 @@ static int per_api_enable;         /* cuptiActivityEnableRuntimeApi/DriverApi us
 static int kinds_enabled[64];
 static char last_error[512];
 /* how this window enabled API records (trace metadata: cprof.gpu.api_records) */
-static const char *api_mode = "";  /* "kinds+filter", "kinds", "ids" or "none" */
+static const char *api_mode = "";  /* "kinds+filter", "kinds", "ids", "driver+filter", "none" */
 static uint32_t api_ids_off;       /* ids switched off after enabling the whole kinds */
 static uint64_t enable_cost_ns;
 
@@ -275,7 +275,9 @@ static int enable_kinds(void) {
      * delivers. The other documented way, the per-id switch alone without the kind, returns
      * success for every id on CUPTI 13.0.1 and then records no call at all (measured on an
      * H200, driver 580.159.04): never used by default. CPROF_CUPTI_API_RECORDS=kinds skips the
-     * switching off, =ids uses the per-id switch alone (diagnostics). */
+     * switching off, =ids uses the per-id switch alone, =driver enables KIND_DRIVER alone
+     * (filtered): the runtime's calls are then seen only through the driver calls they make
+     * (diagnostics: is hooking the driver cheaper, and do kernels still link?). */
     api_ids_off = 0;
     api_mode = "none";
     if (minimal) return CPROF_OK;
@@ -295,19 +297,23 @@ static int enable_kinds(void) {
         }
         return CPROF_OK;
     }
-    CUptiResult r = api->cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME);
-    if (r != CUPTI_SUCCESS) return map_cupti_error(r, "enabling CUDA runtime API records");
-    kinds_enabled[CUPTI_ACTIVITY_KIND_RUNTIME] = 1;
+    int driver_only = mode && !strcmp(mode, "driver");
+    CUptiResult r;
+    if (!driver_only) {
+        r = api->cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME);
+        if (r != CUPTI_SUCCESS) return map_cupti_error(r, "enabling CUDA runtime API records");
+        kinds_enabled[CUPTI_ACTIVITY_KIND_RUNTIME] = 1;
+    }
     r = api->cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER);
     if (r != CUPTI_SUCCESS) return map_cupti_error(r, "enabling CUDA driver API records");
     kinds_enabled[CUPTI_ACTIVITY_KIND_DRIVER] = 1;
     api_mode = "kinds";
     if (no_filter || !api->cuptiActivityEnableRuntimeApi || !api->cuptiActivityEnableDriverApi)
         return CPROF_OK;
-    api_mode = "kinds+filter";
+    api_mode = driver_only ? "driver+filter" : "kinds+filter";
     /* ids past the table's end (a newer CUPTI) stay on; the decoder drops them. A refused
      * switch only means more records for the decoder to drop. */
-    for (uint32_t id = 1; id < CPROF_RUNTIME_CBID_LIMIT; id++)
+    for (uint32_t id = 1; !driver_only && id < CPROF_RUNTIME_CBID_LIMIT; id++)
         if (!cprof_cbid_lookup(0, id) && api->cuptiActivityEnableRuntimeApi(id, 0) == CUPTI_SUCCESS)
             api_ids_off++;
     for (uint32_t id = 1; id < CPROF_DRIVER_CBID_LIMIT; id++)

@@ -8,7 +8,9 @@
 # bench_gpu.log, bench_gpu.json, nvidia_smi.txt. Needs no network. Exit status: 0 when every
 # step passed. GPU_CHECK_REST=0 skips the rest of the suite; GPU_CHECK_BENCHES="timers
 # cupti_modes" (names: clock gpu_overhead options timers compiled_regions cupti_modes) picks the
-# benchmarks; GPU_CHECK_TESTS overrides the GPU test files.
+# benchmarks; GPU_CHECK_TESTS overrides the GPU test files ("none": no tests);
+# GPU_CHECK_ROUNDS (15) the rounds of gpu_overhead and options; CUPTI_MODES / CUPTI_REPEAT (2)
+# the modes and processes of cupti_modes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
@@ -89,14 +91,19 @@ if [ "$failed" = 0 ]; then
   gpu_files=${GPU_CHECK_TESTS:-"tests/test_gpu_real.py tests/test_gpu_profile.py tests/test_gpu_timers.py tests/test_gpu_fake.py tests/test_compiled_regions.py tests/test_ops.py"}
   tlimit=""
   $PY -c "import pytest_timeout" 2>/dev/null && tlimit="--timeout=180"
-  echo "== tests: $PY -m pytest -q -rA $tlimit $gpu_files =="
-  $PY -m pytest -q -rA $tlimit $gpu_files 2>&1 | tee "$OUT/gpu_tests.log"
-  rc=$?
-  tests_line=$(tail -n 1 "$OUT/gpu_tests.log" | sed 's/=//g; s/^ *//; s/ *$//')
-  if [ $rc = 0 ]; then status_tests="ok"; else status_tests="FAILED (exit $rc)"; failed=1; fi
-  if ! grep -q "PASSED tests/test_gpu_real" "$OUT/gpu_tests.log"; then
-    status_tests="$status_tests; the real-GPU tests all SKIPPED"
-    failed=1
+  if [ "$gpu_files" = none ]; then
+    echo "== tests: skipped (GPU_CHECK_TESTS=none) =="
+    status_tests="skipped (GPU_CHECK_TESTS=none)"
+  else
+    echo "== tests: $PY -m pytest -q -rA $tlimit $gpu_files =="
+    $PY -m pytest -q -rA $tlimit $gpu_files 2>&1 | tee "$OUT/gpu_tests.log"
+    rc=$?
+    tests_line=$(tail -n 1 "$OUT/gpu_tests.log" | sed 's/=//g; s/^ *//; s/ *$//')
+    if [ $rc = 0 ]; then status_tests="ok"; else status_tests="FAILED (exit $rc)"; failed=1; fi
+    if ! grep -q "PASSED tests/test_gpu_" "$OUT/gpu_tests.log"; then
+      status_tests="$status_tests; the real-GPU tests all SKIPPED"
+      failed=1
+    fi
   fi
   if [ "${GPU_CHECK_REST:-1}" = 1 ]; then
     ignores=""
@@ -109,23 +116,24 @@ if [ "$failed" = 0 ]; then
     if [ $rc = 0 ]; then status_rest="ok"; else status_rest="FAILED (exit $rc)"; failed=1; fi
   fi
 
+  rounds=${GPU_CHECK_ROUNDS:-15} repeat=${CUPTI_REPEAT:-2}
   # GPU_CHECK_BENCHES picks the benchmarks (default: all below but cupti_modes, the CUPTI
   # mode A/B of issue 3, takes ~3 min and runs only when named)
   for b in ${GPU_CHECK_BENCHES:-clock gpu_overhead options timers compiled_regions}; do
     echo
     case $b in
       gpu_overhead)
-        echo "== benchmark: $PY benchmarks/bench_gpu_overhead.py --json $OUT/bench_gpu.json =="
+        echo "== benchmark: $PY benchmarks/bench_gpu_overhead.py --rounds $rounds --json $OUT/bench_gpu.json =="
         # torch's profiler prints "USDT: ..." to stderr for every session: dropped
-        $PY benchmarks/bench_gpu_overhead.py --json "$OUT/bench_gpu.json" 2>&1 \
+        $PY benchmarks/bench_gpu_overhead.py --rounds "$rounds" --json "$OUT/bench_gpu.json" 2>&1 \
           | grep -v '^USDT:' | tee "$OUT/bench_gpu.log"
         rc=$?
         if [ $rc != 0 ]; then status_bench="FAILED (exit $rc)"; failed=1
         elif [ -f "$OUT/bench_gpu.json" ]; then status_bench="ok"
         else status_bench="nothing measured (see bench_gpu.log)"; failed=1; fi ;;
       options)
-        echo "== benchmark: $PY benchmarks/bench_options.py --device cuda --json $OUT/bench_options.json =="
-        $PY benchmarks/bench_options.py --device cuda --json "$OUT/bench_options.json" 2>&1 \
+        echo "== benchmark: $PY benchmarks/bench_options.py --device cuda --rounds $rounds --json $OUT/bench_options.json =="
+        $PY benchmarks/bench_options.py --device cuda --rounds "$rounds" --json "$OUT/bench_options.json" 2>&1 \
           | grep -v '^USDT:' | tee "$OUT/bench_options.log" ;;
       timers)
         echo "== benchmark: $PY benchmarks/bench_timers.py --json $OUT/bench_timers.json =="
@@ -143,8 +151,8 @@ if [ "$failed" = 0 ]; then
           | tee -a "$OUT/bench_clock.log"
         rm -f "$OUT/bench_clock" ;;
       cupti_modes)
-        echo "== benchmark: $PY benchmarks/bench_cupti_modes.py --repeat 2 --json $OUT/bench_cupti_modes.json =="
-        $PY benchmarks/bench_cupti_modes.py --repeat 2 --rounds 9 --steps 40 \
+        echo "== benchmark: $PY benchmarks/bench_cupti_modes.py --repeat $repeat --rounds 21 --steps 30 --json $OUT/bench_cupti_modes.json =="
+        $PY benchmarks/bench_cupti_modes.py --repeat "$repeat" --rounds 21 --steps 30 \
           ${CUPTI_MODES:+--modes $CUPTI_MODES} --json "$OUT/bench_cupti_modes.json" 2>&1 \
           | tee "$OUT/bench_cupti_modes.log" ;;
       *) echo "gpu_check: unknown benchmark '$b' in GPU_CHECK_BENCHES" ;;
