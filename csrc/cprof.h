@@ -128,6 +128,7 @@ typedef struct cprof_snapshot {
 int cprof_events_set_cap(uint64_t cap_bytes);
 uint64_t cprof_events_cap(void);
 uint64_t cprof_events_bytes_in_use(void);
+uint64_t cprof_events_bytes_pooled(void);
 
 /* Opens a window. CPROF_E_STATE if one is open. Caller holds the GIL. */
 int cprof_events_start(void);

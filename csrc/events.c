@@ -52,6 +52,7 @@ static uint64_t g_start_ns;
 
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static cprof_chunk *pool;      /* free chunks, reused before any new allocation */
+static uint64_t pool_free;     /* chunks on that list */
 static uint64_t pool_allocated_bytes;
 static uint64_t cap_bytes = 256ull << 20;
 static void (*new_thread_hook)(void); /* the binding's: names a thread at its first record */
@@ -64,6 +65,7 @@ static cprof_chunk *chunk_get(void) {
     if (pool) {
         c = pool;
         pool = c->next;
+        pool_free--;
     } else if (pool_allocated_bytes + sizeof(cprof_chunk) <= cap_bytes) {
         c = malloc(sizeof(cprof_chunk));
         if (c) pool_allocated_bytes += sizeof(cprof_chunk);
@@ -82,6 +84,7 @@ static int pool_trim_locked(void) {
     while (pool && pool_allocated_bytes > cap_bytes) {
         cprof_chunk *c = pool;
         pool = c->next;
+        pool_free--;
         free(c);
         pool_allocated_bytes -= sizeof(cprof_chunk);
         n++;
@@ -100,10 +103,15 @@ static void release_to_os(void) {
 static void chunks_put(cprof_chunk *list) {
     if (!list) return;
     cprof_chunk *last = list;
-    while (last->next) last = last->next;
+    uint64_t n = 1;
+    while (last->next) {
+        last = last->next;
+        n++;
+    }
     pthread_mutex_lock(&pool_lock);
     last->next = pool;
     pool = list;
+    pool_free += n;
     /* a lowered cap takes effect here: give back memory above it */
     int freed = pool_trim_locked();
     pthread_mutex_unlock(&pool_lock);
@@ -126,6 +134,16 @@ uint64_t cprof_events_cap(void) { return cap_bytes; }
 uint64_t cprof_events_bytes_in_use(void) {
     pthread_mutex_lock(&pool_lock);
     uint64_t b = pool_allocated_bytes;
+    pthread_mutex_unlock(&pool_lock);
+    return b;
+}
+
+/* Bytes of allocated chunks that are free in the pool; the rest are held by threads recording
+ * in the open window and by snapshots not yet released (results still alive), and count
+ * against the cap. */
+uint64_t cprof_events_bytes_pooled(void) {
+    pthread_mutex_lock(&pool_lock);
+    uint64_t b = pool_free * sizeof(cprof_chunk);
     pthread_mutex_unlock(&pool_lock);
     return b;
 }

@@ -833,8 +833,9 @@ static PyObject *mod_set_cap(PyObject *module, PyObject *arg) {
 }
 
 static PyObject *mod_memory(PyObject *module, PyObject *unused) {
-    return Py_BuildValue("{sKsKsn}", "cap_bytes", (unsigned long long)cprof_events_cap(),
+    return Py_BuildValue("{sKsKsKsn}", "cap_bytes", (unsigned long long)cprof_events_cap(),
                          "allocated_bytes", (unsigned long long)cprof_events_bytes_in_use(),
+                         "pooled_bytes", (unsigned long long)cprof_events_bytes_pooled(),
                          "chunk_bytes", (Py_ssize_t)sizeof(cprof_chunk));
 }
 
