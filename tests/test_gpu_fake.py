@@ -272,3 +272,15 @@ def test_nvtx_ranges_and_injection_env(tmp_path, fake_so):
     (m,) = [e for e in events(t, "user_annotation") if e["args"].get("nvtx")]
     assert m["name"] == "my nvtx range" and m["args"]["domain"] == "my domain"
     assert abs(m["dur"] - 5.0) < 0.002
+
+
+def test_driver_only_diagnostic_mode_says_so_and_keeps_kernels(tmp_path, fake_so):
+    """CPROF_CUPTI_API_RECORDS=driver (benchmarks only, design decision 67): KIND_DRIVER alone,
+    no runtime records; the trace names the mode, and GPU work is still collected (on a real
+    GPU nothing links through the runtime's nested driver calls: measured, 0 of 960)."""
+    res = run("basic", tmp_path, fake_so, CPROF_CUPTI_API_RECORDS="driver")
+    t = load_trace(res["trace"])
+    a = t["cprof"]["gpu"]["api_records"]
+    assert a["mode"] == "driver+filter" and a["ids_switched_off"] > 100, a
+    assert not [e for e in events(t, "cuda_runtime") if e["name"].startswith("cuda")]
+    assert events(t, "kernel")
