@@ -1,7 +1,8 @@
-"""Helpers shared by the CPU benchmarks."""
+"""Helpers shared by the benchmarks."""
 import json
 import os
 import platform
+import statistics
 
 
 def cpu_model():
@@ -26,6 +27,15 @@ def machine_info(torch, cprof):
         "torch": torch.__version__,
         "cprof": cprof.__version__,
     }
+
+
+def paired_ratios(profiled, baseline):
+    """Median, first and third quartile of profiled[i] / baseline[i]: each round's block over
+    the no-profiler block of the same round (a VM's step time drifts between rounds, so blocks
+    are compared with their own round, not with medians over the run)."""
+    r = sorted(p / b for p, b in zip(profiled, baseline))
+    q = len(r) // 4
+    return statistics.median(r), r[q], r[-1 - q]
 
 
 def write_results(path, out):

@@ -43,7 +43,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import write_results  # noqa: E402
+from _common import paired_ratios, write_results  # noqa: E402
 MODES = {
     "default": {},
     "kinds": {"CPROF_CUPTI_API_RECORDS": "kinds"},
@@ -159,11 +159,10 @@ def worker(rounds, steps):
             linked = sum(1 for e in t["traceEvents"] if e.get("ph") == "f")
             os.remove(ctx.trace_path)
     n, p = statistics.median(none), statistics.median(prof)
-    paired = sorted(b / a for a, b in zip(none, prof))
-    q = len(paired) // 4
-    print("RESULT " + json.dumps({"none_ms": n, "cprof_ms": p, "ratio": statistics.median(paired),
+    ratio, q1, q3 = paired_ratios(prof, none)
+    print("RESULT " + json.dumps({"none_ms": n, "cprof_ms": p, "ratio": ratio,
                                   "ratio_of_medians": p / n,
-                                  "ratio_q1": paired[q], "ratio_q3": paired[-1 - q],
+                                  "ratio_q1": q1, "ratio_q3": q3,
                                   "linked": linked, "records": gpu.get("records"),
                                   "api_records": gpu.get("api_records")}))
 

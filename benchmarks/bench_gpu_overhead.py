@@ -51,6 +51,8 @@ import warnings
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import paired_ratios  # noqa: E402
 
 clock = time.perf_counter
 
@@ -338,16 +340,15 @@ def main(argv=None):
             # paired: each round's block over the no-profiler block of the same round and phase
             # (the step time drifts by tens of percent between rounds on a VM)
             nkey = "none2" if config == "torch" else "none1"
-            paired = sorted(a / b for a, b in zip(s[key], s[nkey]))
-            q = len(paired) // 4
+            ratio, q1, q3 = paired_ratios(s[key], s[nkey])
             row["configs"][config] = {
                 "label": CONFIG_LABELS[config],
                 "ms_per_step_median": m * 1e3,
                 "ms_per_step_min": min(s[key]) * 1e3,
                 "ms_per_step_max": max(s[key]) * 1e3,
-                "ratio_vs_none": statistics.median(paired),
-                "ratio_q1": paired[q],
-                "ratio_q3": paired[-1 - q],
+                "ratio_vs_none": ratio,
+                "ratio_q1": q1,
+                "ratio_q3": q3,
                 "ratio_of_medians": m / base,
                 "baseline": "none of phase 2" if config == "torch" else "none of phase 1",
                 "open_close_write_s_median": (statistics.median(overhead[name][config])

@@ -128,7 +128,7 @@ def main(argv=None):
     import cprof  # before torch: cprof records torch's operators only when imported first
     import torch
 
-    from _common import machine_info
+    from _common import machine_info, paired_ratios
     if a.device == "cuda" and not torch.cuda.is_available():
         print("bench_options: no CUDA GPU here; run with --device cpu")
         return 0
@@ -150,11 +150,9 @@ def main(argv=None):
         for (kind, opt), v in times.items():
             key = f"{kind}:{opt}" if opt else f"none(phase{pi + 1})"
             # paired: each round's block over the same round's no-profiler block
-            paired = sorted(x / n for x, n in zip(v, times[("none", None)]))
+            ratio, q1, q3 = paired_ratios(v, times[("none", None)])
             results[key] = {"ms_per_step": statistics.median(v),
-                            "ratio": statistics.median(paired),
-                            "ratio_q1": paired[len(paired) // 4],
-                            "ratio_q3": paired[-1 - len(paired) // 4],
+                            "ratio": ratio, "ratio_q1": q1, "ratio_q3": q3,
                             "ratio_of_medians": statistics.median(v) / base}
     info = machine_info(torch, cprof)
     info["device"] = a.device
