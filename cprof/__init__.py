@@ -14,7 +14,8 @@ _ops.prepare_env()  # before torch loads, or torch's operators cannot be recorde
 from ._C import (CprofError, CuptiBusyError, GpuUnavailableError, NoOpenRangeError,
                  TraceFormatError, TraceWriteError, WindowStateError)
 from ._features import features
-from ._profile import ProfilerActivity, profile, tensorboard_trace_handler
+from ._profile import (ProfilerActivity, profile, supported_activities,
+                       tensorboard_trace_handler)
 from ._results import EventList, FunctionEventAvg, ProfilerEvent
 from ._schedule import ProfilerAction, ScheduleError, min_steps, schedule
 from ._ranges import pop, push, range, record_function  # noqa: A004
@@ -40,6 +41,7 @@ __all__ = [
     "record_function",
     "schedule",
     "tensorboard_trace_handler",
+    "supported_activities",
     "ENGINE_BUCKET_ORDER",
     "MODEL_BUCKET_ORDER",
     "NullProfiler",

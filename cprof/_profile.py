@@ -5,10 +5,12 @@ window; start = discard what warmup collected; stop = close the window and keep 
 ready = on_trace_ready(prof)). The window's data stays in memory until the next window opens,
 so export_chrome_trace, key_averages and events work after each cycle and after stop()."""
 import enum
+import json
 import os
 import socket
 import sys
 import time
+import uuid
 import warnings
 
 from . import _C
@@ -128,8 +130,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                 activities = ["CPU", "CUDA"]
         ignored = [n for n, v in (("with_flops", with_flops),
                                   ("experimental_config", experimental_config),
-                                  ("execution_trace_observer", execution_trace_observer),
-                                  ("custom_trace_id_callback", custom_trace_id_callback)) if v]
+                                  ("execution_trace_observer", execution_trace_observer)) if v]
         if ignored:
             warnings.warn(f"cprof.profile: {', '.join(ignored)} not supported by cprof; "
                           "ignored", RuntimeWarning, stacklevel=2)
@@ -165,6 +166,9 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         self.ranks = ranks
         self._api = _api
         self.on_trace_ready = on_trace_ready
+        self.set_custom_trace_id_callback(custom_trace_id_callback)
+        self._trace_id = None       # the current cycle's (get_trace_id)
+        self._trace_metadata = {}   # add_metadata / add_metadata_json: key -> JSON text
         if schedule is not None:
             self.schedule = schedule
             self.record_steps = True
@@ -462,6 +466,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         w = Window(self._config(), self.buffer_size_mb, gpu=gpu, memory=self.profile_memory,
                    strict=self.strict, nvtx=not _glue.python_nvtx_installed())
         w.notes.update(self._notes)
+        w.trace_id = self._new_trace_id()
         w.start()
         self._window = w
         self._warmup_window = True
@@ -584,9 +589,11 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         if not is_stream(path):  # /dev/null: written into, its directory need not be writable
             check_output_dir(os.path.dirname(path) or ".")
         suffix = ".gz" if path.endswith(".gz") else ""
+        top = {"trace_id": json.dumps(getattr(w, "trace_id", None))}
+        top.update(self._trace_metadata)
         result = w.write(path[: len(path) - len(suffix)], suffix, gzip=bool(suffix),
                          replace=True, extra=self._export_extra(w),
-                         retry="export_chrome_trace(path)")
+                         retry="export_chrome_trace(path)", top=top)
         if result is None:  # a forked child: the window is the parent's to write
             return None
         self.last_export = result
@@ -624,6 +631,120 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
     def summary(self):
         """Per-name CPU range aggregates of the last finished window (computed in C)."""
         return self._data("summarise").snapshot.summary()
+
+    # -- trace id and user metadata (torch.profiler's) --
+    def set_custom_trace_id_callback(self, callback):
+        """Sets the trace id generator, called once per cycle (when a window opens); None
+        goes back to random ids (32 hex digits, as torch.profiler makes them)."""
+        if callback is not None and not callable(callback):
+            raise TypeError("cprof.profile: custom_trace_id_callback must be a callable "
+                            "returning a string, or None")
+        self.custom_trace_id_callback = callback
+
+    def get_trace_id(self):
+        """The current cycle's trace id (written as the trace's top-level "trace_id"), or None
+        before the first window opened."""
+        return self._trace_id
+
+    def _new_trace_id(self):
+        cb = self.custom_trace_id_callback
+        if cb is not None:
+            try:
+                tid = cb()
+            except Exception as err:  # a bad callback must not cost the window
+                warnings.warn(f"cprof.profile: custom_trace_id_callback raised "
+                              f"{type(err).__name__}: {err}; using a random trace id",
+                              RuntimeWarning, stacklevel=5)
+            else:
+                self._trace_id = tid if isinstance(tid, str) else str(tid)
+                return self._trace_id
+        self._trace_id = f"{uuid.uuid4().int:032X}"
+        return self._trace_id
+
+    _RESERVED_KEYS = frozenset(("schemaVersion", "deviceProperties", "distributedInfo",
+                                "displayTimeUnit", "baseTimeNanoseconds", "traceEvents",
+                                "traceName", "cprof", "trace_id"))
+
+    def _check_metadata_key(self, what, key):
+        if not isinstance(key, str):
+            raise TypeError(f"cprof.profile.{what}: the key must be a str, not "
+                            f"{type(key).__name__}")
+        if key in self._RESERVED_KEYS:
+            raise ValueError(f"cprof.profile.{what}: {key!r} is a key cprof writes itself; "
+                             "choose another name")
+
+    def add_metadata(self, key, value):
+        """Adds a top-level member key: value (a string) to every trace this profiler
+        exports from now on, as torch.profiler's add_metadata does."""
+        self._check_metadata_key("add_metadata", key)
+        if not isinstance(value, str):
+            raise TypeError(f"cprof.profile.add_metadata: the value must be a str, not "
+                            f"{type(value).__name__} (use add_metadata_json for JSON values)")
+        self._trace_metadata[key] = json.dumps(value)
+
+    def add_metadata_json(self, key, value):
+        """Adds a top-level member key: value, where value is JSON text (an object, a list,
+        a number...), to every trace this profiler exports from now on. Text that is not valid
+        JSON is refused here (torch.profiler writes it and leaves an unreadable trace)."""
+        self._check_metadata_key("add_metadata_json", key)
+        if not isinstance(value, str):
+            raise TypeError("cprof.profile.add_metadata_json: the value must be JSON text "
+                            f"(a str), not {type(value).__name__}; json.dumps it first")
+        try:
+            parsed = json.loads(value)
+        except ValueError as err:
+            raise ValueError(f"cprof.profile.add_metadata_json: the value for {key!r} is not "
+                             f"valid JSON ({err}); nothing was added") from None
+        self._trace_metadata[key] = json.dumps(parsed)
+
+    _STACK_METRICS = ("self_cpu_time_total", "self_cuda_time_total", "self_xpu_time_total",
+                      "self_privateuse1_time_total")
+
+    def export_stacks(self, path, metric="self_cpu_time_total"):
+        """Writes the last finished window's Python stacks in the collapsed format of
+        flamegraph.pl and speedscope: one line per event, its enclosing Python frames (outermost
+        first) and the event itself, separated by ";", then its self time in whole
+        microseconds (metric "self_cpu_time_total") or the GPU time it launched
+        ("self_cuda_time_total"). Needs with_stack. Returns the path."""
+        if metric not in self._STACK_METRICS:
+            raise ValueError(f"metric should be one of: {list(self._STACK_METRICS)}")
+        w = self._data("export stacks")
+        from ._results import export_stacks
+        path = os.fspath(path)
+        if not is_stream(path):
+            check_output_dir(os.path.dirname(path) or ".")
+        lines = export_stacks(w, path, "cpu" if metric == "self_cpu_time_total" else "device")
+        if not w.config.get("with_stack"):
+            warnings.warn("cprof.profile.export_stacks: this window was recorded without "
+                          "with_stack=True, so it has no Python stacks; the file lists "
+                          f"{lines} line(s)", RuntimeWarning, stacklevel=2)
+        return path
+
+    def export_memory_timeline(self, path, device=None):
+        """Not available: torch.profiler builds this from its own operator graph. cprof's
+        memory views are the trace's memory counter track (profile_memory=True) and the CUDA
+        memory snapshot (export_memory_snapshot, for pytorch.org/memory_viz)."""
+        raise NotImplementedError(
+            "cprof.profile has no export_memory_timeline; with profile_memory=True the trace "
+            "has a memory counter track, and export_memory_snapshot(path) writes the CUDA "
+            "memory history for pytorch.org/memory_viz")
+
+    def toggle_collection_dynamic(self, enable, activities):
+        """Not available: a cprof window collects what it was opened with. Use a schedule, or
+        close the window and open another with the activities wanted."""
+        raise NotImplementedError(
+            "cprof.profile cannot switch activities inside a window; use schedule= (or stop() "
+            "and a new cprof.profile with the activities wanted) to leave parts out")
+
+
+def supported_activities():
+    """The activities cprof can collect in this process, as torch.profiler's function
+    answers: CPU and MEM always, CUDA when a GPU, its driver and CUPTI are usable
+    (cprof.features() says why not)."""
+    acts = {ProfilerActivity.CPU, ProfilerActivity.MEM}
+    if gpu_unavailable_reason() is None:
+        acts.add(ProfilerActivity.CUDA)
+    return acts
 
 
 def tensorboard_trace_handler(dir_name, worker_name=None, use_gzip=False):

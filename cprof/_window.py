@@ -206,10 +206,11 @@ class Window:
             meta.update(extra)
         return meta, rank, world, backend
 
-    def write(self, stem, suffix, gzip=True, replace=False, extra=None, retry=None):
+    def write(self, stem, suffix, gzip=True, replace=False, extra=None, retry=None, top=None):
         """Writes the snapshot to stem+suffix (stem-N+suffix if taken). The snapshot is kept
         if the write fails, so it can be retried elsewhere; retry names the call that does
-        that, for the error message."""
+        that, for the error message. top: {key: JSON text} written as top-level members of the
+        trace (trace_id, add_metadata), in order."""
         if self.foreign("write"):
             return None
         if self.snapshot is None:
@@ -228,6 +229,8 @@ class Window:
                 extra_json=json.dumps(meta, default=str),
                 replace=replace,
                 gpu=self.gpu_snapshot,
+                top_json=",".join(f"{json.dumps(k)}:{v}" for k, v in top.items())
+                if top else None,
             )
         except _C.TraceWriteError as err:
             if retry is None or err.errno is None:

@@ -254,6 +254,8 @@ typedef struct cprof_trace_meta {
     const char *cprof_json;      /* the "cprof" metadata object as JSON text (cJSON), or NULL */
     const char *device_props_json; /* JSON array for deviceProperties, or NULL for [] */
     int64_t base_time_ns;        /* Unix ns that ts values are relative to */
+    const char *top_json;        /* top-level members `"k":v,...` (trace_id, the user's
+                                  * add_metadata), checked by cprof_meta_members_check, or NULL */
 } cprof_trace_meta;
 
 typedef struct cprof_write_stats {
@@ -275,6 +277,9 @@ int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap,
  * malloc'd NUL-terminated JSON text the caller frees with free().
  * CPROF_E_JSON if extra_json is not a JSON object. */
 int cprof_meta_json(const cprof_snapshot *snap, const char *extra_json, char **out);
+/* CPROF_OK if members is the inside of a JSON object (`"k":v,"k2":v2`, or empty), else
+ * CPROF_E_JSON (CPROF_E_NOMEM if the check itself ran out of memory). */
+int cprof_meta_members_check(const char *members);
 
 /* ---- summary.c: per-name aggregates of a snapshot ---- */
 typedef struct cprof_summary_row {

@@ -66,3 +66,20 @@ int cprof_meta_json(const cprof_snapshot *snap, const char *extra_json, char **o
     *out = copy;
     return CPROF_OK;
 }
+
+int cprof_meta_members_check(const char *members) {
+    if (!members || !*members) return CPROF_OK;
+    size_t n = strlen(members);
+    char *text = malloc(n + 3);
+    if (!text) return CPROF_E_NOMEM;
+    text[0] = '{';
+    memcpy(text + 1, members, n);
+    text[n + 1] = '}';
+    text[n + 2] = '\0';
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+    int ok = root && cJSON_IsObject(root);
+    cJSON_Delete(root);
+    free(text);
+    return ok ? CPROF_OK : CPROF_E_JSON;
+}

@@ -441,22 +441,23 @@ static PyObject *snapshot_close(SnapshotObject *self, PyObject *unused) {
 }
 
 /* write(stem, suffix, *, gzip=6, pid, process_name, rank, world_size, backend, extra_json,
- *       device_props_json, replace=False)
+ *       device_props_json, replace=False, gpu=None, top_json=None)
  * Writes to stem+suffix, or stem-1+suffix, stem-2+suffix... if taken (never overwrites unless
  * replace). Returns (path, events, bytes, seconds, replaced_chars). The snapshot is kept, so a
  * failed write can be retried elsewhere. */
 static PyObject *snapshot_write(SnapshotObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"stem",    "suffix",      "gzip",     "pid",
                              "process_name", "rank",   "world_size", "backend",
-                             "extra_json",   "device_props_json", "replace", "gpu", NULL};
+                             "extra_json",   "device_props_json", "replace", "gpu",
+                             "top_json",     NULL};
     const char *stem, *suffix, *process_name = "python", *backend = NULL, *extra = NULL,
-                                *devprops = NULL;
+                                *devprops = NULL, *top = NULL;
     int gzip = 6, rank = 0, world = 1, replace = 0;
     long long pid = getpid();
     PyObject *gpu_obj = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "ss|$iLsiizzzpO", kwlist, &stem, &suffix, &gzip,
-                                     &pid, &process_name, &rank, &world, &backend, &extra,
-                                     &devprops, &replace, &gpu_obj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "ss|$iLsiizzzpOz", kwlist, &stem, &suffix,
+                                     &gzip, &pid, &process_name, &rank, &world, &backend, &extra,
+                                     &devprops, &replace, &gpu_obj, &top))
         return NULL;
     if (snapshot_check(self) < 0) return NULL;
     module_state *st = PyType_GetModuleState(Py_TYPE(self));
@@ -474,6 +475,12 @@ static PyObject *snapshot_write(SnapshotObject *self, PyObject *args, PyObject *
     }
     if (gzip < 0 || gzip > 9) {
         PyErr_SetString(PyExc_ValueError, "gzip level must be 0 (plain) to 9");
+        return NULL;
+    }
+    int top_rc = cprof_meta_members_check(top);
+    if (top_rc == CPROF_E_NOMEM) return PyErr_NoMemory();
+    if (top_rc) {
+        PyErr_SetString(PyExc_ValueError, "top_json must be JSON object members (\"k\":v,...)");
         return NULL;
     }
     /* the metadata object (cJSON) */
@@ -497,6 +504,7 @@ static PyObject *snapshot_write(SnapshotObject *self, PyObject *args, PyObject *
         .trace_name = path,
         .cprof_json = meta_json,
         .device_props_json = devprops,
+        .top_json = top,
     };
     /* ts values relative to the window's start second: small numbers keep ns precision for
      * readers that parse ts as a double */

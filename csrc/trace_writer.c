@@ -179,7 +179,14 @@ int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap, const cprof_
     cprof_buf_i64(b, m->rank);
     cprof_buf_puts(b, ",\"world_size\":");
     cprof_buf_i64(b, m->world_size);
-    cprof_buf_puts(b, "},\n\"displayTimeUnit\":\"ms\",\n\"baseTimeNanoseconds\":");
+    cprof_buf_puts(b, "},\n");
+    /* trace_id and the user's metadata, where Kineto writes them (after distributedInfo, so
+     * the first "rank" key stays distributedInfo's) */
+    if (m->top_json && *m->top_json) {
+        cprof_buf_puts(b, m->top_json);
+        cprof_buf_puts(b, ",\n");
+    }
+    cprof_buf_puts(b, "\"displayTimeUnit\":\"ms\",\n\"baseTimeNanoseconds\":");
     cprof_buf_i64(b, m->base_time_ns);
     if (m->cprof_json) {
         cprof_buf_puts(b, ",\n\"cprof\":");

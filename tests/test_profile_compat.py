@@ -1,0 +1,217 @@
+"""cprof.profile's smaller torch.profiler methods: trace ids, add_metadata(_json), export_stacks,
+supported_activities, and a clear error for the two it does not offer."""
+import json
+import os
+import re
+
+import pytest
+
+import cprof
+from cprof import _C
+from tests.conftest import load_trace
+
+torch = pytest.importorskip("torch")
+
+CPU = [cprof.ProfilerActivity.CPU]
+
+
+def top_keys(path):
+    """The trace's top-level keys, in file order (json keeps insertion order)."""
+    return list(load_trace(path))
+
+
+# ---- trace id ----
+
+def test_trace_id_is_per_cycle_and_written(tmp_path):
+    p = cprof.profile(activities=CPU, schedule=cprof.schedule(wait=0, warmup=0, active=1,
+                                                              repeat=2),
+                      on_trace_ready=cprof.tensorboard_trace_handler(str(tmp_path)))
+    assert p.get_trace_id() is None  # nothing started yet, as torch.profiler
+    ids = []
+    with p:
+        for _ in range(2):
+            ids.append(p.get_trace_id())
+            p.step()
+    assert all(re.fullmatch(r"[0-9A-F]{32}", i) for i in ids), ids
+    assert ids[0] != ids[1]
+    written = sorted((load_trace(tmp_path / f)["trace_id"] for f in os.listdir(tmp_path)))
+    assert written == sorted(ids)
+
+
+def test_custom_trace_id_callback(tmp_path):
+    n = iter(range(100))
+    with cprof.profile(activities=CPU, custom_trace_id_callback=lambda: f"run-{next(n)}") as p:
+        pass
+    assert p.get_trace_id() == "run-0"
+    out = p.export_chrome_trace(str(tmp_path / "t.json"))
+    assert load_trace(out)["trace_id"] == "run-0"
+    p.set_custom_trace_id_callback(lambda: 42)  # not a str: written as its str()
+    with p:
+        pass
+    assert p.get_trace_id() == "42"
+    with pytest.raises(TypeError, match="callable"):
+        p.set_custom_trace_id_callback("nope")
+
+
+def test_a_raising_trace_id_callback_costs_nothing(tmp_path):
+    def bad():
+        raise RuntimeError("boom")
+
+    with pytest.warns(RuntimeWarning, match="custom_trace_id_callback raised RuntimeError"):
+        with cprof.profile(activities=CPU, custom_trace_id_callback=bad) as p:
+            with cprof.range("kept"):
+                pass
+    assert re.fullmatch(r"[0-9A-F]{32}", p.get_trace_id())
+    t = load_trace(p.export_chrome_trace(str(tmp_path / "t.json")))
+    assert "kept" in [e["name"] for e in t["traceEvents"]]
+
+
+# ---- metadata ----
+
+def test_add_metadata_reaches_every_export_and_stays_valid_json(tmp_path):
+    with cprof.profile(activities=CPU) as p:
+        p.add_metadata("model", 'says "hi"\n\\ end')   # quotes torch's version breaks on
+        p.add_metadata_json("config", '{"lr": 0.1, "layers": [1, 2]}')
+        p.add_metadata_json("count", "3")
+    a = p.export_chrome_trace(str(tmp_path / "a.json"))
+    b = p.export_chrome_trace(str(tmp_path / "b.json.gz"))
+    for path in (a, b):
+        t = load_trace(path)  # json.load: the whole file parses
+        assert t["model"] == 'says "hi"\n\\ end'
+        assert t["config"] == {"lr": 0.1, "layers": [1, 2]}
+        assert t["count"] == 3
+        keys = top_keys(path)
+        # HTA takes the first "rank" in the file: distributedInfo stays ahead of user keys
+        assert keys.index("distributedInfo") < keys.index("trace_id") < keys.index("model")
+    # cprof's own reader and merge accept the extra members
+    rep = _C.trace_report(a)
+    assert rep is not None
+    merged = str(tmp_path / "m.json")
+    _C.trace_merge([a, b], merged, gzip=0)
+    load_trace(merged)
+
+
+def test_bad_metadata_is_refused_and_loses_nothing(tmp_path):
+    with cprof.profile(activities=CPU) as p:
+        with cprof.range("kept"):
+            pass
+        p.add_metadata("ok", "yes")
+        with pytest.raises(ValueError, match="not valid JSON"):
+            p.add_metadata_json("broken", "{bad")
+        with pytest.raises(TypeError, match="must be a str"):
+            p.add_metadata("n", 3)
+        with pytest.raises(TypeError, match="JSON text"):
+            p.add_metadata_json("n", {"a": 1})
+        with pytest.raises(TypeError, match="key must be a str"):
+            p.add_metadata(1, "x")
+        for reserved in ("traceEvents", "schemaVersion", "distributedInfo", "trace_id"):
+            with pytest.raises(ValueError, match="cprof writes itself"):
+                p.add_metadata(reserved, "x")
+    t = load_trace(p.export_chrome_trace(str(tmp_path / "t.json")))
+    assert t["ok"] == "yes" and "broken" not in t
+    assert "kept" in [e["name"] for e in t["traceEvents"]]
+
+
+def test_writer_refuses_top_members_that_are_not_json(tmp_path):
+    _C.start()
+    with cprof.range("x"):
+        pass
+    snap = _C.stop()
+    try:
+        for bad in ('"a":', '"a":1,', '[1]', '"a" 1', '"a":1}{"b":2'):
+            with pytest.raises(ValueError, match="top_json"):
+                snap.write(str(tmp_path / "t"), ".json", gzip=0, top_json=bad)
+        assert not os.listdir(tmp_path)
+        path = snap.write(str(tmp_path / "t"), ".json", gzip=0, top_json='"a":1,"b":[true]')[0]
+        t = load_trace(path)
+        assert t["a"] == 1 and t["b"] == [True]
+    finally:
+        snap.close()
+
+
+# ---- export_stacks ----
+
+def _work(x):
+    return _inner(x) + 1
+
+
+def _inner(x):
+    return torch.mm(x, x)
+
+
+def test_export_stacks_collapsed_format(tmp_path):
+    x = torch.ones(128, 128)
+    with cprof.profile(activities=CPU, with_stack=True) as p:
+        for _ in range(5):
+            _work(x)
+    path = p.export_stacks(str(tmp_path / "stacks.txt"))
+    lines = open(path, encoding="utf-8").read().splitlines()
+    assert lines
+    total = {}
+    for line in lines:
+        stack, value = line.rsplit(" ", 1)
+        assert int(value) > 0
+        frames = stack.split(";")
+        assert all(f and " " not in f and "\t" not in f for f in frames), line
+        total[stack] = total.get(stack, 0) + int(value)
+    # the op under _inner under _work, outermost first, as flame graphs read it (a frame is
+    # "file(line): func" with its space made "_", as torch.profiler does)
+    mm = [s for s in total if s.endswith(";torch.mm")]
+    assert mm, sorted(total)
+    frames = mm[0].split(";")
+    work = next(i for i, f in enumerate(frames) if f.endswith(":__work"))
+    inner = next(i for i, f in enumerate(frames) if f.endswith(":__inner"))
+    assert work < inner < len(frames) - 1
+    # self times add up to the outermost frame's total time (what a flame graph draws)
+    evs = p.events()
+    works = [e for e in evs if e.category == "python_function" and e.name.endswith(": _work")]
+    under = sum(v for s, v in total.items()
+                if any(f.endswith(":__work") for f in s.split(";")))
+    assert under <= sum(e.duration_us for e in works) + len(total)
+
+
+def test_export_stacks_bad_metric_and_no_stack(tmp_path):
+    with cprof.profile(activities=CPU) as p:
+        with cprof.range("r"):
+            torch.ones(4).add_(1)
+    with pytest.raises(ValueError, match="metric should be one of"):
+        p.export_stacks(str(tmp_path / "s.txt"), "total_cpu")
+    with pytest.warns(RuntimeWarning, match="without with_stack"):
+        path = p.export_stacks(str(tmp_path / "s.txt"))
+    assert open(path).read() == ""
+    # the GPU metric is accepted without a GPU: nothing was launched, so no lines
+    with cprof.profile(activities=CPU, with_stack=True) as p:
+        _work(torch.ones(8, 8))
+    path = p.export_stacks(str(tmp_path / "g.txt"), "self_cuda_time_total")
+    assert open(path).read() == ""
+    with pytest.raises(cprof.WindowStateError, match="no window has finished"):
+        cprof.profile(activities=CPU).export_stacks(str(tmp_path / "n.txt"))
+
+
+def test_export_stacks_into_a_missing_directory_is_a_clear_error(tmp_path):
+    with cprof.profile(activities=CPU, with_stack=True) as p:
+        _work(torch.ones(8, 8))
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(cprof.TraceWriteError):
+        p.export_stacks(str(blocker / "sub" / "s.txt"))
+    # the window is still there
+    assert p.export_stacks(str(tmp_path / "ok.txt"))
+
+
+# ---- the rest of torch.profiler's surface ----
+
+def test_supported_activities():
+    acts = cprof.supported_activities()
+    assert cprof.ProfilerActivity.CPU in acts and cprof.ProfilerActivity.MEM in acts
+    from cprof._features import gpu_unavailable_reason
+    assert (cprof.ProfilerActivity.CUDA in acts) == (gpu_unavailable_reason() is None)
+
+
+def test_methods_cprof_does_not_offer_say_what_to_use(tmp_path):
+    with cprof.profile(activities=CPU) as p:
+        with pytest.raises(NotImplementedError, match="schedule"):
+            p.toggle_collection_dynamic(False, [cprof.ProfilerActivity.CUDA])
+    with pytest.raises(NotImplementedError, match="export_memory_snapshot"):
+        p.export_memory_timeline(str(tmp_path / "m.html"))
+    assert p.export_chrome_trace(str(tmp_path / "t.json"))
