@@ -19,6 +19,8 @@ Modes (diagnostic switches read by csrc/cupti_collect.c at window start):
   bare_kernel_z  bare kernels only, buffers handed out zero-filled and CUPTI told so
   driver       cprof with KIND_DRIVER alone (filtered), no KIND_RUNTIME: launches seen as the
                driver calls the runtime makes (CPROF_CUPTI_API_RECORDS=driver)
+  vdso_clock   default, with cprof's clock read through clock_gettime instead of the TSC
+               (CPROF_CLOCK=monotonic: what cprof did before decision 69)
   unzeroed     default, but CUPTI zeroes each buffer itself on the thread that asks for it
                (CPROF_CUPTI_ZEROED=0: what cprof did before it pre-zeroed its buffers)
 The bare modes say what CUPTI alone costs here: cprof's modes can be no cheaper.
@@ -50,6 +52,7 @@ MODES = {
     "ids": {"CPROF_CUPTI_API_RECORDS": "ids"},
     "minimal": {"CPROF_CUPTI_KINDS": "minimal"},
     "cupti_clock": {"CPROF_CUPTI_TIMESTAMP": "cupti"},
+    "vdso_clock": {"CPROF_CLOCK": "monotonic"},
     "bare_kernel": {"BENCH_BARE": "0"},
     "bare_rt": {"BENCH_BARE": "1"},
     "bare_launch": {"BENCH_BARE": "2"},

@@ -44,8 +44,21 @@ enum {
 const char *cprof_strerror(int code);
 
 /* ---- clock.c: the single time base ---- */
-/* Nanoseconds on CLOCK_MONOTONIC (vDSO, no syscall). Every record cprof makes uses it. */
+/* Nanoseconds on CLOCK_MONOTONIC's base: the vDSO clock, or the TSC scaled and steered to it
+ * where the kernel times with the TSC (decision 69). Every record cprof makes uses it. */
 uint64_t cprof_clock_now_ns(void);
+/* Decides the source (CPROF_CLOCK, the kernel's clocksource) and takes the calibration
+ * anchor; the binding calls it once at import. Before it, the clock is CLOCK_MONOTONIC. */
+void cprof_clock_init(void);
+typedef struct cprof_clock_state {
+    int tsc;                     /* 1: the TSC source is in use */
+    const char *why;             /* "tsc", "calibrating", or why the TSC is not used */
+    double tsc_hz;               /* the current segment's rate (0 without the TSC) */
+    uint64_t segments, checks;   /* segments started; comparisons with CLOCK_MONOTONIC */
+    int64_t last_diff_ns;        /* TSC clock - CLOCK_MONOTONIC at the last comparison */
+    int64_t max_abs_diff_ns;     /* the largest |difference| seen */
+} cprof_clock_state;
+int cprof_clock_info(cprof_clock_state *out);
 /* Offset to add to a cprof_clock_now_ns() value to get Unix (CLOCK_REALTIME) ns, sampled
  * now with the tightest bracket of a few tries. */
 int64_t cprof_clock_unix_offset_ns(void);

@@ -32,6 +32,9 @@ int cprof_meta_json(const cprof_snapshot *snap, const char *extra_json, char **o
     cJSON_AddItemToObject(win, "stop_unix_ns", cJSON_CreateRaw(tmp));
     cJSON_AddNumberToObject(win, "duration_ns", (double)(snap->stop_ns - snap->start_ns));
     cJSON_AddStringToObject(win, "clock", "CLOCK_MONOTONIC");
+    cprof_clock_state cs;
+    cprof_clock_info(&cs);
+    cJSON_AddStringToObject(win, "clock_source", cs.tsc ? "tsc" : "vdso");
     cJSON_DeleteItemFromObjectCaseSensitive(root, "window");
     cJSON_AddItemToObject(root, "window", win);
 

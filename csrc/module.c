@@ -896,6 +896,17 @@ static PyObject *mod_now_ns(PyObject *module, PyObject *unused) {
     return PyLong_FromUnsignedLongLong(cprof_clock_now_ns());
 }
 
+static PyObject *mod_clock_info(PyObject *module, PyObject *unused) {
+    cprof_clock_state c;
+    cprof_clock_info(&c);
+    return Py_BuildValue("{s:s,s:s,s:d,s:K,s:K,s:L,s:L}", "source", c.tsc ? "tsc" : "monotonic",
+                         "why", c.why ? c.why : "", "tsc_hz", c.tsc_hz,
+                         "segments", (unsigned long long)c.segments,
+                         "checks", (unsigned long long)c.checks,
+                         "last_diff_ns", (long long)c.last_diff_ns,
+                         "max_abs_diff_ns", (long long)c.max_abs_diff_ns);
+}
+
 static PyObject *mod_unix_offset_ns(PyObject *module, PyObject *unused) {
     return PyLong_FromLongLong(cprof_clock_unix_offset_ns());
 }
@@ -1033,6 +1044,9 @@ static PyMethodDef module_methods[] = {
     {"memory", (PyCFunction)mod_memory, METH_NOARGS, "Range buffer memory figures."},
     {"set_thread_name", (PyCFunction)mod_set_thread_name, METH_O, "Names this thread."},
     {"now_ns", (PyCFunction)mod_now_ns, METH_NOARGS, "The cprof clock (CLOCK_MONOTONIC ns)."},
+    {"clock_info", (PyCFunction)mod_clock_info, METH_NOARGS,
+     "The clock's source (tsc or monotonic), why, its TSC rate and how close it keeps to "
+     "CLOCK_MONOTONIC."},
     {"unix_offset_ns", (PyCFunction)mod_unix_offset_ns, METH_NOARGS,
      "cprof clock + offset = Unix ns."},
     {"_set_decorator", (PyCFunction)mod_set_decorator, METH_O, "Internal."},
@@ -1062,6 +1076,7 @@ static int add_exception(PyObject *m, PyObject **slot, const char *name, PyObjec
 
 static int module_exec(PyObject *m) {
     module_state *st = get_state(m);
+    cprof_clock_init();
     if (add_exception(m, &st->CprofError, "CprofError", NULL,
                       "Base class of every error cprof raises.") < 0)
         return -1;

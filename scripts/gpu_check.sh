@@ -147,7 +147,7 @@ if [ "$failed" = 0 ]; then
         echo "== benchmark: benchmarks/bench_clock.c (cprof's clock read vs rdtsc on this machine) =="
         cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null \
           | sed 's/^/clocksource: /' | tee "$OUT/bench_clock.log"
-        gcc -O2 benchmarks/bench_clock.c -o "$OUT/bench_clock" 2>&1 && "$OUT/bench_clock" 2>&1 \
+        gcc -O2 -Icsrc benchmarks/bench_clock.c csrc/clock.c -lpthread -o "$OUT/bench_clock" 2>&1 && "$OUT/bench_clock" 2>&1 \
           | tee -a "$OUT/bench_clock.log"
         rm -f "$OUT/bench_clock" ;;
       cupti_modes)
