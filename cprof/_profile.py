@@ -589,7 +589,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         if not is_stream(path):  # /dev/null: written into, its directory need not be writable
             check_output_dir(os.path.dirname(path) or ".")
         suffix = ".gz" if path.endswith(".gz") else ""
-        top = {"trace_id": json.dumps(getattr(w, "trace_id", None))}
+        top = {"trace_id": json.dumps(w.trace_id)}  # set when _prepare_trace made w
         top.update(self._trace_metadata)
         result = w.write(path[: len(path) - len(suffix)], suffix, gzip=bool(suffix),
                          replace=True, extra=self._export_extra(w),

@@ -77,14 +77,14 @@ static inline uint64_t tsc_clock(void) {
         atomic_thread_fence(memory_order_acquire);
         if (CPROF_LIKELY(atomic_load_explicit(&seg.seq, memory_order_relaxed) == s)) break;
     }
-    if (CPROF_UNLIKELY(tsc - last >= ticks_per_maintain && tsc > last)) maintain();
+    if (CPROF_UNLIKELY(tsc > last && tsc - last >= ticks_per_maintain)) maintain();
     return seg_ns(tsc, tsc0, ns0, mult);
 }
 
 /* One (tsc, CLOCK_MONOTONIC) pair: the TSC read between two clock reads, the tightest of a few
  * tries; *ns is the later clock read, so the pair never puts the clock ahead of any read that
- * came before it. Returns the bracket's width. */
-static uint64_t pair(uint64_t *tsc, uint64_t *ns) {
+ * came before it. */
+static void pair(uint64_t *tsc, uint64_t *ns) {
     uint64_t best = UINT64_MAX;
     for (int i = 0; i < BRACKET_TRIES; i++) {
         uint64_t a = mono_ns();
@@ -96,7 +96,6 @@ static uint64_t pair(uint64_t *tsc, uint64_t *ns) {
             *ns = b;
         }
     }
-    return best;
 }
 
 static void seg_publish(uint64_t tsc0, uint64_t ns0, uint64_t mult) {
