@@ -70,6 +70,5 @@ __all__ = [
     "pop",
     "profile_function",
     "push",
-    "range",
     "__version__",
 ]

@@ -16,19 +16,29 @@ def _env_int(name, default):
 
 
 def rank_info():
-    """Returns (rank, world_size, backend or None)."""
+    """Returns (rank, world_size, backend or None): the initialised process group's, else
+    RANK (or LOCAL_RANK when RANK is unset) and WORLD_SIZE from the environment. A rank with no
+    WORLD_SIZE set implies a world of at least rank + 1."""
     dist = sys.modules.get("torch.distributed")
     if dist is not None:
         try:
             if dist.is_available() and dist.is_initialized():
-                backend = dist.get_backend()
-                return dist.get_rank(), dist.get_world_size(), str(backend) if backend else None
+                rank, world = int(dist.get_rank()), int(dist.get_world_size())
+                try:
+                    backend = dist.get_backend()
+                except Exception:  # a group without a backend name (or a test double)
+                    backend = None
+                return rank, max(world, 1), str(backend) if backend else None
         except Exception:  # a half-initialised process group: fall back to the environment
             pass
-    world = _env_int("WORLD_SIZE", 1)
-    rank = _env_int("RANK", 0)
-    if world < 1:
-        world = 1
-    if rank < 0 or rank >= world:
-        rank = 0 if world == 1 else rank
+    rank = _env_int("RANK", None)
+    if rank is None:
+        rank = _env_int("LOCAL_RANK", 0)
+    world = _env_int("WORLD_SIZE", None)
+    if rank < 0:
+        rank = 0
+    if world is None or world < 1:
+        world = rank + 1
+    if rank >= world:  # inconsistent environment: trust the rank, widen the world
+        world = rank + 1
     return rank, world, None

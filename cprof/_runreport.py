@@ -17,29 +17,29 @@ def _ordered(avgs, order):
     return {k: avgs[k] for k in keys}
 
 
-def _bucket_avgs(run_lo, run_hi, steps, kv_lo=-INF, kv_hi=INF):
+def _bucket_avgs(owner, run_lo, run_hi, steps, kv_lo=-INF, kv_hi=INF):
     from .runprof import ENGINE_BUCKET_ORDER, MODEL_BUCKET_ORDER
     model, engine = {}, {}
-    for domain, name, total_ns, _ in _C.rs_buckets(run_lo, run_hi, kv_lo, kv_hi):
+    for domain, name, total_ns, _ in _C.rs_buckets(owner, run_lo, run_hi, kv_lo, kv_hi):
         avg = total_ns / steps / 1e6 if steps else None
         (model if domain == 0 else engine)[name] = avg
     return _ordered(model, MODEL_BUCKET_ORDER), _ordered(engine, ENGINE_BUCKET_ORDER)
 
 
-def _stats(run_lo, run_hi, kv_lo=-INF, kv_hi=INF):
-    s = _C.rs_stats(run_lo, run_hi, kv_lo, kv_hi)
+def _stats(owner, run_lo, run_hi, kv_lo=-INF, kv_hi=INF):
+    s = _C.rs_stats(owner, run_lo, run_hi, kv_lo, kv_hi)
     return {"steps": s["steps"], "mean_ms": s["mean_ms"], "p50_ms": s["p50_ms"],
             "p90_ms": s["p90_ms"], "p99_ms": s["p99_ms"], "min_ms": s["min_ms"],
             "max_ms": s["max_ms"], "tok_per_s": s["tok_per_s"], "tokens": s["tokens"],
             "time_ms": s["time_ms"]}
 
 
-def _bins(cfg, run_lo, run_hi):
+def _bins(owner, cfg, run_lo, run_hi):
     edges = list(cfg.kv_bins)
     out = []
     for i, lo in enumerate(edges):
         hi = edges[i + 1] if i + 1 < len(edges) else None
-        s = _stats(run_lo, run_hi, lo, hi if hi is not None else INF)
+        s = _stats(owner, run_lo, run_hi, lo, hi if hi is not None else INF)
         label = f"[{lo}, {hi})" if hi is not None else f"[{lo}, inf)"
         out.append({"lo": lo, "hi": hi, "label": label, **s})
     return out
@@ -57,25 +57,27 @@ def _mean_std(values):
 def build_summary(prof):
     from .runprof import PERCENTILE_METHOD, _iso
     cfg = prof.cfg
+    owner = prof._owner
     runs = [r for r in prof.runs if r.end_time is not None]
     measured = [r for r in runs if not r.warmup]
     first = cfg.warmup_runs
     last = len(prof.runs)
     # measured runs are those at index >= warmup_runs: one contiguous selection
-    stats = _stats(first, last)
-    model, engine = _bucket_avgs(first, last, stats["steps"])
+    stats = _stats(owner, first, last)
+    model, engine = _bucket_avgs(owner, first, last, stats["steps"])
     per_run = []
     for r in runs:
-        rs = _stats(r.index, r.index + 1)
-        rm, re_ = _bucket_avgs(r.index, r.index + 1, rs["steps"])
+        rs = _stats(owner, r.index, r.index + 1)
+        rm, re_ = _bucket_avgs(owner, r.index, r.index + 1, rs["steps"])
         per_run.append({
-            "meta": {"index": r.index, "label": r.label, "bsz": r.bsz, "warmup": r.warmup,
+            "meta": {**r.extra,
+                     "index": r.index, "label": r.label, "bsz": r.bsz, "warmup": r.warmup,
                      "start_time": _iso(r.start_time), "end_time": _iso(r.end_time),
                      "wall_s": r.end_time - r.start_time},
             "stats": rs,
             "buckets_model_avg_ms": rm,
             "buckets_engine_avg_ms": re_,
-            "decode_length_buckets": _bins(cfg, r.index, r.index + 1),
+            "decode_length_buckets": _bins(owner, cfg, r.index, r.index + 1),
         })
     measured_runs = [p for p in per_run if not p["meta"]["warmup"]]
     agg = {"n_runs": len(measured_runs)}
@@ -98,7 +100,7 @@ def build_summary(prof):
         note = None
     return {
         "meta": {
-            "rank": prof.rank, "world_size": prof.world_size,
+            "rank": prof.rank, "world_size": prof.world_size, "world": prof.world_size,
             "config": dataclasses.asdict(cfg),
             "output_dir": prof.output_dir, "run_name": prof.run_name,
             "start_time": _iso(prof.start_time),
@@ -118,7 +120,7 @@ def build_summary(prof):
         "buckets_engine_avg_ms": engine,
         "runs": per_run,
         "runs_aggregate": agg,
-        "decode_length_buckets": _bins(cfg, first, last),
+        "decode_length_buckets": _bins(owner, cfg, first, last),
     }
 
 
@@ -179,7 +181,8 @@ def render_markdown(s):
     if not s["runs"]:
         lines.append("| — | | | | | | | | |")
     a = s["runs_aggregate"]
-    lines += ["", f"## Across runs (mean ± sample std over {a['n_runs']} measured run(s))", "",
+    lines += ["", f"## Across-run mean ± std (sample std over {a['n_runs']} measured run(s))",
+              "",
               "| Metric | Mean ± std |", "|---|---:|"]
     for key, label in (("mean_ms", "Mean ms"), ("p50_ms", "P50 ms"), ("p90_ms", "P90 ms"),
                        ("p99_ms", "P99 ms"), ("tok_per_s", "Tok/s")):

@@ -10,8 +10,10 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 import warnings
+import weakref
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -116,9 +118,33 @@ class ProfilerConfig:
         return cls(**values)
 
 
+_run_name_lock = threading.Lock()
+_run_name_last = [None, 0]
+
+
 def generate_run_name(prefix="run"):
-    """A unique, sortable run directory name: <prefix>_<YYYYmmdd-HHMMSS>_<pid>."""
-    return f"{prefix}_{time.strftime('%Y%m%d-%H%M%S')}_{os.getpid()}"
+    """A unique, sortable run directory name: <prefix>_<YYYYmmdd-HHMMSS>_<pid>, with _<n>
+    added when this process already made that name (two in the same second). prefix may also
+    be the runner's args namespace: its run_name if set, else the base name of its model
+    (model_name / model / model_path), else "run"."""
+    if not isinstance(prefix, str):
+        args = prefix
+        if getattr(args, "run_name", None):
+            return str(args.run_name)
+        prefix = "run"
+        for attr in ("model_name", "model", "model_path"):
+            v = getattr(args, attr, None)
+            if isinstance(v, (str, os.PathLike)) and str(v).strip():
+                prefix = os.path.basename(os.path.normpath(str(v))) or "run"
+                break
+    prefix = "".join(c if c.isalnum() or c in "-_." else "_" for c in prefix) or "run"
+    name = f"{prefix}_{time.strftime('%Y%m%d-%H%M%S')}_{os.getpid()}"
+    with _run_name_lock:
+        if _run_name_last[0] == name:
+            _run_name_last[1] += 1
+            return f"{name}_{_run_name_last[1]}"
+        _run_name_last[0], _run_name_last[1] = name, 0
+    return name
 
 
 def _torch():
@@ -176,6 +202,7 @@ class _RunInfo:
         self.start_time = time.time()
         self.end_time = None
         self.steps = 0
+        self.extra = {}  # begin_run's other keywords (prefix_len=...)
         self.pending_kv = []  # (step index, device scalar tensor): resolved at end_run
 
 
@@ -214,7 +241,27 @@ class Profiler:
         self._timing_note = None
         self._share_ns = _share_ns_from_env()
         self._attached_models = set()
-        _C.rs_reset()
+        self._pending_kv = None  # set_step_seq_len before a step: that step's KV length
+        self._last_step = None   # the last completed step of the open run (set_step_tokens after it)
+        # this Profiler's steps in the C step store, kept apart from any other Profiler's and
+        # released with it
+        self._owner = _C.rs_new_owner()
+        weakref.finalize(self, _C.rs_release, self._owner)
+        if self.enabled:
+            os.makedirs(self.output_dir, exist_ok=True)
+
+    @property
+    def disabled(self):
+        """True on a rank-gated Profiler (collect_on_rank0_only and rank != 0)."""
+        return not self.enabled
+
+    @property
+    def out_dir(self):
+        return self.output_dir
+
+    @property
+    def world(self):
+        return self.world_size
 
     # -- timing mode --
     def _decide_timing(self):
@@ -237,7 +284,11 @@ class Profiler:
                 print(f"cprof: {self._timing_note}", file=sys.stderr)
 
     # -- runs --
-    def begin_run(self, bsz=None, label=None):
+    def begin_run(self, bsz=None, label=None, **meta):
+        """Opens a run. Other keywords (prefix_len=..., ...) are kept in the run's meta.
+        On a rank-gated Profiler: a no-op."""
+        if not self.enabled:
+            return None
         if self._run is not None:
             raise ProfilerStateError(
                 f"cprof: begin_run called while run {self._run.index} is open; call end_run() "
@@ -245,10 +296,17 @@ class Profiler:
         self._decide_timing()
         index = len(self.runs)
         self._run = _RunInfo(index, bsz, label, warmup=index < self.cfg.warmup_runs)
+        self._run.extra = _jsonable(meta)
         self.runs.append(self._run)
+        self._pending_kv = None
+        self._last_step = None
         return self._run.index
 
     def end_run(self):
+        if not self.enabled:
+            if self.cfg.dist_barrier:
+                _barrier()  # the enabled rank's end_run barrier: keep them symmetric
+            return
         run = self._run
         if run is None:
             raise ProfilerStateError("cprof: end_run called without begin_run; call "
@@ -258,13 +316,14 @@ class Profiler:
                                      "the step first")
         if self.cfg.dist_barrier:
             _barrier()
-        if self.enabled:
-            _C.timers_resolve()
-            self._resolve_kv(run)
+        _C.timers_resolve()
+        self._resolve_kv(run)
         run.end_time = time.time()
         self._run = None
-        if self.enabled and self.cfg.print_per_run:
-            s = _C.rs_stats(run.index, run.index + 1, -math.inf, math.inf)
+        self._pending_kv = None
+        self._last_step = None
+        if self.cfg.print_per_run:
+            s = _C.rs_stats(self._owner, run.index, run.index + 1, -math.inf, math.inf)
             tag = " (warmup, not aggregated)" if run.warmup else ""
             mean = s["mean_ms"] if s["mean_ms"] is not None else float("nan")
             tps = s["tok_per_s"] if s["tok_per_s"] is not None else float("nan")
@@ -303,10 +362,10 @@ class Profiler:
         strict = self.cfg.strict_sync
         if strict:
             _sync()
-        ctx.step = _C.step_begin(run.index)
+        ctx.step = _C.step_begin(self._owner, run.index)
         self._step = ctx.step
         self._tokens = 0
-        self._kv = None
+        self._kv, self._pending_kv = self._pending_kv, None
         stream = _current_stream() if self._cuda else 0
         measured = not run.warmup
         # model buckets time on the GPU (CUDA events) when possible; engine buckets on the host
@@ -347,11 +406,15 @@ class Profiler:
             self._run.pending_kv.append((ctx.step, kv))
             kv = None
         _C.step_end(ctx.step, latency, int(self._tokens), kv)
+        self._last_step = ctx.step
         self._run.steps += 1
         if strict:
             _C.timers_resolve()
 
     def set_step_tokens(self, n):
+        """Accepted tokens of the step: inside step_timing_ctx(), or right after it (then they
+        go to the step that just ended, as when the count is known only once the step is
+        done)."""
         if not self.enabled:
             return
         if isinstance(n, bool) or not isinstance(n, int):
@@ -362,20 +425,35 @@ class Profiler:
         if n < 0:
             raise ValueError(f"cprof: set_step_tokens got {n}; accepted tokens cannot be "
                              "negative")
-        if self._step is None:
-            raise ProfilerStateError("cprof: set_step_tokens outside a step; call it inside "
-                                     "step_timing_ctx()")
-        self._tokens = n
+        if self._step is not None:
+            self._tokens = n
+            return
+        if self._run is not None and self._last_step is not None:
+            _C.step_set_tokens(self._last_step, n)
+            return
+        raise ProfilerStateError("cprof: set_step_tokens outside a step with no step before it "
+                                 "in this run; call it inside step_timing_ctx() (or right "
+                                 "after it)")
 
     def set_step_seq_len(self, x):
-        """KV length of the step: int, list, numpy array or tensor, reduced per kv_len_reduce.
-        A CUDA tensor is reduced on the device and copied once per run, not once per step."""
+        """KV length of the step: int, list, numpy array or scalar, or tensor, reduced per
+        kv_len_reduce. Inside step_timing_ctx(), or before it in an open run (then it is the
+        next step's: the KV length at the step's start). A CUDA tensor is reduced on the
+        device and copied once per run, not once per step."""
         if not self.enabled:
             return
-        if self._step is None:
-            raise ProfilerStateError("cprof: set_step_seq_len outside a step; call it inside "
+        if self._step is None and self._run is None:
+            raise ProfilerStateError("cprof: set_step_seq_len outside a run; call "
+                                     "begin_run() first, then set it inside (or just before) "
                                      "step_timing_ctx()")
-        self._kv = self._reduce(x)
+        v = self._reduce(x)
+        if isinstance(v, float) and (math.isnan(v) or v < 0):
+            raise ValueError(f"cprof: set_step_seq_len got {x!r}; a KV length is a number "
+                             ">= 0")
+        if self._step is not None:
+            self._kv = v
+        else:
+            self._pending_kv = v
 
     def _reduce(self, x):
         how = self.cfg.kv_len_reduce
@@ -395,6 +473,13 @@ class Profiler:
             return float(r) if r.device.type == "cpu" else r
         if isinstance(x, (int, float)) and not isinstance(x, bool):
             return float(x)
+        if getattr(x, "ndim", None) == 0 or (
+                not hasattr(x, "__len__") and not hasattr(x, "__iter__")
+                and hasattr(x, "__float__") and not isinstance(x, bool)):
+            try:  # numpy scalars and 0-d arrays
+                return float(x)
+            except (TypeError, ValueError):
+                pass
         try:
             values = [float(v) for v in (x.tolist() if hasattr(x, "tolist") else x)]
         except TypeError:
@@ -469,10 +554,19 @@ class Profiler:
 
 
 class NullProfiler:
-    """What get_active_profiler returns when none is registered: every call is a no-op."""
+    """What get_active_profiler returns when none is registered, or when the registered one is
+    disabled (a rank-gated Profiler): every call is a no-op, timers record nothing."""
 
     enabled = False
+    disabled = True
     runs = ()
+    rank = 0
+    world_size = world = 1
+    output_dir = out_dir = None
+    run_name = None
+
+    def __init__(self, cfg=None):
+        self.cfg = cfg if cfg is not None else ProfilerConfig()
 
     def begin_run(self, *a, **k):
         return None
@@ -495,6 +589,9 @@ class NullProfiler:
     def save_all(self, *a, **k):
         return None
 
+    def summary(self):
+        return None
+
     def attach_model(self, *a, **k):
         return None
 
@@ -512,6 +609,14 @@ class _NullCtx:
 
 _NULL_CTX = _NullCtx()
 _NULL = NullProfiler()
+
+
+def _NullProfilerOf(prof):
+    """A NullProfiler standing for a disabled Profiler: its config, rank and run name."""
+    n = NullProfiler(prof.cfg)
+    n.rank, n.world_size, n.world = prof.rank, prof.world_size, prof.world_size
+    n.run_name = prof.run_name
+    return n
 _active = None
 
 
@@ -522,7 +627,13 @@ def register_active_profiler(prof):
 
 
 def get_active_profiler():
-    return _active if _active is not None else _NULL
+    """The registered Profiler; a NullProfiler when none is registered or the registered one
+    is disabled (rank-gated), so `get_active_profiler().step_timing_ctx()` is always safe."""
+    if _active is None:
+        return _NULL
+    if getattr(_active, "enabled", True) is False and not isinstance(_active, NullProfiler):
+        return _NullProfilerOf(_active)
+    return _active
 
 
 def release_active_profiler():

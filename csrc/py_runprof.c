@@ -243,11 +243,12 @@ static PyObject *mod_timers_event_floor(PyObject *module, PyObject *args) {
     return PyLong_FromUnsignedLongLong(ns);
 }
 
-static PyObject *mod_step_begin(PyObject *module, PyObject *arg) {
-    unsigned long run = PyLong_AsUnsignedLong(arg);
-    if (run == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+/* step_begin(owner, run) -> step index */
+static PyObject *mod_step_begin(PyObject *module, PyObject *args) {
+    unsigned int owner, run;
+    if (!PyArg_ParseTuple(args, "II", &owner, &run)) return NULL;
     uint64_t step;
-    int rc = cprof_rs_step_begin((uint32_t)run, &step);
+    int rc = cprof_rs_step_begin((uint32_t)owner, (uint32_t)run, &step);
     if (rc) return cprof_py_raise(module, rc, "step_begin");
     return PyLong_FromUnsignedLongLong(step);
 }
@@ -285,9 +286,28 @@ static PyObject *mod_step_set_kv(PyObject *module, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *mod_rs_reset(PyObject *module, PyObject *unused) {
-    cprof_rs_reset();
+static PyObject *mod_step_set_tokens(PyObject *module, PyObject *args) {
+    unsigned long long step;
+    long long tokens;
+    if (!PyArg_ParseTuple(args, "KL", &step, &tokens)) return NULL;
+    cprof_rs_set_tokens(step, tokens);
     Py_RETURN_NONE;
+}
+
+static PyObject *mod_rs_new_owner(PyObject *module, PyObject *unused) {
+    return PyLong_FromUnsignedLong(cprof_rs_new_owner());
+}
+
+/* rs_release(owner) -> True when the store was emptied: the store is compacted only when no
+ * CUDA region is still open or pending (its step index must stay valid until resolved). */
+static PyObject *mod_rs_release(PyObject *module, PyObject *arg) {
+    unsigned long owner = PyLong_AsUnsignedLong(arg);
+    if (owner == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+    uint32_t pool, pending;
+    uint64_t records, shared;
+    cprof_timers_counts(&pool, &pending, &records, &shared);
+    int may = pending == 0 && cprof_timers_open() == 0;
+    return PyBool_FromLong(cprof_rs_release((uint32_t)owner, may));
 }
 
 static PyObject *float_or_none(double v) {
@@ -295,13 +315,13 @@ static PyObject *float_or_none(double v) {
     return PyFloat_FromDouble(v);
 }
 
-/* rs_stats(run_lo, run_hi, kv_lo, kv_hi) -> dict (None for undefined values) */
+/* rs_stats(owner, run_lo, run_hi, kv_lo, kv_hi) -> dict (None for undefined values) */
 static PyObject *mod_rs_stats(PyObject *module, PyObject *args) {
-    unsigned int lo, hi;
+    unsigned int owner, lo, hi;
     double kvlo, kvhi;
-    if (!PyArg_ParseTuple(args, "IIdd", &lo, &hi, &kvlo, &kvhi)) return NULL;
+    if (!PyArg_ParseTuple(args, "IIIdd", &owner, &lo, &hi, &kvlo, &kvhi)) return NULL;
     cprof_step_stats s;
-    int rc = cprof_rs_stats(lo, hi, kvlo, kvhi, &s);
+    int rc = cprof_rs_stats(owner, lo, hi, kvlo, kvhi, &s);
     if (rc) return cprof_py_raise(module, rc, "stats");
     return Py_BuildValue("{sKsNsNsNsNsNsNsNsLsN}", "steps", (unsigned long long)s.steps,
                          "mean_ms", float_or_none(s.mean_ms), "p50_ms", float_or_none(s.p50_ms),
@@ -311,15 +331,15 @@ static PyObject *mod_rs_stats(PyObject *module, PyObject *args) {
                          "tok_per_s", float_or_none(s.tok_per_s));
 }
 
-/* rs_buckets(run_lo, run_hi, kv_lo, kv_hi) -> [(domain, name, total_ns, steps)] */
+/* rs_buckets(owner, run_lo, run_hi, kv_lo, kv_hi) -> [(domain, name, total_ns, steps)] */
 static PyObject *mod_rs_buckets(PyObject *module, PyObject *args) {
-    unsigned int lo, hi;
+    unsigned int owner, lo, hi;
     double kvlo, kvhi;
-    if (!PyArg_ParseTuple(args, "IIdd", &lo, &hi, &kvlo, &kvhi)) return NULL;
+    if (!PyArg_ParseTuple(args, "IIIdd", &owner, &lo, &hi, &kvlo, &kvhi)) return NULL;
     size_t cap = 4096, n = 0;
     cprof_bucket_total *rows = malloc(cap * sizeof *rows);
     if (!rows) return PyErr_NoMemory();
-    int rc = cprof_rs_buckets(lo, hi, kvlo, kvhi, rows, cap, &n);
+    int rc = cprof_rs_buckets(owner, lo, hi, kvlo, kvhi, rows, cap, &n);
     if (rc) {
         free(rows);
         return cprof_py_raise(module, rc, "buckets");
@@ -361,10 +381,16 @@ static PyMethodDef runprof_methods[] = {
      "Sets the window in which timer boundaries share one CUDA event; returns the old one."},
     {"_timers_event_floor", (PyCFunction)mod_timers_event_floor, METH_VARARGS,
      "Benchmarks: ns for n pairs of bare cuEventRecord on a stream."},
-    {"step_begin", (PyCFunction)mod_step_begin, METH_O, "Appends a step; returns its index."},
+    {"step_begin", (PyCFunction)mod_step_begin, METH_VARARGS,
+     "step_begin(owner, run): appends a step; returns its index."},
     {"step_end", (PyCFunction)mod_step_end, METH_VARARGS, "Completes a step."},
     {"step_abort", (PyCFunction)mod_step_abort, METH_O, "Drops the last step."},
-    {"rs_reset", (PyCFunction)mod_rs_reset, METH_NOARGS, "Forgets every step."},
+    {"rs_new_owner", (PyCFunction)mod_rs_new_owner, METH_NOARGS,
+     "A new step-store owner id (one per Profiler)."},
+    {"rs_release", (PyCFunction)mod_rs_release, METH_O,
+     "Releases an owner's steps; True when the store was emptied."},
+    {"step_set_tokens", (PyCFunction)mod_step_set_tokens, METH_VARARGS,
+     "Sets a completed step's tokens."},
     {"step_set_kv", (PyCFunction)mod_step_set_kv, METH_VARARGS, "Sets a step's KV length."},
     {"rs_stats", (PyCFunction)mod_rs_stats, METH_VARARGS, "Step statistics of a selection."},
     {"rs_buckets", (PyCFunction)mod_rs_buckets, METH_VARARGS, "Bucket totals of a selection."},

@@ -1,5 +1,8 @@
-/* The step store of the run/step Profiler: one record per measured step (run, latency, tokens,
- * KV length) and the bucket times filed under it, turned into exact statistics on request.
+/* The step store of the run/step Profiler: one record per measured step (owner, run, latency,
+ * tokens, KV length) and the bucket times filed under it, turned into exact statistics on
+ * request. Every Profiler is an owner: two Profilers alive at once keep their steps apart, and
+ * a released owner's steps are dropped once no live owner has any (step indices stay valid for
+ * the CUDA regions still pending until then).
  * Callers hold the GIL; nothing here blocks or touches CUDA. */
 #include <math.h>
 #include <stdlib.h>
@@ -8,6 +11,7 @@
 #include "runstats.h"
 
 typedef struct {
+    uint32_t owner;     /* the Profiler it belongs to (0: released) */
     uint32_t run;
     uint8_t done;       /* step_end was called */
     uint64_t latency_ns; /* UINT64_MAX while pending */
@@ -26,6 +30,8 @@ static step_rec *steps;
 static uint64_t nsteps, steps_cap;
 static bucket_rec *buckets;
 static uint64_t nbuckets, buckets_cap;
+static uint32_t last_owner;
+static uint64_t live_steps; /* steps whose owner is not released */
 
 static int grow(void **arr, uint64_t *cap, size_t elem) {
     uint64_t ncap = *cap ? *cap * 2 : 1024;
@@ -36,10 +42,17 @@ static int grow(void **arr, uint64_t *cap, size_t elem) {
     return CPROF_OK;
 }
 
-int cprof_rs_step_begin(uint32_t run, uint64_t *step) {
+uint32_t cprof_rs_new_owner(void) {
+    if (last_owner == UINT32_MAX) last_owner = 0; /* 4 billion Profilers later: wrap, skip 0 */
+    return ++last_owner;
+}
+
+int cprof_rs_step_begin(uint32_t owner, uint32_t run, uint64_t *step) {
+    if (!owner) return CPROF_E_ARG;
     if (nsteps == steps_cap && grow((void **)&steps, &steps_cap, sizeof *steps))
         return CPROF_E_NOMEM;
-    steps[nsteps] = (step_rec){run, 0, UINT64_MAX, 0, NAN};
+    steps[nsteps] = (step_rec){owner, run, 0, UINT64_MAX, 0, NAN};
+    live_steps++;
     *step = nsteps++;
     return CPROF_OK;
 }
@@ -47,6 +60,7 @@ int cprof_rs_step_begin(uint32_t run, uint64_t *step) {
 void cprof_rs_step_abort(uint64_t step) {
     if (step + 1 != nsteps) return; /* only the last step can be taken back */
     while (nbuckets && buckets[nbuckets - 1].step == step) nbuckets--;
+    if (steps[step].owner) live_steps--;
     nsteps--;
 }
 
@@ -74,14 +88,27 @@ void cprof_rs_add_bucket(uint64_t step, uint8_t domain, uint32_t bucket_id, uint
     buckets[nbuckets++] = (bucket_rec){step, ns, bucket_id, domain};
 }
 
-void cprof_rs_reset(void) { nsteps = nbuckets = 0; }
+void cprof_rs_set_tokens(uint64_t step, int64_t tokens) {
+    if (step < nsteps) steps[step].tokens = tokens;
+}
 
-static int selected(const step_rec *s, uint32_t run_lo, uint32_t run_hi, double kv_lo,
+int cprof_rs_release(uint32_t owner, int may_compact) {
+    for (uint64_t i = 0; owner && i < nsteps; i++)
+        if (steps[i].owner == owner) {
+            steps[i].owner = 0;
+            live_steps--;
+        }
+    if (live_steps || !may_compact) return 0;
+    nsteps = nbuckets = 0;
+    return 1;
+}
+
+static int selected(const step_rec *s, uint32_t owner, uint32_t run_lo, uint32_t run_hi, double kv_lo,
                     double kv_hi) {
     /* a step without a KV length (NaN) belongs to no bin, but to every unbinned query */
     int kv_ok = (isinf(kv_lo) && kv_lo < 0 && isinf(kv_hi)) ||
                 (!isnan(s->kv_len) && s->kv_len >= kv_lo && s->kv_len < kv_hi);
-    return s->done && s->latency_ns != UINT64_MAX && s->run >= run_lo && s->run < run_hi && kv_ok;
+    return s->owner == owner && s->done && s->latency_ns != UINT64_MAX && s->run >= run_lo && s->run < run_hi && kv_ok;
 }
 
 static int cmp_u64(const void *a, const void *b) {
@@ -97,7 +124,7 @@ static double percentile(const uint64_t *sorted, uint64_t n, double p) {
     return (double)sorted[lo] + (h - (double)lo) * ((double)sorted[hi] - (double)sorted[lo]);
 }
 
-int cprof_rs_stats(uint32_t run_lo, uint32_t run_hi, double kv_lo, double kv_hi,
+int cprof_rs_stats(uint32_t owner, uint32_t run_lo, uint32_t run_hi, double kv_lo, double kv_hi,
                    cprof_step_stats *out) {
     memset(out, 0, sizeof *out);
     uint64_t *lat = malloc((nsteps ? nsteps : 1) * sizeof *lat);
@@ -105,7 +132,7 @@ int cprof_rs_stats(uint32_t run_lo, uint32_t run_hi, double kv_lo, double kv_hi,
     uint64_t n = 0, total = 0;
     int64_t tokens = 0;
     for (uint64_t i = 0; i < nsteps; i++) {
-        if (!selected(&steps[i], run_lo, run_hi, kv_lo, kv_hi)) continue;
+        if (!selected(&steps[i], owner, run_lo, run_hi, kv_lo, kv_hi)) continue;
         lat[n++] = steps[i].latency_ns;
         total += steps[i].latency_ns;
         tokens += steps[i].tokens;
@@ -130,7 +157,7 @@ int cprof_rs_stats(uint32_t run_lo, uint32_t run_hi, double kv_lo, double kv_hi,
     return CPROF_OK;
 }
 
-int cprof_rs_buckets(uint32_t run_lo, uint32_t run_hi, double kv_lo, double kv_hi,
+int cprof_rs_buckets(uint32_t owner, uint32_t run_lo, uint32_t run_hi, double kv_lo, double kv_hi,
                      cprof_bucket_total *rows, size_t cap, size_t *n) {
     *n = 0;
     size_t count = 0;
@@ -138,7 +165,7 @@ int cprof_rs_buckets(uint32_t run_lo, uint32_t run_hi, double kv_lo, double kv_h
     if (!last_step) return CPROF_E_NOMEM;
     for (uint64_t i = 0; i < nbuckets; i++) {
         const bucket_rec *b = &buckets[i];
-        if (b->step >= nsteps || !selected(&steps[b->step], run_lo, run_hi, kv_lo, kv_hi))
+        if (b->step >= nsteps || !selected(&steps[b->step], owner, run_lo, run_hi, kv_lo, kv_hi))
             continue;
         size_t k = 0;
         while (k < count && (rows[k].domain != b->domain || rows[k].bucket_id != b->bucket)) k++;

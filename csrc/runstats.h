@@ -56,11 +56,15 @@ typedef struct cprof_step_stats {
     double tok_per_s;      /* tokens / time; NaN when time is 0 */
 } cprof_step_stats;
 
-/* Appends a step of run `run`; *step is its index. Its latency is pending until set. */
-int cprof_rs_step_begin(uint32_t run, uint64_t *step);
+/* A new owner id (one per Profiler; never 0). */
+uint32_t cprof_rs_new_owner(void);
+/* Appends a step of owner's run `run`; *step is its index. Its latency is pending until set. */
+int cprof_rs_step_begin(uint32_t owner, uint32_t run, uint64_t *step);
 /* Completes step: latency (UINT64_MAX: pending, a CUDA region sets it later), tokens, KV
  * length (NaN: none). */
 int cprof_rs_step_end(uint64_t step, uint64_t latency_ns, int64_t tokens, double kv_len);
+/* Sets a completed step's accepted tokens later (set_step_tokens after the step). */
+void cprof_rs_set_tokens(uint64_t step, int64_t tokens);
 /* Sets a pending latency. */
 void cprof_rs_set_latency(uint64_t step, uint64_t latency_ns);
 /* Sets a step's KV length later (a device tensor reduced at run end, one copy per run). */
@@ -69,12 +73,13 @@ void cprof_rs_set_kv(uint64_t step, double kv_len);
 void cprof_rs_step_abort(uint64_t step);
 /* Adds ns to (domain, bucket) of step. */
 void cprof_rs_add_bucket(uint64_t step, uint8_t domain, uint32_t bucket_id, uint64_t ns);
-/* Forgets every step (a new Profiler). */
-void cprof_rs_reset(void);
-/* Statistics over the completed steps whose run is in [run_lo, run_hi) and kv_len in
+/* Releases owner's steps (its Profiler is gone); when no live owner has a step left and
+ * may_compact (no CUDA region pending), the store is emptied. Returns 1 if it was. */
+int cprof_rs_release(uint32_t owner, int may_compact);
+/* Statistics over owner's completed steps whose run is in [run_lo, run_hi) and kv_len in
  * [kv_lo, kv_hi) (use -INFINITY / INFINITY for open ends). Percentiles are exact: linear interpolation
  * between the two nearest ranks of the sorted latencies (numpy's default). */
-int cprof_rs_stats(uint32_t run_lo, uint32_t run_hi, double kv_lo, double kv_hi,
+int cprof_rs_stats(uint32_t owner, uint32_t run_lo, uint32_t run_hi, double kv_lo, double kv_hi,
                    cprof_step_stats *out);
 /* Per-bucket totals over the same step selection: fills up to cap (domain, bucket, total_ns,
  * steps_with_it) rows, returns the number of rows in *n. */
@@ -84,7 +89,7 @@ typedef struct cprof_bucket_total {
     uint64_t total_ns;
     uint64_t steps;
 } cprof_bucket_total;
-int cprof_rs_buckets(uint32_t run_lo, uint32_t run_hi, double kv_lo, double kv_hi,
+int cprof_rs_buckets(uint32_t owner, uint32_t run_lo, uint32_t run_hi, double kv_lo, double kv_hi,
                      cprof_bucket_total *rows, size_t cap, size_t *n);
 
 #endif /* CPROF_RUNSTATS_H */

@@ -123,7 +123,7 @@ def test_seed_end_to_end_example(tmp_path):
     assert bins["[4096, 8192)"] == 10 and bins["[16384, inf)"] == 0
     md = open(rp).read()
     for heading in ("Global summary", "Model buckets", "Engine buckets", "Per-run overview",
-                    "Across runs", "Decode-length buckets"):
+                    "Across-run mean ± std", "Decode-length buckets"):
         assert heading in md
     assert "NaN" not in open(sp).read() and "Infinity" not in open(sp).read()
 
@@ -135,7 +135,7 @@ def test_percentiles_and_bins_hand_checked(tmp_path):
     lat_ms = [1, 2, 3, 4, 10]
     kvs = [50, 150, 150, 250, 90]
     for ms, kv in zip(lat_ms, kvs):
-        step = C.step_begin(0)
+        step = C.step_begin(prof._owner, 0)
         C.step_end(step, ms * 1_000_000, 2, float(kv))
     prof.runs[0].steps = len(lat_ms)
     prof.end_run()
@@ -182,9 +182,16 @@ def test_bad_calls_are_clear_errors(tmp_path):
             prof.set_step_tokens(-1)
         with pytest.raises(TypeError):
             prof.set_step_seq_len(object())
+    prof.end_run()
+    prof.begin_run()
+    # no step yet in this run: tokens have no step to go to
     with pytest.raises(cprof.ProfilerStateError, match="inside step_timing_ctx"):
         prof.set_step_tokens(1)
+    with pytest.raises(ValueError, match=">= 0"):
+        prof.set_step_seq_len(-5)
     prof.end_run()
+    with pytest.raises(cprof.ProfilerStateError, match="begin_run"):
+        prof.set_step_seq_len(10)  # outside any run
     assert isinstance(cprof.ProfilerStateError("x"), cprof.CprofError)
 
 
@@ -206,7 +213,7 @@ def test_across_run_sample_std(tmp_path):
     prof = make(tmp_path, warmup_runs=0)
     for run, ms in enumerate([2.0, 4.0, 6.0]):
         prof.begin_run(label=f"r{run}")
-        step = C.step_begin(run)
+        step = C.step_begin(prof._owner, run)
         C.step_end(step, int(ms * 1e6), 1, None)
         prof.end_run()
     agg = prof.summary()["runs_aggregate"]
@@ -238,6 +245,84 @@ def test_unknown_buckets_kept_after_canonical(tmp_path):
     run_steps(prof, [0.1], buckets=["zzz.custom", "mlp.down_proj", "embed", "aaa.custom"])
     assert list(prof.summary()["buckets_model_avg_ms"]) == ["embed", "mlp.down_proj",
                                                              "aaa.custom", "zzz.custom"]
+
+
+def test_two_profilers_keep_their_steps_apart(tmp_path):
+    a = make(tmp_path, warmup_runs=0, run_name="a")
+    run_steps(a, [0.1] * 5)
+    b = make(tmp_path, warmup_runs=0, run_name="b")  # a second Profiler wipes nothing
+    assert a.summary()["stats"]["steps"] == 5
+    run_steps(b, [0.1] * 7, tokens=2)
+    run_steps(a, [0.1] * 3)
+    assert a.summary()["stats"]["steps"] == 8 and a.summary()["stats"]["tokens"] == 8
+    assert b.summary()["stats"]["steps"] == 7 and b.summary()["stats"]["tokens"] == 14
+    owner = b._owner
+    del b
+    import gc
+    gc.collect()
+    assert C.rs_stats(owner, 0, 10, -math.inf, math.inf)["steps"] == 0  # released
+    assert a.summary()["stats"]["steps"] == 8
+
+
+def test_tokens_after_the_step_and_seq_len_before_it(tmp_path):
+    np = pytest.importorskip("numpy")
+    prof = make(tmp_path, warmup_runs=0, kv_bins=[0, 100, 1000])
+    prof.begin_run(bsz=2, label="d", prefix_len=128)
+    for kv, tok in ((50, 1), (500, 3)):
+        prof.set_step_seq_len(np.int64(kv))  # before the step: the KV length at its start
+        with prof.step_timing_ctx():
+            time.sleep(0.0001)
+        prof.set_step_tokens(np.int32(tok))  # after the step: the step that just ended
+    with prof.step_timing_ctx():
+        prof.set_step_seq_len(np.array(2000))  # a 0-d array
+        prof.set_step_seq_len(np.float32(2000.0))
+    prof.end_run()
+    s = prof.summary()
+    assert s["stats"]["steps"] == 3 and s["stats"]["tokens"] == 4
+    assert [b["steps"] for b in s["decode_length_buckets"]] == [1, 1, 1]
+    assert [b["tokens"] for b in s["decode_length_buckets"]] == [1, 3, 0]
+    assert s["runs"][0]["meta"]["prefix_len"] == 128  # begin_run's other keywords kept
+
+
+@pytest.mark.parametrize("env", [{"RANK": "1"}, {"LOCAL_RANK": "1"},
+                                 {"LOCAL_RANK": "1", "WORLD_SIZE": "2"},
+                                 {"RANK": "3", "WORLD_SIZE": "2"}])
+def test_rank_gating_from_any_rank_variable(tmp_path, monkeypatch, env):
+    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    prof = make(tmp_path, run_name="gated")
+    assert prof.enabled is False and prof.disabled is True and prof.rank >= 1
+    assert prof.world_size > prof.rank
+    prof.begin_run()
+    prof.begin_run()  # call-order mistakes are no-ops on a disabled rank too
+    prof.end_run()
+    prof.end_run()
+    assert prof.save_all() is None and not (tmp_path / "gated").exists()
+    cprof.register_active_profiler(prof)
+    p = cprof.get_active_profiler()
+    assert isinstance(p, cprof.NullProfiler) and p.cfg is prof.cfg and p.disabled
+
+
+def test_rank_gating_from_an_initialised_process_group(tmp_path, monkeypatch):
+    import types
+    fake = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True,
+                                 get_rank=lambda: 1, get_world_size=lambda: 2)
+    monkeypatch.setitem(sys.modules, "torch.distributed", fake)  # no get_backend at all
+    prof = make(tmp_path, run_name="pg")
+    assert (prof.rank, prof.world_size, prof.enabled) == (1, 2, False)
+
+
+def test_enabled_profiler_creates_its_directory(tmp_path):
+    prof = make(tmp_path, run_name="made")
+    assert (tmp_path / "made").is_dir() and prof.out_dir == str(tmp_path / "made")
+
+
+def test_star_import_keeps_builtin_range():
+    ns = {}
+    exec("from cprof import *\nr = list(range(2))", ns)
+    assert ns["r"] == [0, 1] and "Profiler" in ns
 
 
 def test_disabled_rank_is_a_noop(tmp_path, monkeypatch):
@@ -300,6 +385,12 @@ def test_generate_run_name_unique_prefix():
     a = cprof.generate_run_name()
     assert a.startswith("run_") and str(os.getpid()) in a
     assert cprof.generate_run_name("decode").startswith("decode_")
+    names = {cprof.generate_run_name("same") for _ in range(5)}  # same second: still unique
+    assert len(names) == 5
+    args = SimpleNamespace(model_name="org/llama-7b", output_dir="a/b")
+    n = cprof.generate_run_name(args)
+    assert n.startswith("llama-7b_") and "/" not in n
+    assert cprof.generate_run_name(SimpleNamespace(run_name="given")) == "given"
 
 
 def test_attach_model_buckets_and_idempotent(tmp_path):
