@@ -4,30 +4,42 @@ import argparse
 from .context import VALID_ACTIVITIES, ProfilerContext
 
 
+def _activity(value):
+    """An activity name as the flag takes it: any case; CUDA is GPU (torch.profiler's name)."""
+    v = str(value).upper()
+    return "GPU" if v == "CUDA" else v
+
+
 def add_profiler_args(parser):
     """Adds --profile, --profile-dir, --profile-name, --profile-activities,
     --profile-with-stack / --no-profile-with-stack, --profile-record-shapes /
     --no-profile-record-shapes and --track-memory to an argparse parser (or group).
-    Returns the parser."""
+    A flag the parser already has (a program's own --track-memory, say) is left as it is and
+    create_profiler_from_args reads the program's value. Returns the parser."""
     group = parser.add_argument_group("cprof profiling") if hasattr(
         parser, "add_argument_group") else parser
-    group.add_argument("--profile", action="store_true", default=False,
-                       help="profile this run with cprof and write a trace")
-    group.add_argument("--profile-dir", type=str, default=None,
-                       help="trace directory (default: $CPROF_PROFILER_DIR or "
-                            "/tmp/cprof_profiles)")
-    group.add_argument("--profile-name", type=str, default=None,
-                       help="trace file name prefix (default: profile_<unix seconds>)")
-    group.add_argument("--profile-activities", nargs="+", type=str.upper,
-                       choices=list(VALID_ACTIVITIES), default=["CPU", "GPU"],
-                       metavar="{CPU,GPU,MEM}",
-                       help="what to record: CPU, GPU, MEM (default: CPU GPU)")
-    group.add_argument("--profile-with-stack", action=argparse.BooleanOptionalAction,
-                       default=True, help="record Python stacks (default: on)")
-    group.add_argument("--profile-record-shapes", action=argparse.BooleanOptionalAction,
-                       default=True, help="record tensor shapes (default: on)")
-    group.add_argument("--track-memory", action="store_true", default=False,
-                       help="track memory (adds MEM to the activities)")
+    taken = getattr(parser, "_option_string_actions", {})
+
+    def add(flag, *more, **kw):
+        if flag in taken or any(m in taken for m in more):
+            return
+        group.add_argument(flag, *more, **kw)
+
+    add("--profile", action="store_true", default=False,
+        help="profile this run with cprof and write a trace")
+    add("--profile-dir", type=str, default=None,
+        help="trace directory (default: $CPROF_PROFILER_DIR or /tmp/cprof_profiles)")
+    add("--profile-name", type=str, default=None,
+        help="trace file name prefix (default: profile_<unix seconds>)")
+    add("--profile-activities", nargs="+", type=_activity, choices=list(VALID_ACTIVITIES),
+        default=["CPU", "GPU"], metavar="{CPU,GPU,MEM}",
+        help="what to record: CPU, GPU (or CUDA), MEM (default: CPU GPU)")
+    add("--profile-with-stack", action=argparse.BooleanOptionalAction, default=True,
+        help="record Python stacks (default: on)")
+    add("--profile-record-shapes", action=argparse.BooleanOptionalAction, default=True,
+        help="record tensor shapes (default: on)")
+    add("--track-memory", action="store_true", default=False,
+        help="track memory (adds MEM to the activities)")
     return parser
 
 

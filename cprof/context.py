@@ -17,11 +17,15 @@ VALID_ACTIVITIES = ("CPU", "GPU", "MEM")
 DEFAULT_ACTIVITIES = ("CPU", "GPU")
 DEFAULT_DIR = "/tmp/cprof_profiles"
 ENV_DIR = "CPROF_PROFILER_DIR"
+# the seed's variable (CACHE_DIT_TORCH_PROFILER_DIR) with cprof's prefix: read after ENV_DIR
+ENV_DIR_ALIAS = "CPROF_TORCH_PROFILER_DIR"
 
 
 def default_output_dir():
-    """$CPROF_PROFILER_DIR when set (read at each call), else /tmp/cprof_profiles."""
-    return os.environ.get(ENV_DIR) or DEFAULT_DIR
+    """$CPROF_PROFILER_DIR when set (read at each call), else $CPROF_TORCH_PROFILER_DIR, else
+    /tmp/cprof_profiles."""
+    return os.path.expanduser(os.environ.get(ENV_DIR) or os.environ.get(ENV_DIR_ALIAS)
+                              or DEFAULT_DIR)
 
 
 def normalize_activities(activities):
@@ -47,7 +51,7 @@ class ProfilerContext:
     Runs on cprof.profile (no schedule): ``with_stack`` records Python calls (and C calls
     such as torch ops) in C, ``record_shapes`` records nn.Module calls with their input
     shapes (``with_modules`` records them without shapes), ``MEM`` tracks memory and, with
-    CUDA, writes ``{name}[-rank{R}]-memory-{ts}.pickle`` (pytorch.org/memory_viz) and a
+    CUDA, writes ``{name}-rank{R}-memory-{ts}.pickle`` (pytorch.org/memory_viz) and a
     ``.txt`` summary beside the trace. ``ranks`` limits profiling to those ranks.
     ``record_ops`` (with CPU) records torch's operators (``aten::addmm``, autograd nodes) as
     ``cpu_op`` ranges and links kernels to them, as torch.profiler does; it needs cprof
@@ -85,10 +89,24 @@ class ProfilerContext:
         self._window = None
         self._prof = None
         self.memory_paths = []
+        self.memory_summary = None
+        self.profile_name = profile_name
+        self.with_stack = bool(with_stack)
+        self.record_shapes = bool(record_shapes)
+        self.with_modules = bool(with_modules)
+        self.gzip = bool(gzip)
+        self.verbose = bool(verbose)
+        self.strict = bool(strict)
+        self.collected_activities = None
         if not self.enabled:
+            # a no-op that touches nothing (no device check, no directory: output_dir and
+            # trace_path stay None, nothing will be written), with the same attributes
+            self.activities = list(activities) if isinstance(activities, (list, tuple)) \
+                else ([activities] if activities else list(DEFAULT_ACTIVITIES))
             return
         self.activities = normalize_activities(activities)
-        self.output_dir = str(output_dir) if output_dir is not None else default_output_dir()
+        self.output_dir = (os.path.expanduser(os.fspath(output_dir)) if output_dir is not None
+                           else default_output_dir())
         if profile_name is None:
             profile_name = f"profile_{int(time.time())}"
         if not isinstance(profile_name, str) or not profile_name or "/" in profile_name:
@@ -99,14 +117,7 @@ class ProfilerContext:
         if buffer_size_mb is not None and not buffer_size_mb > 0:
             raise ValueError("cprof: buffer_size_mb must be a positive number of MiB")
         self.profile_name = profile_name
-        self.with_stack = bool(with_stack)
-        self.record_shapes = bool(record_shapes)
-        self.gzip = bool(gzip)
         self.buffer_size_mb = buffer_size_mb
-        self.verbose = bool(verbose)
-        self.strict = bool(strict)
-        self.with_modules = bool(with_modules)
-        self.collected_activities = None
         self._prof = profile(activities=self.activities, with_stack=self.with_stack,
                              record_shapes=self.record_shapes, with_modules=self.with_modules,
                              min_duration_us=min_duration_us, ranks=ranks,
@@ -199,9 +210,9 @@ class ProfilerContext:
             print("cprof: memory: " + ", ".join(parts), flush=True)
         if mem.get("snapshot") is None:
             return
-        rank, world, _ = rank_info()
-        name = self.profile_name if world <= 1 else f"{self.profile_name}-rank{rank}"
-        path = os.path.join(self.output_dir, f"{name}-memory-{int(time.time())}.pickle")
+        rank, _, _ = rank_info()  # always ranked, as seed 000 names it (one process: rank0)
+        path = os.path.join(self.output_dir,
+                            f"{self.profile_name}-rank{rank}-memory-{int(time.time())}.pickle")
         try:
             _glue.write_memory_snapshot(mem, path)
         except OSError as err:

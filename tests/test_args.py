@@ -44,6 +44,15 @@ def test_explicit_profile_name_wins():
     assert cprof.create_profiler_from_args(a).profile_name == "from-flag"
 
 
+def test_cuda_is_gpu_and_program_flags_are_kept():
+    assert parse(["--profile-activities", "CUDA", "cpu"]).profile_activities == ["GPU", "CPU"]
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--track-memory", type=int, default=7)  # the program's own flag
+    cprof.add_profiler_args(parser)
+    a = parser.parse_args(["--profile", "--track-memory", "3"])
+    assert a.track_memory == 3 and a.profile is True
+
+
 def test_bad_activity_rejected_by_parser(capsys):
     with pytest.raises(SystemExit):
         parse(["--profile-activities", "TPU"])

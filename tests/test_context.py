@@ -114,6 +114,24 @@ def test_disabled_is_a_noop(tmp_path, monkeypatch):
     assert p.trace_path is None and p.output_dir is None
     assert not target.exists()
     assert not cprof._C.active()
+    # the same attributes as an enabled context
+    assert (p.profile_name, p.with_stack, p.record_shapes, p.activities) == (
+        None, True, True, ["bogus"])
+    assert p.memory_paths == [] and p.memory_summary is None
+
+
+def test_output_dir_expands_user_and_env_alias(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    p = cprof.ProfilerContext(output_dir="~/profs", profile_name="t", verbose=False)
+    assert p.output_dir == str(tmp_path / "profs")
+    with p:
+        pass
+    assert p.trace_path == tmp_path / "profs" / "t.trace.json.gz" and p.trace_path.exists()
+    monkeypatch.delenv("CPROF_PROFILER_DIR", raising=False)
+    monkeypatch.setenv("CPROF_TORCH_PROFILER_DIR", str(tmp_path / "alias"))
+    assert cprof.ProfilerContext().output_dir == str(tmp_path / "alias")
+    monkeypatch.setenv("CPROF_PROFILER_DIR", str(tmp_path / "main"))  # the documented one wins
+    assert cprof.ProfilerContext().output_dir == str(tmp_path / "main")
 
 
 def test_disabled_is_cheap():

@@ -147,7 +147,7 @@ def test_memory_snapshot_for_memory_viz(tmp_path):
         b = a * 2
         del a, b
     (pk,) = ctx.memory_paths
-    assert re.fullmatch(r"mem-memory-\d+\.pickle", os.path.basename(pk))
+    assert re.fullmatch(r"mem-rank0-memory-\d+\.pickle", os.path.basename(pk))
     with open(pk, "rb") as f:
         snap = pickle.load(f)
     assert "segments" in snap and "device_traces" in snap

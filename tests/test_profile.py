@@ -564,7 +564,7 @@ def test_memory_snapshot_with_cuda_is_written_and_loads(tmp_path, monkeypatch):
         pass
     assert state["calls"] == ["all", None]
     (pk,) = ctx.memory_paths
-    assert re.fullmatch(r"memtest-memory-\d+\.pickle", os.path.basename(pk))
+    assert re.fullmatch(r"memtest-rank0-memory-\d+\.pickle", os.path.basename(pk))
     with open(pk, "rb") as f:
         assert pickle.load(f)["device_traces"][0][0]["action"] == "alloc"
     with open(pk[: -len(".pickle")] + ".txt") as f:
