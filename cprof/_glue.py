@@ -67,19 +67,14 @@ def _patch_nvtx(torch):
     push, pop, active, add_arg = _C.push, _C.pop, _C.active, _C.add_arg
 
     def range_push(msg):
-        flags = _nvtx_flags()
+        # torch's call first: where it raises (a CPU-only build) nothing is recorded
+        out = orig_push(msg)
         recorded = bool(active())
         if recorded:
             push(str(msg))
             add_arg("nvtx", 1)  # as CUPTI-captured NVTX ranges are marked
-        flags.append(recorded)
-        try:
-            return orig_push(msg)
-        except BaseException:
-            flags.pop()
-            if recorded:
-                pop()
-            raise
+        _nvtx_flags().append(recorded)
+        return out
 
     def range_pop():
         out = orig_pop()
@@ -164,6 +159,21 @@ class _Tracer:
         self._pystack.stop()
 
 
+_ops_warned = set()
+
+
+def _warn_ops_once(note):
+    """record_ops=True that records nothing says so (once per reason), not only in the trace's
+    cprof.ops metadata. Without torch imported there is nothing to record: no warning."""
+    note = note or {}
+    reason = note.get("reason") or "unknown reason"
+    if note.get("mode") == "off" or reason in _ops_warned:
+        return
+    _ops_warned.add(reason)
+    warnings.warn(f"cprof: record_ops=True, but torch's operators are not recorded in this "
+                  f"process: {reason}", RuntimeWarning, stacklevel=4)
+
+
 def install(with_stack=False, with_modules=False, record_shapes=False, c_calls=True,
             min_duration_us=0.0, ops=False):
     """Installs the captures asked for; the window must be open. Returns a handle whose
@@ -176,6 +186,8 @@ def install(with_stack=False, with_modules=False, record_shapes=False, c_calls=T
             part, handle.ops = _ops.install()
             if part is not None:
                 handle.parts.append(part)
+            else:
+                _warn_ops_once(handle.ops)
         if with_modules or record_shapes:
             if sys.modules.get("torch") is not None:
                 from . import _modules

@@ -19,7 +19,7 @@ from . import _lifecycle
 from . import _schedule as _schedule_mod
 from ._dist import rank_info
 from ._features import gpu_unavailable_reason
-from ._schedule import ProfilerAction, _always_record, as_action
+from ._schedule import ProfilerAction, _always_record, as_action, same_member
 from ._window import Window, check_output_dir, is_stream
 
 _gpu_warned = False
@@ -32,6 +32,12 @@ class ProfilerActivity(enum.Enum):
     CPU = "CPU"
     CUDA = "CUDA"
     MEM = "MEM"
+
+    def __eq__(self, other):  # equal to torch.profiler.ProfilerActivity's member of that name
+        return same_member(self, other)
+
+    def __hash__(self):
+        return hash(self._name_)
 
 
 _ACTIVITY_ALIASES = {"CPU": "CPU", "CUDA": "GPU", "GPU": "GPU", "MEM": "MEM", "MEMORY": "MEM"}
@@ -48,6 +54,12 @@ def normalize_activities(activities, default=None):
     for a in activities:
         name = getattr(a, "name", a)
         canon = _ACTIVITY_ALIASES.get(name.upper()) if isinstance(name, str) else None
+        if canon is None and type(a).__name__ == "ProfilerActivity" and isinstance(name, str):
+            # torch.profiler's other devices (XPU, MTIA, HPU, PrivateUse1): torch accepts
+            # them in a list with CPU; cprof collects NVIDIA GPUs only
+            warnings.warn(f"cprof: ProfilerActivity.{name} is not collected by cprof (CPU, "
+                          "CUDA and MEM are); ignored", RuntimeWarning, stacklevel=3)
+            continue
         if canon is None:
             raise ValueError(
                 f"cprof: unknown profiler activity {a!r}; valid activities are CPU, CUDA "

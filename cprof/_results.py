@@ -15,7 +15,13 @@ _GPU_CATS = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset",
              "runtime": "cuda_runtime", "driver": "cuda_driver", "sync": "cuda_sync",
              "overhead": "overhead", "memory": "gpu_memory", "marker": "gpu_user_annotation"}
 
-Interval = namedtuple("Interval", "start end")
+class Interval(namedtuple("Interval", "start end")):
+    """An event's time range in microseconds (torch.autograd.profiler_util.Interval's API)."""
+
+    __slots__ = ()
+
+    def elapsed_us(self):
+        return self.end - self.start
 
 
 class ProfilerEvent:
@@ -24,7 +30,7 @@ class ProfilerEvent:
     __slots__ = ("name", "category", "device_type", "thread", "start_us", "end_us", "depth",
                  "stream", "device", "correlation", "truncated", "self_cpu_time_total",
                  "device_time_total", "self_device_time_total", "input_shapes", "input_types",
-                 "stack", "_ns", "_parent")
+                 "stack", "_ns", "_parent", "cpu_parent", "cpu_children", "id")
 
     def __init__(self, name, category, device_type, thread, start_us, end_us, depth=0,
                  stream=None, device=None, correlation=None, truncated=False,
@@ -50,11 +56,21 @@ class ProfilerEvent:
         self.self_device_time_total = 0.0
         self._ns = None
         self._parent = None
+        self.cpu_parent = None   # the enclosing CPU event on its thread (torch's FunctionEvent)
+        self.cpu_children = []   # the CPU events directly inside it
+        self.id = None           # its index in events()
 
     key = property(lambda self: self.name)
     duration_us = property(lambda self: self.end_us - self.start_us)
     time_range = property(lambda self: Interval(self.start_us, self.end_us))
     cpu_time_total = property(lambda self: self.duration_us if self.device_type == "CPU" else 0.0)
+    # torch.autograd.profiler FunctionEvent's names for the same figures (one call per event)
+    count = 1
+    cpu_time = cpu_time_total
+    device_time = property(lambda self: self.device_time_total)
+    cuda_time = device_time
+    cuda_time_total = device_time
+    self_cuda_time_total = property(lambda self: self.self_device_time_total)
 
     def __repr__(self):
         return (f"<ProfilerEvent {self.category} {self.name!r} {self.device_type} "
@@ -135,8 +151,14 @@ def _build(window):
                         owner.device_time_total += d
                         owner = owner._parent
     for ev in cpu:
+        if ev._parent is not None:
+            ev.cpu_parent = ev._parent
+            ev._parent.cpu_children.append(ev)
         ev._ns = ev._parent = None
-    return cpu + gpu_events, cpu, gpu_events
+    everything = cpu + gpu_events
+    for i, ev in enumerate(everything):
+        ev.id = i
+    return everything, cpu, gpu_events
 
 
 def export_stacks(window, path, metric):
@@ -217,13 +239,30 @@ class FunctionEventAvg:
 SORT_KEYS = ("cpu_time", "cuda_time", "device_time", "cpu_time_total", "cuda_time_total",
              "device_time_total", "self_cpu_time_total", "self_cuda_time_total",
              "self_device_time_total", "count")
+# torch.profiler's per-operator memory and FLOP keys: cprof does not attribute memory or FLOPs
+# to operators (its memory view is the trace's memory track and the snapshot), so sorting by
+# them is accepted with a warning and leaves the rows by self CPU time
+UNRECORDED_KEYS = ("cpu_memory_usage", "self_cpu_memory_usage", "cuda_memory_usage",
+                   "self_cuda_memory_usage", "device_memory_usage", "self_device_memory_usage",
+                   "flops")
 
 
 class EventList(list):
     """A list of FunctionEventAvg with torch.profiler's table()."""
 
     def table(self, sort_by=None, row_limit=100, max_name_column_width=55, header=None,
-              top_level_events_only=False):
+              top_level_events_only=False, max_src_column_width=75,
+              max_shapes_column_width=80, time_unit=None):
+        """torch.profiler's table: the same columns, sort keys and arguments
+        (max_src_column_width, max_shapes_column_width and time_unit are accepted; times are
+        printed in the unit that suits each value)."""
+        if sort_by in UNRECORDED_KEYS:
+            import warnings
+            warnings.warn(f"cprof: sort_by={sort_by!r}: cprof does not attribute memory or "
+                          "FLOPs to operators; rows are sorted by self_cpu_time_total instead "
+                          "(memory: the trace's memory track with profile_memory=True, and "
+                          "export_memory_snapshot)", RuntimeWarning, stacklevel=2)
+            sort_by = "self_cpu_time_total"
         if sort_by is not None and sort_by not in SORT_KEYS:
             raise ValueError(f"cprof: cannot sort by {sort_by!r}; sort_by is one of "
                              f"{', '.join(SORT_KEYS)}")
@@ -240,6 +279,22 @@ class EventList(list):
 
     def __str__(self):
         return self.table()
+
+    @property
+    def self_cpu_time_total(self):
+        """Self CPU time of every row, microseconds (torch's EventList attribute)."""
+        return sum(r.self_cpu_time_total for r in self)
+
+    def total_average(self):
+        """One FunctionEventAvg summing every row (key "Total"), as torch's."""
+        total = FunctionEventAvg("Total", "CPU")
+        for r in self:
+            total.count += r.count
+            total.cpu_time_total += r.cpu_time_total
+            total.self_cpu_time_total += r.self_cpu_time_total
+            total.device_time_total += r.device_time_total
+            total.self_device_time_total += r.self_device_time_total
+        return total
 
 
 def _fmt_us(us):

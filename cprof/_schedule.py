@@ -5,15 +5,36 @@ steps. torch.profiler.schedule callables and ProfilerAction values are accepted 
 are (matched by name), so code written for torch.profiler runs unchanged."""
 import enum
 import numbers
+import warnings
+
+
+def same_member(a, b):
+    """a (a cprof enum member) equals b: the same member, or torch.profiler's enum member of
+    the same name from the enum of the same name (so `cprof.schedule(...)(n) ==
+    torch.profiler.schedule(...)(n)` holds, as a drop-in needs)."""
+    if a is b:
+        return True
+    if isinstance(b, enum.Enum) and type(b) is type(a):
+        return False
+    name = getattr(b, "name", None)
+    return (isinstance(name, str) and name == a.name
+            and type(b).__name__ == type(a).__name__)
 
 
 class ProfilerAction(enum.Enum):
-    """What the profiler does during a step (the same members as torch.profiler's)."""
+    """What the profiler does during a step (the same members as torch.profiler's, and equal
+    to them by name)."""
 
     NONE = 0
     WARMUP = 1
     RECORD = 2
     RECORD_AND_SAVE = 3
+
+    def __eq__(self, other):
+        return same_member(self, other)
+
+    def __hash__(self):
+        return hash(self._name_)
 
 
 class ScheduleError(ValueError, AssertionError):
@@ -22,8 +43,10 @@ class ScheduleError(ValueError, AssertionError):
 
 
 def _count(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"cprof.schedule: {name} must be an int, got {value!r}")
+    integral_float = isinstance(value, float) and value.is_integer()
+    if isinstance(value, bool) or not (isinstance(value, numbers.Integral) or integral_float):
+        raise TypeError(f"cprof.schedule: {name} must be a whole number of steps, got "
+                        f"{value!r}")
     value = int(value)
     if value < minimum:
         need = "> 0" if minimum == 1 else ">= 0"
@@ -48,6 +71,10 @@ def schedule(*, wait, warmup, active, repeat=0, skip_first=0, skip_first_wait=0)
     skip_first = _count("skip_first", skip_first, 0)
     skip_first_wait = _count("skip_first_wait", skip_first_wait, 0)
     num_steps = wait + warmup + active
+    if warmup == 0:
+        warnings.warn("cprof.schedule: profiler won't be using warmup, this can skew profiler "
+                      "results (the first recorded step pays for starting collection); "
+                      "torch.profiler.schedule warns the same", UserWarning, stacklevel=2)
 
     def schedule_fn(step):
         if step < 0:

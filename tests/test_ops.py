@@ -140,13 +140,19 @@ def test_torch_imported_first_gives_no_ops_and_says_why(tmp_path):
     out = run_py(HELPERS + """
 import torch
 import cprof
-with cprof.profile(activities=["CPU"], record_ops=True) as p:
-    with cprof.record_function("r"):
-        torch.add(torch.ones(2), 1)
+import warnings
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    for _ in range(2):  # warned once, not per window
+        with cprof.profile(activities=["CPU"], record_ops=True) as p:
+            with cprof.record_function("r"):
+                torch.add(torch.ones(2), 1)
 t = load(p, "t.json")
-print(json.dumps({"names": sorted({e["name"] for e in X(t)}), "meta": t["cprof"].get("ops")}))
+print(json.dumps({"names": sorted({e["name"] for e in X(t)}), "meta": t["cprof"].get("ops"),
+                  "warned": [str(x.message) for x in w if "record_ops" in str(x.message)]}))
 """, tmp_path)
     assert out["names"] == ["r"]
+    assert len(out["warned"]) == 1 and "import cprof first" in out["warned"][0]
     assert out["meta"]["mode"] == "unavailable"
     assert "import cprof first" in out["meta"]["reason"]
 

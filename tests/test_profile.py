@@ -55,10 +55,52 @@ def test_invalid_schedules_raise_clear_errors(bad):
 
 
 def test_schedule_types_are_checked():
-    with pytest.raises(TypeError, match="int"):
-        cprof.schedule(wait=1.5, warmup=0, active=1)
+    with pytest.raises(TypeError, match="whole number"):
+        cprof.schedule(wait=1.5, warmup=1, active=1)
     with pytest.raises(TypeError):
         cprof.schedule(1, 1, 1)  # keyword-only, as torch
+    # whole floats are steps, as torch takes them
+    assert cprof.schedule(wait=1.0, warmup=1, active=2.0).params["active"] == 2
+    with pytest.warns(UserWarning, match="warmup"):  # torch's warning, as torch gives it
+        cprof.schedule(wait=0, warmup=0, active=1)
+
+
+def test_actions_and_activities_equal_torchs():
+    tp = pytest.importorskip("torch.profiler")
+    for kw in (dict(wait=1, warmup=1, active=2, repeat=2, skip_first=1),
+               dict(wait=0, warmup=2, active=1), dict(wait=2, warmup=1, active=3, repeat=1)):
+        ours, theirs = cprof.schedule(**kw), tp.schedule(**kw)
+        assert [ours(i) for i in range(20)] == [theirs(i) for i in range(20)]
+        assert all(theirs(i) == ours(i) for i in range(20))
+    assert cprof.ProfilerAction.RECORD != tp.ProfilerAction.WARMUP
+    assert cprof.ProfilerActivity.CPU == tp.ProfilerActivity.CPU
+    assert cprof.ProfilerActivity.CUDA == tp.ProfilerActivity.CUDA
+    assert cprof.ProfilerActivity.CPU != tp.ProfilerActivity.CUDA
+    assert len({cprof.ProfilerAction.NONE, cprof.ProfilerAction.NONE}) == 1
+    with pytest.warns(RuntimeWarning, match="XPU"):
+        p = cprof.profile(activities=[tp.ProfilerActivity.CPU, tp.ProfilerActivity.XPU])
+    assert p.activities == ["CPU"]
+
+
+def test_table_and_events_speak_torchs_api():
+    torch = pytest.importorskip("torch")
+    with cprof.profile(activities=["CPU"], with_modules=True) as p:
+        with cprof.record_function("blk"):
+            torch.nn.Linear(4, 4)(torch.ones(2, 4))
+    ka = p.key_averages()
+    with pytest.warns(RuntimeWarning, match="memory"):
+        t = ka.table(sort_by="self_cpu_memory_usage", row_limit=5, time_unit="ms",
+                     max_src_column_width=10, max_shapes_column_width=10)
+    assert "blk" in t
+    total = ka.total_average()
+    assert total.key == "Total" and total.count == 2
+    assert ka.self_cpu_time_total == pytest.approx(sum(r.self_cpu_time_total for r in ka))
+    ev = {e.name: e for e in p.events()}
+    blk, lin = ev["blk"], ev["Linear"]
+    assert lin.cpu_parent is blk and blk.cpu_children == [lin] and blk.cpu_parent is None
+    assert blk.time_range.elapsed_us() == pytest.approx(blk.cpu_time_total)
+    assert blk.count == 1 and blk.cpu_time == blk.cpu_time_total and blk.cuda_time_total == 0
+    assert sorted(e.id for e in p.events()) == list(range(len(p.events())))
 
 
 def test_min_steps_documents_the_right_formula():
