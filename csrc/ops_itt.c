@@ -16,10 +16,17 @@
  * thread-local, the handle table takes a mutex on a miss only. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cprof.h"
 
@@ -196,6 +203,108 @@ CPROF_EXPORT void __itt_api_init(itt_global *g, int init_groups) {
     if (torch) atomic_store(&attached, g);
 }
 
+/* ---- late attach: torch imported before cprof ---- */
+
+/* torch keeps its ITT domain in a file-static pointer, `static __itt_domain* _itt_domain` in
+ * torch/csrc/itt_wrapper.cpp, set when libtorch loads: NULL when no collector was named then.
+ * It is not exported, but libtorch's full symbol table (.symtab) names it where the build kept
+ * one; its address is then the library's load base plus the symbol's value. Returns NULL when
+ * the file has no such symbol (a stripped build): the caller keeps the old answer. */
+static const char TORCH_DOMAIN_SYM[] = "_ZN5torch8profilerL11_itt_domainE";
+
+typedef struct {
+    const char *real;  /* realpath of the library */
+    uintptr_t base;
+    int found;
+} base_query;
+
+static int find_base(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size;
+    base_query *q = arg;
+    char real[PATH_MAX];
+    if (!info->dlpi_name || !info->dlpi_name[0] || !realpath(info->dlpi_name, real)) return 0;
+    if (strcmp(real, q->real) != 0) return 0;
+    q->base = (uintptr_t)info->dlpi_addr;
+    q->found = 1;
+    return 1;
+}
+
+static itt_domain **torch_domain_slot(const char *torch_lib) {
+    const char *forced = getenv("CPROF_OPS_LATE"); /* =0: never (tests the stripped-build path) */
+    if (forced && !strcmp(forced, "0")) return NULL;
+    char real[PATH_MAX];
+    if (!realpath(torch_lib, real)) return NULL;
+    base_query q = {real, 0, 0};
+    dl_iterate_phdr(find_base, &q);
+    if (!q.found) return NULL;
+    int fd = open(real, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    struct stat st;
+    void *map = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && st.st_size > (off_t)sizeof(Elf64_Ehdr))
+        map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return NULL;
+    size_t len = (size_t)st.st_size;
+    const unsigned char *b = map;
+    uintptr_t value = 0;
+    const Elf64_Ehdr *eh = map;
+    if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
+        eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_shoff > len ||
+        (size_t)eh->e_shnum * sizeof(Elf64_Shdr) > len - eh->e_shoff)
+        goto done;
+    const Elf64_Shdr *sh = (const Elf64_Shdr *)(b + eh->e_shoff);
+    for (size_t i = 0; i < eh->e_shnum && !value; i++) {
+        if (sh[i].sh_type != SHT_SYMTAB || sh[i].sh_link >= eh->e_shnum) continue;
+        const Elf64_Shdr *strs = &sh[sh[i].sh_link];
+        if (sh[i].sh_offset > len || sh[i].sh_size > len - sh[i].sh_offset ||
+            strs->sh_offset > len || strs->sh_size > len - strs->sh_offset)
+            continue;
+        const Elf64_Sym *sym = (const Elf64_Sym *)(b + sh[i].sh_offset);
+        size_t n = sh[i].sh_size / sizeof *sym;
+        const char *names = (const char *)(b + strs->sh_offset);
+        for (size_t k = 0; k < n; k++) {
+            if (sym[k].st_name >= strs->sh_size || ELF64_ST_TYPE(sym[k].st_info) != STT_OBJECT ||
+                sym[k].st_size != sizeof(void *) || sym[k].st_shndx == SHN_UNDEF)
+                continue;
+            const char *nm = names + sym[k].st_name;
+            if (strnlen(nm, strs->sh_size - sym[k].st_name) == sizeof TORCH_DOMAIN_SYM - 1 &&
+                memcmp(nm, TORCH_DOMAIN_SYM, sizeof TORCH_DOMAIN_SYM - 1) == 0) {
+                value = (uintptr_t)sym[k].st_value;
+                break;
+            }
+        }
+    }
+done:
+    munmap(map, len);
+    return value ? (itt_domain **)(q.base + value) : NULL;
+}
+
+/* torch was loaded with no collector named: ITT marked the collector absent and torch's domain
+ * pointer is NULL. Load this library as the collector now and hand torch the domain it would
+ * have had. Only where ITT is untouched otherwise (no collector, no thread seen). */
+static int late_attach(itt_global *g, int (*init)(const char *, int), const char *torch_lib,
+                       const char *self_path) {
+    itt_domain **slot = torch_domain_slot(torch_lib);
+    if (!slot || *slot != NULL || g->lib || g->api_initialized) return 0;
+    long saved_state = g->state;
+    g->state = 0; /* __itt_collection_uninitialized: let init load the collector */
+    init(self_path, ITT_GROUP_ALL);
+    if (!g->api_initialized || !g->lib) {
+        g->state = (int)saved_state;
+        return 0;
+    }
+    /* __itt_api_init saw no torch domain (there was none): the pointers are ours all the same */
+    for (itt_api_info *a = g->api_list_ptr; a && a->name; a++)
+        if (!strcmp(a->name, "__itt_task_begin") && *a->func_ptr != (void *)itt_task_begin)
+            return 0;
+    itt_domain *d = itt_domain_create(TORCH_DOMAIN);
+    if (!d) return 0;
+    __atomic_store_n(slot, d, __ATOMIC_RELEASE);
+    atomic_store(&attached, g);
+    return 1;
+}
+
 /* ---- control (binding) ---- */
 
 int cprof_ops_itt_attach(const char *torch_lib, const char *self_path, const char **why) {
@@ -223,8 +332,10 @@ int cprof_ops_itt_attach(const char *torch_lib, const char *self_path, const cha
         return CPROF_E_UNAVAILABLE;
     }
     if (g->state == ITT_COLLECTOR_ABSENT || !g->domain_list) {
-        *why = "torch was imported before cprof, so torch's ITT domain does not exist: import "
-               "cprof first (or run under `cprof run`)";
+        if (late_attach(g, init, torch_lib, self_path)) return CPROF_OK;
+        *why = "torch was imported before cprof, so torch's ITT domain does not exist (and this "
+               "torch build's symbol table does not name it): import cprof first (or run under "
+               "`cprof run`)";
         return CPROF_E_UNAVAILABLE;
     }
     init(self_path, ITT_GROUP_ALL); /* loads self_path (this library) and calls __itt_api_init */
