@@ -290,7 +290,7 @@ def main(argv=None):
         # none before any profiler touched CUPTI in this process (does CUPTI linger after?)
         for name in names:
             for _ in range(3):
-                baseline[name].append(runner.block("none", steps[name], k_of[name])[0])
+                baseline[name].append(runner.block("none", steps[name], k_of[name])[0] / k_of[name])
 
         for phase, configs in enumerate(PHASES, 1):
             for name in names:  # warm-up: first CUPTI / Kineto session, caches

@@ -7,7 +7,7 @@
 # Logs and results go to $OUT (default ./gpu_check_out): build.log, gpu_tests.log,
 # bench_gpu.log, bench_gpu.json, nvidia_smi.txt. Needs no network. Exit status: 0 when every
 # step passed. GPU_CHECK_REST=0 skips the rest of the suite; GPU_CHECK_BENCHES="timers
-# cupti_modes" (names: clock gpu_overhead options timers compiled_regions cupti_modes perf) picks the
+# cupti_modes" (names: clock gpu_overhead options timers compiled_regions cupti_modes residual perf) picks the
 # benchmarks; GPU_CHECK_TESTS overrides the GPU test files ("none": no tests);
 # GPU_CHECK_ROUNDS (15) the rounds of gpu_overhead and options; CUPTI_MODES / CUPTI_REPEAT (2)
 # the modes and processes of cupti_modes.
@@ -155,6 +155,11 @@ if [ "$failed" = 0 ]; then
         $PY benchmarks/bench_cupti_modes.py --repeat "$repeat" --rounds 21 --steps 30 \
           ${CUPTI_MODES:+--modes $CUPTI_MODES} --json "$OUT/bench_cupti_modes.json" 2>&1 \
           | tee "$OUT/bench_cupti_modes.log" ;;
+      residual)
+        echo "== benchmark: $PY benchmarks/bench_cupti_residual.py --json $OUT/bench_cupti_residual.json =="
+        $PY benchmarks/bench_cupti_residual.py ${RESIDUAL_PASSES:+--passes $RESIDUAL_PASSES} \
+          --json "$OUT/bench_cupti_residual.json" 2>&1 | grep -v '^USDT:' \
+          | tee "$OUT/bench_cupti_residual.log" ;;
       perf)
         # where each configuration's per-step cost goes (benchmarks/perf_step.py): steps/s of
         # each, and a perf profile of none and defaults where perf is installed
