@@ -2,8 +2,10 @@
 profiler, in a process where no profiler ever ran ("cold") and in processes where one profiler
 window ran and closed first:
 
-  cprof        one cprof GPU-only window (cprof unsubscribes at stop, never calls
-               cuptiFinalize: CUPTI stays attached to the process)
+  cprof        one cprof window (cprof unsubscribes at stop, never calls cuptiFinalize:
+               CUPTI stays attached to the process)
+  cprof_teardown  the same with CPROF_CUPTI_TEARDOWN=1 (cprof finalizes CUPTI at the next
+               CUDA API exit after the window)
   torch        one torch.profiler session (Kineto, default settings: CUPTI stays attached)
   torch_teardown  the same with TEARDOWN_CUPTI=1 (Kineto finalizes CUPTI at the next CUDA call
                after the session: its switch against this very cost)
@@ -20,7 +22,7 @@ hidden that until now): either drift, or CUPTI's residual cost on every later st
 user's program, which paired in-process ratios cannot see.
 
     python benchmarks/bench_cupti_residual.py [--passes 6] [--blocks 9] [--steps 50]
-        [--roles cold,cprof,torch,torch_teardown] [--json PATH]
+        [--roles cold,cprof,cprof_teardown,torch,torch_teardown] [--json PATH]
 Needs a CUDA GPU; exits 0 with a message without one."""
 import argparse
 import json
@@ -34,7 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-ROLES = ("cold", "cprof", "torch", "torch_teardown")
+ROLES = ("cold", "cprof", "cprof_teardown", "torch", "torch_teardown")
 
 
 def child(role, blocks, steps):
@@ -56,7 +58,7 @@ def child(role, blocks, steps):
     for _ in range(30):
         step()
     torch.cuda.synchronize()
-    if role == "cprof":
+    if role in ("cprof", "cprof_teardown"):
         import tempfile
         d = tempfile.mkdtemp()
         with cprof.ProfilerContext(activities=["CPU", "GPU"], output_dir=d, profile_name="w",
@@ -116,8 +118,11 @@ def main():
         for role in order:
             env = dict(os.environ)
             env.pop("TEARDOWN_CUPTI", None)
+            env.pop("CPROF_CUPTI_TEARDOWN", None)
             if role == "torch_teardown":
                 env["TEARDOWN_CUPTI"] = "1"
+            if role == "cprof_teardown":
+                env["CPROF_CUPTI_TEARDOWN"] = "1"
             r = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", role,
                                 "--blocks", str(args.blocks), "--steps", str(args.steps)],
                                capture_output=True, text=True, env=env, timeout=600)

@@ -62,6 +62,7 @@ static const sym_spec cupti_syms[] = {
     SYM(cuptiActivityGetNumDroppedRecords, 1),
     SYM(cuptiGetTimestamp, 1),
     SYM(cuptiFinalize, 1),
+    SYM(cuptiEnableDomain, 0),
     SYM(cuptiGetErrorMessage, 0),
     SYM(cuptiSubscribe_v2, 0),
     SYM(cuptiActivityRegisterTimestampCallback, 0),

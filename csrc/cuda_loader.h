@@ -44,6 +44,7 @@ typedef struct cprof_cuda_api {
     PFN_cuptiGetTimestamp cuptiGetTimestamp;
     PFN_cuptiFinalize cuptiFinalize;
     /* optional (NULL when the library lacks them) */
+    PFN_cuptiEnableDomain cuptiEnableDomain;
     PFN_cuptiGetErrorMessage cuptiGetErrorMessage;
     PFN_cuptiSubscribe_v2 cuptiSubscribe_v2;       /* 13.0+: names who already holds CUPTI */
     PFN_cuptiActivityRegisterTimestampCallback cuptiActivityRegisterTimestampCallback;

@@ -1037,6 +1037,9 @@ typedef CUptiResult (*PFN_cuptiActivityGetNumDroppedRecords)(CUcontext context, 
                                                              size_t *dropped);
 typedef CUptiResult (*PFN_cuptiGetTimestamp)(uint64_t *timestamp);
 typedef CUptiResult (*PFN_cuptiFinalize)(void);
+/* Turns every callback of one domain on or off for a subscriber (teardown: the next API exit). */
+typedef CUptiResult (*PFN_cuptiEnableDomain)(uint32_t enable, CUpti_SubscriberHandle subscriber,
+                                             CUpti_CallbackDomain domain);
 typedef CUptiResult (*PFN_cuptiActivityPushExternalCorrelationId)(
     CUpti_ExternalCorrelationKind kind, uint64_t id);
 typedef CUptiResult (*PFN_cuptiActivityPopExternalCorrelationId)(

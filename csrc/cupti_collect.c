@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -113,10 +114,81 @@ static void buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, si
     pthread_mutex_unlock(&pool_lock);
 }
 
+/* ---- teardown (CPROF_CUPTI_TEARDOWN=1): detach CUPTI from the process after a window ----
+ * Unsubscribing leaves CUPTI attached to the process (its driver hooks stay in every later CUDA
+ * call); cuptiFinalize detaches it, and NVIDIA documents it as safe only at the exit of a CUDA
+ * API call. So stop leaves the subscriber holding the runtime and driver callback domains with
+ * the state PENDING; the first API exit on any thread moves PENDING to FINALIZING (one thread
+ * wins), unsubscribes, finalizes and sets IDLE. A window that starts while PENDING (no CUDA
+ * call in between) cancels it and keeps the subscriber; one that starts while FINALIZING waits
+ * for IDLE (cuptiFinalize is bounded). The next window re-registers everything CUPTI forgot. */
+enum { TD_IDLE = 0, TD_PENDING = 1, TD_FINALIZING = 2 };
+static _Atomic int td_state;
+static CUpti_SubscriberHandle td_subscriber; /* written before PENDING is published */
+static _Atomic uint64_t td_finalized;        /* detaches done */
+static _Atomic int td_last_result;           /* cuptiFinalize's last result */
+
+static int teardown_wanted(void) {
+    const char *v = getenv("CPROF_CUPTI_TEARDOWN");
+    return v && !strcmp(v, "1");
+}
+
 static void subscriber_cb(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                           const void *data) {
-    /* cprof subscribes only to hold CUPTI (and detect other clients); it enables no callback */
-    (void)userdata, (void)domain, (void)cbid, (void)data;
+    /* no callback is enabled while a window is open: cprof subscribes to hold CUPTI (and to
+     * detect other clients); only a pending teardown enables the API domains */
+    (void)userdata, (void)cbid;
+    if (domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
+    const CUpti_CallbackData *cb = data;
+    if (!cb || cb->callbackSite != CUPTI_API_EXIT) return;
+    int expect = TD_PENDING;
+    if (!atomic_compare_exchange_strong(&td_state, &expect, TD_FINALIZING)) return;
+    api->cuptiUnsubscribe(td_subscriber);
+    atomic_store(&td_last_result, (int)api->cuptiFinalize());
+    td_subscriber = NULL;
+    atomic_fetch_add(&td_finalized, 1);
+    atomic_store(&td_state, TD_IDLE);
+}
+
+/* At window start: a pending teardown is cancelled and its subscriber returned (the caller
+ * keeps it); a running one is waited for. NULL when there is nothing to take over. */
+static CUpti_SubscriberHandle teardown_cancel(void) {
+    int expect = TD_PENDING;
+    if (atomic_compare_exchange_strong(&td_state, &expect, TD_IDLE)) {
+        CUpti_SubscriberHandle s = td_subscriber;
+        td_subscriber = NULL;
+        api->cuptiEnableDomain(0, s, CUPTI_CB_DOMAIN_RUNTIME_API);
+        api->cuptiEnableDomain(0, s, CUPTI_CB_DOMAIN_DRIVER_API);
+        return s;
+    }
+    while (atomic_load(&td_state) == TD_FINALIZING) sched_yield();
+    return NULL;
+}
+
+/* At window stop, instead of unsubscribing: arm the teardown. 0 when it could not be armed
+ * (the caller unsubscribes as usual). */
+static int teardown_arm(CUpti_SubscriberHandle s) {
+    if (!s || !api->cuptiEnableDomain) return 0;
+    td_subscriber = s;
+    atomic_store(&td_state, TD_PENDING);
+    if (api->cuptiEnableDomain(1, s, CUPTI_CB_DOMAIN_RUNTIME_API) == CUPTI_SUCCESS &&
+        api->cuptiEnableDomain(1, s, CUPTI_CB_DOMAIN_DRIVER_API) == CUPTI_SUCCESS)
+        return 1;
+    /* not armed: take it back unless an API exit already finalized (then nothing is left) */
+    CUpti_SubscriberHandle back = teardown_cancel();
+    if (back) api->cuptiUnsubscribe(back);
+    return 1;
+}
+
+/* The stop's subscriber, kept for the teardown: armed, or unsubscribed if it cannot be. */
+static void release_held(CUpti_SubscriberHandle s) {
+    if (!teardown_arm(s)) api->cuptiUnsubscribe(s);
+}
+
+void cprof_cupti_teardown_info(int *state, uint64_t *finalized, int *last_result) {
+    *state = atomic_load(&td_state);
+    *finalized = atomic_load(&td_finalized);
+    *last_result = atomic_load(&td_last_result);
 }
 
 /* ---- the pool ---- */
@@ -347,7 +419,11 @@ int cprof_cupti_start(const cprof_gpu_config *cfg, uint64_t start_ns) {
     CUptiResult r;
     char holder[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 1] = "";
     shared = 0;
-    if (api->cuptiSubscribe_v2) {
+    CUpti_SubscriberHandle kept = teardown_cancel(); /* the last window's, not yet detached */
+    if (kept) {
+        subscriber = kept;
+        r = CUPTI_SUCCESS;
+    } else if (api->cuptiSubscribe_v2) {
         CUpti_SubscriberParams params = {CUpti_SubscriberParams_STRUCT_SIZE, "cprof", holder,
                                          sizeof holder - 1};
         r = api->cuptiSubscribe_v2(&subscriber, subscriber_cb, NULL, &params);
@@ -753,12 +829,19 @@ int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot
     disable_all();
     api->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     zeroed_attr_off();
-    if (subscriber) api->cuptiUnsubscribe(subscriber);
+    /* with CPROF_CUPTI_TEARDOWN=1 the subscriber is kept until the buffers are decoded (any
+     * thread's next CUDA call would detach CUPTI), then armed for the teardown */
+    int td = subscriber && teardown_wanted();
+    CUpti_SubscriberHandle held = subscriber;
+    if (subscriber && !td) api->cuptiUnsubscribe(subscriber);
     subscriber = NULL;
     active = 0;
 
     cprof_gpu_snapshot *snap = calloc(1, sizeof *snap);
-    if (!snap) return CPROF_E_NOMEM;
+    if (!snap) {
+        if (td) release_held(held);
+        return CPROF_E_NOMEM;
+    }
     decoder d = {.snap = snap, .stop_ns = stop_ns,
                  .host_stop_ns = host_stop_ns && host_stop_ns < stop_ns ? host_stop_ns : stop_ns};
     d.demangle = (cxa_demangle_fn)dlsym(RTLD_DEFAULT, "__cxa_demangle");
@@ -776,6 +859,7 @@ int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot
     pthread_mutex_unlock(&pool_lock);
     if (!done) {
         free(snap);
+        if (td) release_held(held);
         return CPROF_E_NOMEM;
     }
     uint64_t raw[64] = {0};
@@ -801,6 +885,7 @@ int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot
     snap->buffers_prezeroed = prezeroed;
     snap->prezero_us = (uint32_t)(zero_cost_ns / 1000);
     snap->device_props_json = cprof_cuda_device_props_json();
+    if (td) release_held(held);
     *out = snap;
     return CPROF_OK;
 }

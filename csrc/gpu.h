@@ -122,6 +122,9 @@ int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot
 void cprof_gpu_snapshot_free(cprof_gpu_snapshot *snap);
 /* The last collector error message ("" if none). Per process; read it right after a failure. */
 const char *cprof_cupti_last_error(void);
+/* CPROF_CUPTI_TEARDOWN=1 (cupti_collect.c): the teardown state (0 idle, 1 pending until the
+ * next CUDA API exit, 2 finalizing), detaches done so far, cuptiFinalize's last result. */
+void cprof_cupti_teardown_info(int *state, uint64_t *finalized, int *last_result);
 /* deviceProperties JSON for every visible device (malloc'd), or NULL when the driver is
  * unavailable. Calls cuInit. */
 char *cprof_cuda_device_props_json(void);

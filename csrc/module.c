@@ -994,6 +994,17 @@ static PyObject *mod_gpu_active(PyObject *module, PyObject *unused) {
     return PyBool_FromLong(cprof_cupti_active());
 }
 
+/* gpu_teardown_info() -> {"state": "idle"|"pending"|"finalizing", "finalized": n,
+ * "last_result": CUptiResult}: CPROF_CUPTI_TEARDOWN=1's detaching of CUPTI after windows. */
+static PyObject *mod_gpu_teardown_info(PyObject *module, PyObject *unused) {
+    int state, last;
+    uint64_t n;
+    cprof_cupti_teardown_info(&state, &n, &last);
+    static const char *const names[] = {"idle", "pending", "finalizing"};
+    return Py_BuildValue("{sssKsi}", "state", state >= 0 && state <= 2 ? names[state] : "?",
+                         "finalized", (unsigned long long)n, "last_result", last);
+}
+
 /* cuda_info(): what the loader found, without starting anything. */
 static PyObject *mod_cuda_info(PyObject *module, PyObject *unused) {
     int cupti_rc, driver_rc;
@@ -1057,6 +1068,8 @@ static PyMethodDef module_methods[] = {
     {"gpu_stop", (PyCFunction)(void (*)(void))mod_gpu_stop, METH_VARARGS | METH_KEYWORDS,
      "Closes GPU collection; GpuSnapshot."},
     {"gpu_active", (PyCFunction)mod_gpu_active, METH_NOARGS, "True while collecting GPU work."},
+    {"gpu_teardown_info", (PyCFunction)mod_gpu_teardown_info, METH_NOARGS,
+     "CPROF_CUPTI_TEARDOWN=1: state of the CUPTI detach after windows, and detaches done."},
     {"cuda_info", (PyCFunction)mod_cuda_info, METH_NOARGS, "What the CUDA loader found."},
     {"cuda_add_search_dir", (PyCFunction)mod_cuda_add_search_dir, METH_O,
      "A directory to look for libcupti in (before CUDA_HOME)."},

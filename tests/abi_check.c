@@ -821,6 +821,7 @@ typedef struct abi_entry {
     P(cuptiActivityGetNumDroppedRecords, cuptiActivityGetNumDroppedRecords) \
     P(cuptiGetTimestamp, cuptiGetTimestamp) \
     P(cuptiFinalize, cuptiFinalize) \
+    P(cuptiEnableDomain, cuptiEnableDomain) \
     P(cuptiActivityPushExternalCorrelationId, cuptiActivityPushExternalCorrelationId) \
     P(cuptiActivityPopExternalCorrelationId, cuptiActivityPopExternalCorrelationId) \
     P(cuptiGetDeviceId, cuptiGetDeviceId) \

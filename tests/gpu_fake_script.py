@@ -118,5 +118,28 @@ with warnings.catch_warnings(record=True) as caught:
             time.sleep(0.001)
         result["trace"] = str(p.trace_path)
         result["nvtx_env"] = os.environ.get("NVTX_INJECTION64_PATH")
+    elif scenario == "teardown":  # run with and without CPROF_CUPTI_TEARDOWN=1
+        fake.fake_cupti_subscribed.argtypes = [ctypes.POINTER(ctypes.c_uint32)]
+        fake.fake_cupti_calls.argtypes = [ctypes.c_char_p]
+        fake.fake_cupti_calls.restype = ctypes.c_int64
+
+        def state():
+            dom = ctypes.c_uint32(0)
+            sub = fake.fake_cupti_subscribed(ctypes.byref(dom))
+            return {"subscribed": sub, "domains": dom.value, "info": C.gpu_teardown_info(),
+                    "finalize_calls": fake.fake_cupti_calls(b"cuptiFinalize"),
+                    "subscribe_calls": fake.fake_cupti_calls(b"cuptiSubscribe_v2")}
+
+        traces = [str(scene("td1").trace_path)]
+        result["after_stop"] = state()
+        traces.append(str(scene("td2").trace_path))  # no CUDA call in between: reused
+        result["after_second_stop"] = state()
+        result["callbacks_entry_exit"] = fake.fake_cupti_api_call(0, 211)  # cudaLaunchKernel
+        result["after_call"] = state()
+        fake.fake_cupti_api_call(1, 307)  # a driver call later: nothing left to do
+        result["after_second_call"] = state()
+        traces.append(str(scene("td3").trace_path))  # after the detach: a new subscriber
+        result["after_third_stop"] = state()
+        result["traces"] = traces
 result["warnings"] = [str(w.message) for w in caught]
 print("RESULT " + json.dumps(result))

@@ -284,3 +284,42 @@ def test_driver_only_diagnostic_mode_says_so_and_keeps_kernels(tmp_path, fake_so
     assert a["mode"] == "driver+filter" and a["ids_switched_off"] > 100, a
     assert not [e for e in events(t, "cuda_runtime") if e["name"].startswith("cuda")]
     assert events(t, "kernel")
+
+
+def test_cupti_teardown_detaches_at_the_next_api_exit(tmp_path, fake_so):
+    """CPROF_CUPTI_TEARDOWN=1: at stop the subscriber keeps the runtime and driver callback
+    domains; the next CUDA API exit unsubscribes and calls cuptiFinalize (once); a window
+    opened before any CUDA call takes the subscriber back; one opened after the detach
+    subscribes again, and every window has its GPU records."""
+    res = run("teardown", tmp_path, fake_so, CPROF_CUPTI_TEARDOWN="1")
+    runtime_driver = (1 << 1) | (1 << 2)
+    a = res["after_stop"]
+    assert a["subscribed"] == 1 and a["domains"] == runtime_driver
+    assert a["info"]["state"] == "pending" and a["finalize_calls"] == 0
+    b = res["after_second_stop"]
+    # the second window reused the pending subscriber (so did each window's warmup restart)
+    assert b["subscribe_calls"] == a["subscribe_calls"] == 1
+    assert b["info"]["state"] == "pending" and b["finalize_calls"] == 0
+    assert res["callbacks_entry_exit"] == 2
+    c = res["after_call"]
+    assert c["subscribed"] == 0 and c["finalize_calls"] == 1
+    assert c["info"] == {"state": "idle", "finalized": 1, "last_result": 0}
+    assert res["after_second_call"]["finalize_calls"] == 1
+    d = res["after_third_stop"]
+    assert d["subscribe_calls"] == 2 and d["info"]["state"] == "pending"  # subscribed anew
+    for path in res["traces"]:
+        t = load_trace(path)
+        assert len(events(t, "kernel")) == 7, path
+        assert t["cprof"]["gpu"]["cupti_subscriber"] == "held by cprof"
+
+
+def test_without_teardown_cupti_is_never_finalized(tmp_path, fake_so):
+    res = run("teardown", tmp_path, fake_so)
+    for key in ("after_stop", "after_call", "after_third_stop"):
+        s = res[key]
+        assert s["subscribed"] == 0 and s["domains"] == 0 and s["finalize_calls"] == 0, key
+        assert s["info"] == {"state": "idle", "finalized": 0, "last_result": 0}
+    assert res["callbacks_entry_exit"] == 0
+    # every start subscribes anew (the windows' warmup restarts included)
+    n = res["after_stop"]["subscribe_calls"]
+    assert n >= 1 and res["after_third_stop"]["subscribe_calls"] == 3 * n

@@ -60,6 +60,7 @@
     X(cuptiActivityGetNumDroppedRecords) \
     X(cuptiGetTimestamp) \
     X(cuptiFinalize) \
+    X(cuptiEnableDomain) \
     X(cuptiActivityPushExternalCorrelationId) \
     X(cuptiActivityPopExternalCorrelationId) \
     X(cuptiGetDeviceId) \
@@ -132,6 +133,9 @@ static int g_nerrors;
 
 static struct CUpti_Subscriber_st g_subscriber;
 static int g_subscribed;
+static CUpti_CallbackFunc g_callback; /* the subscriber's callback and the domains it enabled */
+static void *g_userdata;
+static uint32_t g_domains;
 static char g_subscriber_name[CUPTI_SUBSCRIBER_NAME_MAX_LEN + 1];
 static char g_other_holder[128];
 
@@ -530,6 +534,7 @@ static CUptiResult subscribe(CUpti_SubscriberHandle *subscriber, CUpti_Subscribe
         }
     } else {
         g_subscribed = 1;
+        g_domains = 0;
         const char *name = params && params->subscriberName ? params->subscriberName : "";
         strcpy(g_subscriber_name, "CUPTI for ");
         strncat(g_subscriber_name, name, sizeof g_subscriber_name - strlen(g_subscriber_name) - 1);
@@ -539,21 +544,42 @@ static CUptiResult subscribe(CUpti_SubscriberHandle *subscriber, CUpti_Subscribe
     return r;
 }
 
+/* The callback is called back only for the API domains enabled with cuptiEnableDomain, when a
+ * test simulates a CUDA call (fake_cupti_api_call). */
+static CUptiResult subscribed(CUptiResult r, CUpti_CallbackFunc callback, void *userdata) {
+    if (r == CUPTI_SUCCESS) {
+        pthread_mutex_lock(&g_lock);
+        g_callback = callback;
+        g_userdata = userdata;
+        pthread_mutex_unlock(&g_lock);
+    }
+    return r;
+}
+
 FAKE_EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *subscriber,
                                        CUpti_CallbackFunc callback, void *userdata) {
     FAKE_ENTER(cuptiSubscribe, CUptiResult);
-    (void)callback; /* the fake has no callback API: nothing is ever called back */
-    (void)userdata;
-    return subscribe(subscriber, NULL);
+    return subscribed(subscribe(subscriber, NULL), callback, userdata);
 }
 
 FAKE_EXPORT CUptiResult cuptiSubscribe_v2(CUpti_SubscriberHandle *subscriber,
                                           CUpti_CallbackFunc callback, void *userdata,
                                           CUpti_SubscriberParams *pParams) {
     FAKE_ENTER(cuptiSubscribe_v2, CUptiResult);
-    (void)callback;
-    (void)userdata;
-    return subscribe(subscriber, pParams);
+    return subscribed(subscribe(subscriber, pParams), callback, userdata);
+}
+
+FAKE_EXPORT CUptiResult cuptiEnableDomain(uint32_t enable, CUpti_SubscriberHandle subscriber,
+                                          CUpti_CallbackDomain domain) {
+    FAKE_ENTER(cuptiEnableDomain, CUptiResult);
+    if ((int)domain <= 0 || (int)domain >= CUPTI_CB_DOMAIN_SIZE) return CUPTI_ERROR_INVALID_PARAMETER;
+    CUptiResult r = CUPTI_SUCCESS;
+    pthread_mutex_lock(&g_lock);
+    if (subscriber != &g_subscriber || !g_subscribed) r = CUPTI_ERROR_INVALID_PARAMETER;
+    else if (enable) g_domains |= 1u << domain;
+    else g_domains &= ~(1u << domain);
+    pthread_mutex_unlock(&g_lock);
+    return r;
 }
 
 FAKE_EXPORT CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle subscriber) {
@@ -561,7 +587,7 @@ FAKE_EXPORT CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle subscriber) {
     CUptiResult r = CUPTI_SUCCESS;
     pthread_mutex_lock(&g_lock);
     if (subscriber != &g_subscriber || !g_subscribed) r = CUPTI_ERROR_INVALID_PARAMETER;
-    else g_subscribed = 0;
+    else g_subscribed = 0, g_domains = 0, g_callback = NULL;
     pthread_mutex_unlock(&g_lock);
     return r;
 }
@@ -712,6 +738,10 @@ FAKE_EXPORT CUptiResult cuptiFinalize(void) {
     pthread_mutex_lock(&g_deliver_lock);
     pthread_mutex_lock(&g_lock);
     clear_activity_state();
+    /* CUPTI detaches from the process: subscribers and their callbacks are gone too */
+    g_subscribed = 0;
+    g_domains = 0;
+    g_callback = NULL;
     pthread_mutex_unlock(&g_lock);
     pthread_mutex_unlock(&g_deliver_lock);
     return CUPTI_SUCCESS;
@@ -980,6 +1010,8 @@ FAKE_EXPORT void fake_cupti_reset(void) {
     memset(g_calls, 0, sizeof g_calls);
     g_nerrors = 0;
     g_subscribed = 0;
+    g_domains = 0;
+    g_callback = NULL;
     g_subscriber_name[0] = '\0';
     g_other_holder[0] = '\0';
     g_dropped = g_discarded = g_completed_buffers = g_delivered_records = 0;
@@ -1088,6 +1120,38 @@ FAKE_EXPORT int fake_cupti_api_enabled(int is_driver, uint32_t cbid) {
 }
 
 /* Calls of an entry point since the last reset; -1 for a name the fake does not export. */
+/* Simulates one CUDA runtime (is_driver 0) or driver call on the calling thread: the
+ * subscriber's callback runs at its entry and exit if that domain is enabled (no lock held, as
+ * CUPTI calls it: it may unsubscribe or finalize). Returns how many callbacks ran. */
+FAKE_EXPORT int fake_cupti_api_call(int is_driver, uint32_t cbid) {
+    CUpti_CallbackDomain domain = is_driver ? CUPTI_CB_DOMAIN_DRIVER_API
+                                            : CUPTI_CB_DOMAIN_RUNTIME_API;
+    int ran = 0;
+    for (int site = CUPTI_API_ENTER; site <= CUPTI_API_EXIT; site++) {
+        pthread_mutex_lock(&g_lock);
+        CUpti_CallbackFunc cb = g_subscribed && (g_domains >> domain & 1) ? g_callback : NULL;
+        void *ud = g_userdata;
+        pthread_mutex_unlock(&g_lock);
+        if (!cb) continue;
+        CUpti_CallbackData data;
+        memset(&data, 0, sizeof data);
+        data.callbackSite = (CUpti_ApiCallbackSite)site;
+        data.functionName = is_driver ? "cuLaunchKernel" : "cudaLaunchKernel";
+        cb(ud, domain, cbid, &data);
+        ran++;
+    }
+    return ran;
+}
+
+/* Whether a subscriber is held now, and the callback domains it enabled (a bit per domain). */
+FAKE_EXPORT int fake_cupti_subscribed(uint32_t *domains) {
+    pthread_mutex_lock(&g_lock);
+    int r = g_subscribed;
+    if (domains) *domains = g_domains;
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
 FAKE_EXPORT int64_t fake_cupti_calls(const char *fn) {
     int i = fn_index(fn);
     if (i < 0) return -1;
