@@ -601,7 +601,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         if not is_stream(path):  # /dev/null: written into, its directory need not be writable
             check_output_dir(os.path.dirname(path) or ".")
         suffix = ".gz" if path.endswith(".gz") else ""
-        top = {"trace_id": json.dumps(w.trace_id)}  # set when _prepare_trace made w
+        top = self._top_members(w)
         top.update(self._trace_metadata)
         result = w.write(path[: len(path) - len(suffix)], suffix, gzip=bool(suffix),
                          replace=True, extra=self._export_extra(w),
@@ -672,6 +672,18 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                 return self._trace_id
         self._trace_id = f"{uuid.uuid4().int:032X}"
         return self._trace_id
+
+    def _top_members(self, w):
+        """The top-level members torch.profiler writes besides Kineto's own: the trace id, the
+        options that were on ("1", as its start_trace adds them) and the host name."""
+        top = {"trace_id": json.dumps(w.trace_id)}  # set when _prepare_trace made w
+        for key, on in (("profile_memory", self.profile_memory), ("with_stack", self.with_stack),
+                        ("record_shapes", self.record_shapes),
+                        ("with_modules", self.with_modules)):
+            if on:
+                top[key] = "1"
+        top["host_name"] = json.dumps(socket.gethostname())
+        return top
 
     _RESERVED_KEYS = frozenset(("schemaVersion", "deviceProperties", "distributedInfo",
                                 "displayTimeUnit", "baseTimeNanoseconds", "traceEvents",

@@ -237,7 +237,8 @@ class ProfilerContext:
             stem = path[: len(path) - len(suffix)] if suffix else path
         gzip = suffix.endswith(".gz") if path is not None else self.gzip
         result = self._window.write(stem, suffix, gzip=gzip, replace=replace,
-                                    retry="save(path)")
+                                    retry="save(path)",
+                                    top=self._prof._top_members(self._window))
         self.result = result
         self.summary = self._window.snapshot.summary()
         self.trace_path = pathlib.Path(result.path)

@@ -215,3 +215,34 @@ def test_methods_cprof_does_not_offer_say_what_to_use(tmp_path):
     with pytest.raises(NotImplementedError, match="export_memory_snapshot"):
         p.export_memory_timeline(str(tmp_path / "m.html"))
     assert p.export_chrome_trace(str(tmp_path / "t.json"))
+
+
+def test_option_flags_and_host_name_at_top_level_as_torch_writes_them(tmp_path):
+    """torch.profiler's start_trace adds "with_stack": 1 (and the others that are on) and its
+    traces carry "host_name"; a later add_metadata of the same key wins, no duplicate key."""
+    import socket
+    with cprof.profile(activities=["CPU"], record_shapes=True, with_stack=True) as p:
+        with cprof.range("r"):
+            pass
+    path = str(tmp_path / "t.json")
+    p.export_chrome_trace(path)
+    with open(path) as f:
+        raw = f.read()
+    t = json.loads(raw)
+    assert t["with_stack"] == 1 and t["record_shapes"] == 1
+    assert "with_modules" not in t and "profile_memory" not in t
+    assert t["host_name"] == socket.gethostname()
+    p.add_metadata("record_shapes", "mine")
+    p.export_chrome_trace(path)
+    with open(path) as f:
+        raw = f.read()
+    top_keys = json.loads(raw, object_pairs_hook=lambda pairs: [k for k, _ in pairs])
+    assert top_keys.count("record_shapes") == 1  # no duplicate member
+    assert json.loads(raw)["record_shapes"] == "mine"
+    with cprof.ProfilerContext(output_dir=tmp_path, profile_name="pc", activities=["CPU"],
+                               verbose=False) as pc:
+        pass
+    import gzip
+    with gzip.open(pc.trace_path, "rt") as f:
+        t = json.load(f)
+    assert t["with_stack"] == 1 and t["record_shapes"] == 1 and len(t["trace_id"]) == 32
