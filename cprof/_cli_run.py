@@ -67,8 +67,10 @@ What the program sees and what comes back
     stderr, each line starting with "cprof: " (errors in the arguments: "cprof run: error:").
   - sys.exit(N) exits N (sys.exit("message") prints it and exits 1); an uncaught exception
     prints its traceback exactly as Python does (through sys.excepthook, no cprof frames) and
-    exits 1; KeyboardInterrupt (Ctrl-C, SIGINT) prints its traceback and exits 130; SIGTERM
-    exits 143 (raised in the main thread as cprof._cli_run.Terminated, a BaseException).
+    exits 1; KeyboardInterrupt (Ctrl-C, SIGINT) prints its traceback and, the trace written,
+    ends the process by SIGINT as python does (status -2 to a parent, 130 in a shell); SIGTERM
+    (raised in the main thread as cprof._cli_run.Terminated, a BaseException) likewise ends it
+    by SIGTERM (-15, 143 in a shell).
     A program that installs its own SIGTERM handler keeps it, one started with SIGTERM
     ignored keeps ignoring it, and forked children (DataLoader workers) get the default back.
   - The trace is written in every one of those cases if the window was open. It is marked
@@ -824,7 +826,7 @@ if _run.program is not None:
         _run.ended(_exc)
     else:
         _run.ended(None)
-sys.exit(_run.exit_code)
+_run.exit()
 """
 
 
@@ -838,6 +840,7 @@ def main(argv):
             run.ended(exc)
         else:
             run.ended(None)
+    run.die_by_signal()
     return run.exit_code
 
 
@@ -904,6 +907,27 @@ class _Run:
         # a module's code called as a function runs with its globals as locals, as exec does
         self.program = types.FunctionType(self.code, self.module.__dict__)
 
+    def die_by_signal(self):
+        """Ends the process by the signal that ended the program (its trace already written),
+        as python itself does, so the exit status is the same as without cprof."""
+        sig = getattr(self, "exit_signal", None)
+        if sig is None:
+            return
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), sig)
+        except (OSError, ValueError):  # not the main thread, or not allowed: the 128+N status
+            return
+
+    def exit(self):
+        self.die_by_signal()
+        sys.exit(self.exit_code)
+
     def ended(self, exc):
         """The program returned (exc None) or raised exc: close the window, write the trace,
         print what python would, set exit_code."""
@@ -925,6 +949,10 @@ class _Run:
         if exc_type is Terminated or session.term_pending:  # pending: it came during the write
             self.out.info("terminated by SIGTERM")
             code = EXIT_SIGTERM
+        # python ends by the signal itself after an uncaught KeyboardInterrupt (and SIGTERM
+        # kills it): the parent sees -2 / -15, not 130 / 143; so does cprof run's
+        self.exit_signal = {EXIT_SIGINT: signal.SIGINT, EXIT_SIGTERM: signal.SIGTERM}.get(code) \
+            if exc_type in (KeyboardInterrupt, Terminated) or code == EXIT_SIGTERM else None
         if self.opts.report and session.summary is not None:
             from ._summary import format_summary
             self.out._print(format_summary(session.summary, top=20,

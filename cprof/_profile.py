@@ -20,7 +20,7 @@ from . import _schedule as _schedule_mod
 from ._dist import rank_info
 from ._features import gpu_unavailable_reason
 from ._schedule import ProfilerAction, _always_record, as_action, same_member
-from ._window import Window, check_output_dir, is_stream
+from ._window import Window, check_output_dir, clean_text, is_stream
 
 _gpu_warned = False
 
@@ -719,7 +719,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         except ValueError as err:
             raise ValueError(f"cprof.profile.add_metadata_json: the value for {key!r} is not "
                              f"valid JSON ({err}); nothing was added") from None
-        self._trace_metadata[key] = json.dumps(parsed)
+        self._trace_metadata[key] = json.dumps(clean_text(parsed))
 
     _STACK_METRICS = ("self_cpu_time_total", "self_cuda_time_total", "self_xpu_time_total",
                       "self_privateuse1_time_total")

@@ -58,6 +58,23 @@ def check_output_dir(path):
         )
 
 
+
+def clean_text(obj):
+    """obj with every string made valid UTF-8, for the trace's JSON: a program started with a
+    non-UTF-8 argument has it in sys.argv as surrogate escapes, which JSON cannot carry. Bytes
+    that came in as surrogate escapes become U+FFFD each; other lone surrogates too."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+            return obj
+        except UnicodeEncodeError:
+            return "".join(c if not 0xD800 <= ord(c) <= 0xDFFF else "\ufffd" for c in obj)
+    if isinstance(obj, dict):
+        return {clean_text(k) if isinstance(k, str) else k: clean_text(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [clean_text(v) for v in obj]
+    return obj
+
 class Window:
     """Start, stop, write. One window at a time per process (the C store enforces it)."""
 
@@ -226,7 +243,7 @@ class Window:
                 rank=rank,
                 world_size=world,
                 backend=backend,
-                extra_json=json.dumps(meta, default=str),
+                extra_json=json.dumps(clean_text(meta), default=str),
                 replace=replace,
                 gpu=self.gpu_snapshot,
                 top_json=",".join(f"{json.dumps(k)}:{v}" for k, v in top.items())

@@ -36,6 +36,7 @@ struct cprof_trace {
     arena_chunk *arena;
     char *text; /* kept when keep_text */
     size_t text_len;
+    int has_events; /* a traceEvents array was read */
     cprof_trace_info info;
 };
 
@@ -330,6 +331,7 @@ static int trace_events(cprof_js *ps, cprof_trace *t) {
     cprof_js_ws(ps);
     if (ps->p >= ps->end || *ps->p != '[')
         return cprof_js_fail(ps, ps->p, "\"traceEvents\" must be an array");
+    t->has_events = 1;
     if (!cprof_js_open(ps, ']')) return CPROF_OK;
     for (;;) {
         int rc = event(ps, t);
@@ -462,7 +464,12 @@ static int parse_all(cprof_js *ps, cprof_trace *t) {
     if (*ps->p == '[') { /* the array form of the Chrome format */
         rc = trace_events(ps, t);
     } else if (*ps->p == '{') {
+        const char *top = ps->p;
         rc = object_members(ps, t, top_member, "reading the top-level object");
+        if (!rc && !t->has_events)
+            return cprof_js_fail(ps, top, "this JSON object has no \"traceEvents\" array, so it "
+                                 "is not a Chrome / Kineto trace (give a .trace.json[.gz] "
+                                 "written by cprof or torch.profiler)");
     } else {
         return cprof_js_fail(ps, ps->p, "a trace is a JSON object with \"traceEvents\" (or an array of "
                                "events); this is neither");

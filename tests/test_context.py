@@ -309,3 +309,21 @@ def test_summary_after_exit(outdir):
     assert rows["parent"]["count"] == 3 and rows["child"]["count"] == 3
     assert rows["parent"]["total_ns"] >= rows["child"]["total_ns"] >= 3_000_000
     assert rows["parent"]["self_ns"] == rows["parent"]["total_ns"] - rows["child"]["total_ns"]
+
+
+def test_non_utf8_argv_still_writes(tmp_path):
+    """A program started with a non-UTF-8 argument has it in sys.argv as surrogate escapes;
+    the trace's metadata must still be valid JSON (it was 'invalid JSON', no file)."""
+    import subprocess
+    import sys
+    code = ("import cprof, gzip, json\n"
+            "with cprof.ProfilerContext(output_dir='.', profile_name='a', activities=['CPU'],"
+            " verbose=False) as p:\n"
+            "    pass\n"
+            "print(json.load(gzip.open(p.trace_path))['cprof']['argv'][1:])\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable.encode(), b"-c", code.encode(), b"\xff", b"ok"],
+                       cwd=tmp_path, capture_output=True,
+                       env=dict(os.environ, PYTHONPATH=root))
+    assert r.returncode == 0, r.stderr.decode(errors="replace")
+    assert r.stdout.decode().strip() == "['\ufffd', 'ok']"

@@ -562,10 +562,14 @@ def test_array_form_trailing_comma_bom():
         data = pre + json.dumps({"traceEvents": evs}).encode()
         assert report_bytes(data)["kernels"] == obj["kernels"]
     # empty traces
-    for data in (b"[]", b"{}", b'{"traceEvents":[]}', b'  {"traceEvents" : [ ] }  '):
+    for data in (b"[]", b'{"traceEvents":[]}', b'  {"traceEvents" : [ ] }  '):
         r = report_bytes(data)
         assert r["trace"]["events"] == 0 and r["kernels"] == [] and r["devices"] == []
         assert r["window"] == {"start_us": 0, "end_us": 0, "dur_us": 0}
+    # a JSON object without traceEvents is not a trace (a config file, a summary.json...)
+    for data in (b"{}", b'{"foo": 1}', b'{"meta": {"traceEvents": []}}'):
+        with pytest.raises(_C.TraceFormatError, match="no \"traceEvents\" array"):
+            report_bytes(data)
 
 
 def test_string_pid_tid():
