@@ -14,7 +14,7 @@ _ops.prepare_env()  # before torch loads, or torch's operators cannot be recorde
 from ._C import (CprofError, CuptiBusyError, GpuUnavailableError, NoOpenRangeError,
                  TraceFormatError, TraceWriteError, WindowStateError)
 from ._features import features
-from ._profile import (ProfilerActivity, profile, supported_activities,
+from ._profile import (GpuUnavailableWarning, ProfilerActivity, profile, supported_activities,
                        tensorboard_trace_handler)
 from ._results import EventList, FunctionEventAvg, ProfilerEvent
 from ._schedule import ProfilerAction, ScheduleError, min_steps, schedule
@@ -59,6 +59,7 @@ __all__ = [
     "CprofError",
     "CuptiBusyError",
     "GpuUnavailableError",
+    "GpuUnavailableWarning",
     "NoOpenRangeError",
     "ProfilerContext",
     "TraceFormatError",

@@ -22,7 +22,10 @@ from ._features import gpu_unavailable_reason
 from ._schedule import ProfilerAction, _always_record, as_action, same_member
 from ._window import Window, check_output_dir, clean_text, is_stream
 
-_gpu_warned = False
+class GpuUnavailableWarning(RuntimeWarning, UserWarning):
+    """GPU activity was asked for but cannot be collected here (the reason is in the message);
+    CPU activity is recorded. Both a RuntimeWarning and a UserWarning, so filters written for
+    either catch it."""
 
 
 class ProfilerActivity(enum.Enum):
@@ -83,9 +86,9 @@ def _default_activities():
 
 
 def resolve_gpu(activities):
-    """(collected activities, notes): GPU is dropped, with one warning per process, where it
-    cannot be collected; CPU is always collected (ranges are the CPU side)."""
-    global _gpu_warned
+    """(collected activities, notes): GPU is dropped, with a warning, where it cannot be
+    collected; CPU is always collected (ranges are the CPU side). Called once per profiler
+    (ProfilerContext, cprof.profile): one warning each, not one per schedule cycle."""
     collected = [a for a in activities if a != "GPU"]
     notes = {}
     if "GPU" in activities:
@@ -94,11 +97,9 @@ def resolve_gpu(activities):
             collected.append("GPU")
         else:
             notes["gpu_unavailable"] = reason
-            if not _gpu_warned:
-                _gpu_warned = True
-                warnings.warn(
-                    f"cprof: GPU activity was asked for but is not collected: {reason}. "
-                    "Recording CPU activity only.", RuntimeWarning, stacklevel=4)
+            warnings.warn(
+                f"cprof: GPU activity was asked for but is not collected: {reason}. "
+                "Recording CPU activity only.", GpuUnavailableWarning, stacklevel=4)
     if "CPU" not in collected:
         collected.insert(0, "CPU")
     return collected, notes

@@ -21,6 +21,36 @@ ENV_DIR = "CPROF_PROFILER_DIR"
 ENV_DIR_ALIAS = "CPROF_TORCH_PROFILER_DIR"
 
 
+class OutputDir(str):
+    """ProfilerContext.output_dir: a str, as it always was, that also equals the pathlib.Path
+    of the same directory, joins with `/` and answers Path's methods (`exists()`, `glob()`...),
+    so code written for either (the seed's f-string, `ctx.output_dir == tmp_path`) works."""
+
+    __slots__ = ()
+
+    def __eq__(self, other):
+        if isinstance(other, os.PathLike) and not isinstance(other, str):
+            return os.path.normpath(os.fspath(other)) == os.path.normpath(str(self))
+        return str.__eq__(self, other)
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = str.__hash__
+
+    def __truediv__(self, other):
+        return pathlib.Path(self) / other
+
+    def __fspath__(self):
+        return str(self)
+
+    def __getattr__(self, name):  # Path's attributes that str has not
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(pathlib.Path(str(self)), name)
+
+
 def default_output_dir():
     """$CPROF_PROFILER_DIR when set (read at each call), else $CPROF_TORCH_PROFILER_DIR, else
     /tmp/cprof_profiles."""
@@ -105,15 +135,20 @@ class ProfilerContext:
                 else ([activities] if activities else list(DEFAULT_ACTIVITIES))
             return
         self.activities = normalize_activities(activities)
-        self.output_dir = (os.path.expanduser(os.fspath(output_dir)) if output_dir is not None
-                           else default_output_dir())
+        self.output_dir = OutputDir(os.path.expanduser(os.fspath(output_dir))
+                                    if output_dir is not None else default_output_dir())
         if profile_name is None:
             profile_name = f"profile_{int(time.time())}"
-        if not isinstance(profile_name, str) or not profile_name or "/" in profile_name:
+        if (not isinstance(profile_name, str) or not profile_name or "/" in profile_name
+                or "\0" in profile_name):
             raise ValueError(
-                f"cprof: profile_name must be a non-empty file name without '/', got "
+                f"cprof: profile_name must be a non-empty file name without '/' or NUL, got "
                 f"{profile_name!r}"
             )
+        if len(os.fsencode(profile_name)) > 200:
+            raise ValueError(f"cprof: profile_name is {len(os.fsencode(profile_name))} bytes; "
+                             "file names are limited to 255 bytes with the -rankR-N.trace.json.gz "
+                             "suffix, so keep it under 200")
         if buffer_size_mb is not None and not buffer_size_mb > 0:
             raise ValueError("cprof: buffer_size_mb must be a positive number of MiB")
         self.profile_name = profile_name
@@ -242,7 +277,7 @@ class ProfilerContext:
         self.result = result
         self.summary = self._window.snapshot.summary()
         self.trace_path = pathlib.Path(result.path)
-        self.output_dir = str(self.trace_path.parent)
+        self.output_dir = OutputDir(self.trace_path.parent)
         self._window.release()
         if self.verbose:
             print(

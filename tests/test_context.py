@@ -163,8 +163,6 @@ def test_unknown_activity_is_value_error(acts):
 def test_gpu_unavailable_warns_and_records_cpu(outdir):
     if cprof.features()["gpu_activity"]["available"]:
         pytest.skip("GPU activity is available here")
-    import cprof._profile as ctxmod  # the warn-once flag lives with resolve_gpu
-    ctxmod._gpu_warned = False
     with pytest.warns(RuntimeWarning, match="GPU activity"):
         with cprof.ProfilerContext(output_dir=outdir, profile_name="g", verbose=False) as p:
             with cprof.range("cpu side"):
@@ -172,11 +170,18 @@ def test_gpu_unavailable_warns_and_records_cpu(outdir):
     t = load_trace(p.trace_path)
     assert t["cprof"]["config"]["collected_activities"] == ["CPU"]
     assert "gpu_unavailable" in t["cprof"]
-    # once only
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    # each profiler says it (a UserWarning too), a schedule's cycles only once
+    with pytest.warns(UserWarning, match="GPU activity") as rec:
         with cprof.ProfilerContext(output_dir=outdir, profile_name="g2", verbose=False):
             pass
+    assert all(isinstance(w.message, cprof.GpuUnavailableWarning) for w in rec)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        with cprof.profile(activities=["CPU", "CUDA"],
+                           schedule=cprof.schedule(wait=0, warmup=1, active=1)) as prof:
+            for _ in range(6):
+                prof.step()
+    assert sum("GPU activity" in str(w.message) for w in rec) == 1
 
 
 def test_uncreatable_output_dir_fails_before_window(tmp_path):
@@ -327,3 +332,22 @@ def test_non_utf8_argv_still_writes(tmp_path):
                        env=dict(os.environ, PYTHONPATH=root))
     assert r.returncode == 0, r.stderr.decode(errors="replace")
     assert r.stdout.decode().strip() == "['\ufffd', 'ok']"
+
+
+def test_output_dir_is_a_str_that_equals_its_path(tmp_path):
+    p = cprof.ProfilerContext(output_dir=tmp_path / "o", profile_name="t", verbose=False,
+                              activities=["CPU"])
+    assert p.output_dir == str(tmp_path / "o") and p.output_dir == tmp_path / "o"
+    assert tmp_path / "o" == p.output_dir and isinstance(p.output_dir, str)
+    assert p.output_dir / "x" == tmp_path / "o" / "x"
+    with p:
+        pass
+    assert p.output_dir.is_dir() and p.trace_path.parent == p.output_dir
+    assert f"{p.output_dir}/{p.trace_path.name}" == str(p.trace_path)  # the seed's print
+
+
+def test_bad_profile_names_fail_before_the_window(tmp_path):
+    for name in ("a\0b", "x" * 240):
+        with pytest.raises(ValueError, match="profile_name"):
+            cprof.ProfilerContext(output_dir=tmp_path, profile_name=name)
+    assert not cprof._C.active()
