@@ -84,8 +84,8 @@ What the program sees and what comes back
     trace written: the capture range never started (...)"; the exit code is the program's
     either way.
   - torch imported by the program after the window opened (the usual case) is captured as
-    if it had been imported before: record_function ranges, NVTX ranges and, with
-    --record-shapes, module calls.
+    if it had been imported before: record_function ranges, NVTX ranges, torch.compile's
+    regions (so graph breaks show in `cprof report`) and, with --record-shapes, module calls.
   - The window closes when the program's main code returns (or raises). Threads it leaves
     running and its atexit handlers run after that, unprofiled. os._exit() and SIGKILL leave
     no trace.
@@ -764,8 +764,21 @@ def _catch_up_torch(session, torch):
             # removed with the rest of the window's glue when the window closes
             prof._glue.parts.append(_modules.install(record_shapes=prof.record_shapes))
         _catch_up_ops(prof._glue, prof.record_ops)
+        _catch_up_compiled(prof._glue, prof.with_stack)
     finally:
         session.lock.release()
+
+
+def _catch_up_compiled(glue, with_stack):
+    """torch.compile's regions (and so graph breaks) from now on in the open window: the
+    capture needs torch, which the program imports after the window opened. Not with torch's
+    operators captured: their own compiled-region ranges come with them."""
+    if any(hasattr(p, "ops_note") or hasattr(p, "note") for p in glue.parts):
+        return
+    from . import _compiled
+    regions = _compiled.install(with_stack=with_stack)
+    if regions is not None:
+        glue.parts.append(regions)
 
 
 def _catch_up_ops(glue, record_ops):

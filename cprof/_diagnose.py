@@ -24,11 +24,12 @@ def _fmt_us(v):
 
 
 def _fmt_bytes(n):
+    """SI units (1 MB = 10^6 bytes), as the GB/s beside it and the HTML report use."""
     n = float(n)
     for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
+        if abs(n) < 1000 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024.0
+        n /= 1000.0
     return f"{n:.1f} GB"
 
 

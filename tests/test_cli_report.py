@@ -302,3 +302,9 @@ def test_graph_breaks_found_in_a_real_compiled_trace(tmp_path):
     assert rep["compiled"]["regions"] == 6 and rep["compiled"]["nested"] == 3
     gb = [d for d in rep["diagnoses"] if d["id"] == "graph_breaks"][0]
     assert gb["evidence"]["nested_regions"] == 3 and gb["evidence"]["max_depth"] == 2
+
+
+def test_byte_columns_use_si_units_like_gb_per_s():
+    from cprof._diagnose import _fmt_bytes
+    assert _fmt_bytes(1_000_000) == "1.0 MB" and _fmt_bytes(2_000_000) == "2.0 MB"
+    assert _fmt_bytes(999) == "999 B" and _fmt_bytes(1_500) == "1.5 KB"

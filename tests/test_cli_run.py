@@ -381,3 +381,30 @@ def test_torchrun_two_ranks(tmp_path):
         assert t["distributedInfo"]["world_size"] == 2
         assert names(t) == [f"on_rank{rank}"]
     assert time.monotonic() - start < 60
+
+
+def test_compiled_regions_of_a_program_that_imports_torch_itself(tmp_path):
+    """cprof run opens its window before the program imports torch: the compiled-region
+    capture is put on when torch arrives, so graph breaks show (seed 001)."""
+    pytest.importorskip("torch")
+    script = tmp_path / "gb.py"
+    script.write_text(
+        "import torch, torch._dynamo\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(s):\n"
+        "        super().__init__(); s.a = torch.nn.Linear(8, 8); s.b = torch.nn.Linear(8, 8)\n"
+        "    def forward(s, x):\n"
+        "        x = s.a(x).relu(); torch._dynamo.graph_break(); return s.b(x)\n"
+        "m = torch.compile(M())\n"
+        "for _ in range(2):\n"
+        "    m(torch.randn(2, 8))\n")
+    ran = cprof_run("-o", tmp_path, "--name", "gb", script, timeout=600)
+    assert ran.returncode == 0, ran.stderr
+    t = load_trace(tmp_path / "gb.trace.json.gz")
+    regions = [e for e in t["traceEvents"] if e.get("ph") == "X"
+               and e["name"].startswith("Torch-Compiled Region")]
+    assert len(regions) >= 4  # two calls, each an outer region with one nested after the break
+    rep = subprocess.run([sys.executable, "-m", "cprof", "report",
+                          str(tmp_path / "gb.trace.json.gz")], env=_env(), capture_output=True,
+                         text=True, timeout=120)
+    assert "Graph breaks in compiled code" in rep.stdout, rep.stdout
