@@ -926,11 +926,7 @@ class _Run:
         sig = getattr(self, "exit_signal", None)
         if sig is None:
             return
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
+        _flush_stdio()
         try:
             signal.signal(sig, signal.SIG_DFL)
             os.kill(os.getpid(), sig)
@@ -973,6 +969,14 @@ class _Run:
         self.exit_code = code
 
 
+def _flush_stdio():
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+
+
 def _reexec(argv):
     """Replaces this process by `python <same interpreter flags> -c _BOOTSTRAP argv...`."""
     import subprocess
@@ -982,11 +986,7 @@ def _reexec(argv):
         flags = []
     if getattr(sys.stdout, "write_through", False) and "PYTHONUNBUFFERED" not in os.environ:
         flags.append("-u")  # not among sys.flags
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:
-            pass
+    _flush_stdio()
     try:
         os.execv(sys.executable, [sys.executable, *flags, "-c", _BOOTSTRAP, *argv])
     except OSError as err:
