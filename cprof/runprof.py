@@ -611,7 +611,7 @@ _NULL_CTX = _NullCtx()
 _NULL = NullProfiler()
 
 
-def _NullProfilerOf(prof):
+def _null_standing_for(prof):
     """A NullProfiler standing for a disabled Profiler: its config, rank and run name."""
     n = NullProfiler(prof.cfg)
     n.rank, n.world_size, n.world = prof.rank, prof.world_size, prof.world_size
@@ -632,7 +632,7 @@ def get_active_profiler():
     if _active is None:
         return _NULL
     if getattr(_active, "enabled", True) is False and not isinstance(_active, NullProfiler):
-        return _NullProfilerOf(_active)
+        return _null_standing_for(_active)
     return _active
 
 
