@@ -109,17 +109,21 @@ def find_traces(items):
 
 
 def analyse(path, top=20, short_gap_us=10.0, small_copy_bytes=65536, step_name=None):
-    """The report dict of one trace, diagnoses included. Raises InputError."""
+    """The reports of one trace file, diagnoses included: one for a trace, one per rank for a
+    file `cprof merge` wrote (each rank analysed on its own: correlation ids and device numbers
+    repeat across ranks). Raises InputError."""
     try:
-        text = _C.trace_report(path, top=top, short_gap_us=short_gap_us,
-                               small_copy_bytes=int(small_copy_bytes), step_name=step_name)
+        texts = _C.trace_report(path, top=top, short_gap_us=short_gap_us,
+                                small_copy_bytes=int(small_copy_bytes), step_name=step_name,
+                                split_ranks=True)
     except _C.TraceFormatError as err:
         raise InputError(f"{err}") from None
     except OSError as err:
         raise InputError(f"{path}: {err.strerror or err}") from None
-    report = json.loads(text)
-    report["diagnoses"] = diagnose(report)
-    return report
+    reports = [json.loads(t) for t in texts]
+    for report in reports:
+        report["diagnoses"] = diagnose(report)
+    return reports
 
 
 def combine(reports):
@@ -152,8 +156,8 @@ def cmd_report(args):
                          f"from {', '.join(k for k, _, _ in TABLES)}")
     try:
         files = find_traces(args.traces)
-        reports = [analyse(f, args.top, args.short_gap_us, args.small_copy_bytes,
-                           args.step_range) for f in files]
+        reports = [r for f in files for r in analyse(f, args.top, args.short_gap_us,
+                                                     args.small_copy_bytes, args.step_range)]
     except InputError as err:
         return _fail("report", err)
     doc = combine(reports)

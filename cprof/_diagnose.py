@@ -149,51 +149,123 @@ def diagnose(r):
     return out
 
 
-def rank_table(reports):
-    """Per-rank step times and GPU figures, stragglers flagged; plus cross-rank diagnoses."""
-    rows = []
+def _rank_rows(reports):
+    """One row per rank: the reports that carry the same rank (the windows of one process: a
+    schedule with repeat, several ProfilerContexts) pooled; a report without a rank (a
+    torch.profiler trace outside torch.distributed) is a row of its own with rank None."""
+    groups, order = {}, []
     for i, r in enumerate(reports):
-        steps = [s["cpu_us"] for s in r.get("steps", [])]
         rank = r["trace"].get("rank")
-        devs = r.get("devices", [])
+        key = ("rank", rank) if rank is not None else ("trace", i)
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append(r)
+    order.sort(key=lambda k: (k[0] != "rank", k[1]))
+    rows = []
+    for key in order:
+        rs = groups[key]
+        steps = [s["cpu_us"] for r in rs for s in r.get("steps", [])]
+        devs = [d for r in rs for d in r.get("devices", [])]
+        paths = list(dict.fromkeys(r["trace"]["path"] for r in rs))
+        coll = sum(r.get("collectives", {}).get("total_us", 0.0) for r in rs)
         rows.append({
-            "rank": rank if rank is not None else i,
-            "path": r["trace"]["path"],
+            "rank": key[1] if key[0] == "rank" else None,
+            "path": paths[0] + (f" (+{len(paths) - 1} more)" if len(paths) > 1 else ""),
+            "traces": len(rs),
             "steps": len(steps),
             "step_med_us": round(statistics.median(steps), 3) if steps else None,
             "step_mean_us": round(statistics.fmean(steps), 3) if steps else None,
             "step_max_us": round(max(steps), 3) if steps else None,
             "gpu_busy_pct": round(statistics.fmean(d["util_pct"] for d in devs), 2)
             if devs else None,
-            "collective_us": r.get("collectives", {}).get("total_us", 0.0),
+            "collective_us": round(coll, 3),
+            # collective time per step: a rank that others wait for spends least in them
+            "collective_step_us": round(coll / len(steps), 3) if steps else None,
             "straggler": False,
         })
+    return rows
+
+
+def rank_table(reports):
+    """Per-rank step times and GPU figures, stragglers flagged; plus cross-rank diagnoses.
+
+    Two ways a rank straggles. Unsynchronised ranks: its median step is STRAGGLER_RATIO above
+    the ranks' median. Ranks that synchronise every step (a collective per step) all take
+    the same step time, so the slow rank shows instead in the work it does outside the
+    collectives (step minus collective time per step): the others wait for it inside theirs."""
+    rows = _rank_rows(reports)
     diags = []
-    meds = [r["step_med_us"] for r in rows if r["step_med_us"]]
-    if len(meds) >= 2:
-        typical = statistics.median(meds)
-        for row in rows:
-            m = row["step_med_us"]
-            if m and typical and m / typical >= STRAGGLER_RATIO:
-                row["straggler"] = True
-        slow = [r for r in rows if r["straggler"]]
-        if slow:
-            worst = max(slow, key=lambda r: r["step_med_us"])
-            fastest_coll = min(rows, key=lambda r: r["collective_us"])
+    known = [r for r in rows if r["rank"] is not None and r["step_med_us"]]
+    if len(known) < 2:
+        if len(rows) >= 2 and any(r["rank"] is None for r in rows):
             diags.append(_d(
-                "stragglers", "Straggler rank" + ("s" if len(slow) > 1 else ""), "high",
-                f"Rank {worst['rank']}'s median step takes {_fmt_us(worst['step_med_us'])}, "
-                f"{worst['step_med_us'] / typical:.2f}x the ranks' median "
-                f"({_fmt_us(typical)}); "
-                + (f"straggling ranks: {', '.join(str(r['rank']) for r in slow)}. " if
-                   len(slow) > 1 else "")
-                + "The others wait for it in their collectives"
-                + (f" (rank {fastest_coll['rank']} spends least time in collectives: "
-                   f"{_fmt_us(fastest_coll['collective_us'])})" if
-                   any(r["collective_us"] for r in rows) else "")
-                + ". Check its input pipeline, data sizes, host load and GPU clocks.",
-                straggler_ranks=",".join(str(r["rank"]) for r in slow),
-                worst_rank=worst["rank"], worst_step_med_us=worst["step_med_us"],
-                ranks_median_step_us=round(typical, 3),
-                ratio=round(worst["step_med_us"] / typical, 3)))
+                "no_rank_info", "Traces without rank information", "info",
+                f"{sum(r['rank'] is None for r in rows)} of the {len(rows)} traces carry no "
+                "rank (no distributedInfo: torch.distributed was not initialised when they "
+                "were written), so they are listed side by side but not compared as ranks.",
+                traces=len(rows)))
+        return rows, diags
+    typical = statistics.median(r["step_med_us"] for r in known)
+    for row in known:
+        if typical and row["step_med_us"] / typical >= STRAGGLER_RATIO:
+            row["straggler"] = True
+    slow = [r for r in known if r["straggler"]]
+    if slow:
+        worst = max(slow, key=lambda r: r["step_med_us"])
+        least_coll = min(known, key=lambda r: r["collective_us"])
+        diags.append(_d(
+            "stragglers", "Straggler rank" + ("s" if len(slow) > 1 else ""), "high",
+            f"Rank {worst['rank']}'s median step takes {_fmt_us(worst['step_med_us'])}, "
+            f"{worst['step_med_us'] / typical:.2f}x the ranks' median ({_fmt_us(typical)})"
+            + (f"; straggling ranks: {', '.join(str(r['rank']) for r in slow)}" if
+               len(slow) > 1 else "")
+            + ". The others wait for it in their collectives"
+            + (f" (rank {least_coll['rank']} spends least time in collectives: "
+               f"{_fmt_us(least_coll['collective_us'])})" if
+               any(r["collective_us"] for r in known) else "")
+            + ". Check its input pipeline, data sizes, host load and GPU clocks.",
+            mode="step_time", straggler_ranks=",".join(str(r["rank"]) for r in slow),
+            worst_rank=worst["rank"], worst_step_med_us=worst["step_med_us"],
+            ranks_median_step_us=round(typical, 3),
+            ratio=round(worst["step_med_us"] / typical, 3)))
+        return rows, diags
+    # synchronised ranks: compare the work outside collectives
+    if sum(1 for r in known if r["collective_step_us"]) < 2:
+        return rows, diags
+    work = {r["rank"]: max(r["step_med_us"] - (r["collective_step_us"] or 0.0), 0.0)
+            for r in known}
+    typical_work = statistics.median(work.values())
+    typical_coll = statistics.median(r["collective_step_us"] or 0.0 for r in known)
+    for row in known:
+        w = work[row["rank"]]
+        # its work is STRAGGLER_RATIO above the median and others do wait for it: the
+        # collective time it lacks is at least a tenth of its extra work
+        if (typical_work and w / typical_work >= STRAGGLER_RATIO
+                and typical_coll - (row["collective_step_us"] or 0.0)
+                >= 0.1 * (w - typical_work)):
+            row["straggler"] = True
+    slow = [r for r in known if r["straggler"]]
+    if slow:
+        worst = max(slow, key=lambda r: work[r["rank"]])
+        wait = max(known, key=lambda r: r["collective_step_us"] or 0.0)
+        diags.append(_d(
+            "stragglers", "Straggler rank" + ("s" if len(slow) > 1 else ""), "high",
+            f"The ranks synchronise every step (median steps {_fmt_us(typical)}), but rank "
+            f"{worst['rank']} works {_fmt_us(work[worst['rank']])} per step outside "
+            f"collectives, {work[worst['rank']] / typical_work:.2f}x the ranks' median "
+            f"({_fmt_us(typical_work)})"
+            + (f"; straggling ranks: {', '.join(str(r['rank']) for r in slow)}" if
+               len(slow) > 1 else "")
+            + f". The others wait for it inside their collectives: rank {wait['rank']} "
+            f"spends {_fmt_us(wait['collective_step_us'])} per step in them, rank "
+            f"{worst['rank']} {_fmt_us(worst['collective_step_us'] or 0.0)}. Check its input "
+            "pipeline, data sizes, host load and GPU clocks.",
+            mode="synchronised", straggler_ranks=",".join(str(r["rank"]) for r in slow),
+            worst_rank=worst["rank"], worst_work_us=round(work[worst["rank"]], 3),
+            ranks_median_work_us=round(typical_work, 3),
+            ranks_median_step_us=round(typical, 3),
+            worst_collective_step_us=worst["collective_step_us"],
+            max_collective_step_us=wait["collective_step_us"],
+            ratio=round(work[worst["rank"]] / typical_work, 3)))
     return rows, diags

@@ -667,20 +667,31 @@ def _ranks_section(ranks):
     for r in ranks:
         st = bool(r.get("straggler"))
         med, mx = fmt_us(r.get("step_med_us")), fmt_us(r.get("step_max_us"))
-        bars.append({"label": "rank %s%s" % (r.get("rank"), " (straggler)" if st else ""),
-                     "full": "rank %s: %s\nmedian step %s, max %s" % (r.get("rank"), r.get("path"), med, mx),
+        who = "rank %s" % r.get("rank") if r.get("rank") is not None else "trace (no rank)"
+        bars.append({"label": "%s%s" % (who, " (straggler)" if st else ""),
+                     "full": "%s: %s\nmedian step %s, max %s" % (who, r.get("path"), med, mx),
                      "value": r.get("step_med_us"), "color": RED if st else BLUE,
                      "text": "%s median · max %s" % (med, mx)})
-    rows = [([_num(r.get("rank")), _name_cell(r.get("path")), _num(r.get("steps")),
+    rows = [([_num(r.get("rank")) if r.get("rank") is not None else "",
+              _name_cell(r.get("path")), _num(r.get("traces")), _num(r.get("steps")),
               _dur(r.get("step_med_us")), _dur(r.get("step_mean_us")), _dur(r.get("step_max_us")),
               _pc(r.get("gpu_busy_pct")),
-              _dur(r.get("collective_us")),
+              _dur(r.get("collective_us")), _dur(r.get("collective_step_us")),
               STRAGGLER.strip() if r.get("straggler") else ""],
              "straggler" if r.get("straggler") else "") for r in ranks]
-    head = [("Rank", True), ("Trace", False), ("Steps", True), ("Median step", True), ("Mean step", True),
-            ("Max step", True), ("GPU busy", True), ("Collectives", True), ("", False)]
+    head = [("Rank", True), ("Trace", False), ("Traces", True), ("Steps", True),
+            ("Median step", True), ("Mean step", True), ("Max step", True), ("GPU busy", True),
+            ("Collectives", True), ("Collectives per step", True), ("", False)]
     return ('<h4>Median step time per rank</h4>'
             + _hbar_chart("ranks", bars, "median step time per rank", 40, 250) + _table(head, rows))
+
+
+def _multi_title(rep):
+    """"cprof report: 2 ranks", or "3 traces, 2 ranks" when a rank has several windows."""
+    n = len(rep.get("reports") or [])
+    nranks = len({r.get("rank") for r in rep.get("ranks") or [] if r.get("rank") is not None})
+    ranks = "%d rank%s" % (nranks, "" if nranks == 1 else "s")
+    return "cprof report: " + (ranks if nranks == n else "%d traces, %s" % (n, ranks))
 
 
 def _render_multi(rep):
@@ -688,7 +699,7 @@ def _render_multi(rep):
     ranks = rep.get("ranks") or []
     prefixes, labels = _rank_prefixes(reports)
     strag = {r.get("rank") for r in ranks if r.get("straggler")}
-    parts = ["<h1>cprof report: %d rank%s</h1>" % (len(reports), "" if len(reports) == 1 else "s"),
+    parts = ["<h1>%s</h1>" % esc(_multi_title(rep)),
              _nav([("ranks", "Ranks"), ("diagnoses", "Cross-rank diagnoses")]
                   + [(p[:-1], lab) for p, lab in zip(prefixes, labels)]),
              _section("", "ranks", "Ranks", _ranks_section(ranks)),
@@ -792,7 +803,7 @@ def render(report):
     """The whole page for one report dict (single trace, or multi-rank with "reports")."""
     report = report if isinstance(report, dict) else {}
     if "reports" in report:
-        title = "cprof report: %d ranks" % len(report.get("reports") or [])
+        title = _multi_title(report)
         body = _render_multi(report)
     else:
         path = (report.get("trace") or {}).get("path") or "trace"

@@ -39,10 +39,11 @@ TABLES = [
         ("gpu_us", "GPU (us)", "f3"), ("cpu_us", "CPU (us)", "f3"), ("calls", "Calls", "int"),
         ("kernels", "GPU ops", "int"), ("name", "Name", "str")]),
 ]
-RANK_COLS = [("rank", "Rank", "int"), ("steps", "Steps", "int"),
+RANK_COLS = [("rank", "Rank", "int"), ("traces", "Traces", "int"), ("steps", "Steps", "int"),
              ("step_med_us", "Step med (us)", "f3"), ("step_mean_us", "Step mean (us)", "f3"),
              ("step_max_us", "Step max (us)", "f3"), ("gpu_busy_pct", "GPU busy (%)", "pct"),
-             ("collective_us", "Collectives (us)", "f3"), ("straggler_text", "Straggler", "str"),
+             ("collective_us", "Collectives (us)", "f3"),
+             ("collective_step_us", "Coll./step (us)", "f3"), ("straggler_text", "Straggler", "str"),
              ("path", "Trace", "str")]
 
 

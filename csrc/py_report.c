@@ -48,29 +48,59 @@ static int parse_opts(PyObject *kw_top, double short_gap_us, long long small, in
 }
 
 static PyObject *report_result(PyObject *m, cprof_trace *t, const cprof_report_opts *o,
-                               const char *path) {
-    char *json = NULL;
-    int rc;
+                               const char *path, int split_ranks) {
+    const cprof_trace_info *in = cprof_trace_get_info(t);
+    size_t n = split_ranks && in->nmerged ? in->nmerged : 1;
+    char **json = calloc(n, sizeof *json);
+    if (!json) {
+        cprof_trace_free(t);
+        return PyErr_NoMemory();
+    }
+    int rc = CPROF_OK;
     Py_BEGIN_ALLOW_THREADS
-    rc = cprof_report_build(t, o, path, &json);
+    if (split_ranks && in->nmerged) { /* a merged file: one report per rank, never mixed */
+        for (size_t k = 0; k < n && !rc; k++) {
+            cprof_trace *v = NULL;
+            rc = cprof_trace_rank_view(t, k, &v);
+            if (!rc) rc = cprof_report_build(v, o, path, &json[k]);
+            cprof_trace_free(v);
+        }
+    } else {
+        rc = cprof_report_build(t, o, path, &json[0]);
+    }
     cprof_trace_free(t);
     Py_END_ALLOW_THREADS
-    if (rc) return raise_read_error(m, rc, "cprof: the report could not be built", 0, path);
-    PyObject *s = PyUnicode_DecodeUTF8(json, (Py_ssize_t)strlen(json), "replace");
+    PyObject *res = NULL;
+    if (rc) {
+        res = raise_read_error(m, rc, "cprof: the report could not be built", 0, path);
+    } else if (!split_ranks) {
+        res = PyUnicode_DecodeUTF8(json[0], (Py_ssize_t)strlen(json[0]), "replace");
+    } else if ((res = PyList_New((Py_ssize_t)n))) {
+        for (size_t k = 0; k < n; k++) {
+            PyObject *s = PyUnicode_DecodeUTF8(json[k], (Py_ssize_t)strlen(json[k]), "replace");
+            if (!s) {
+                Py_CLEAR(res);
+                break;
+            }
+            PyList_SET_ITEM(res, (Py_ssize_t)k, s);
+        }
+    }
+    for (size_t k = 0; k < n; k++) free(json[k]);
     free(json);
-    return s;
+    return res;
 }
 
 static PyObject *py_trace_report(PyObject *m, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"path", "top", "short_gap_us", "small_copy_bytes", "bins",
-                             "step_name", NULL};
+                             "step_name", "split_ranks", NULL};
     PyObject *path_obj;
-    int top = 20, bins = 100;
+    int top = 20, bins = 100, split = 0;
     double short_gap_us = 10.0;
     long long small = 65536;
     const char *step_name = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|idLiz", kwlist, PyUnicode_FSConverter,
-                                     &path_obj, &top, &short_gap_us, &small, &bins, &step_name))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|idLizp", kwlist, PyUnicode_FSConverter,
+                                     &path_obj, &top, &short_gap_us, &small, &bins, &step_name,
+                                     &split))
         return NULL;
     cprof_report_opts o = {top, 0, 0, 0, step_name};
     if (parse_opts(NULL, short_gap_us, small, bins, &o) < 0) {
@@ -85,21 +115,22 @@ static PyObject *py_trace_report(PyObject *m, PyObject *args, PyObject *kw) {
     /* the text is kept for the report's raw pieces (cprof.dropped); freed with the trace */
     rc = cprof_trace_load(path, 1, &t, err, sizeof err, &err_no);
     Py_END_ALLOW_THREADS
-    PyObject *res = rc ? raise_read_error(m, rc, err, err_no, path) : report_result(m, t, &o, path);
+    PyObject *res = rc ? raise_read_error(m, rc, err, err_no, path)
+                       : report_result(m, t, &o, path, split);
     Py_DECREF(path_obj);
     return res;
 }
 
 static PyObject *py_trace_report_bytes(PyObject *m, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"data", "top", "short_gap_us", "small_copy_bytes", "bins",
-                             "step_name", NULL};
+                             "step_name", "split_ranks", NULL};
     Py_buffer buf;
-    int top = 20, bins = 100;
+    int top = 20, bins = 100, split = 0;
     double short_gap_us = 10.0;
     long long small = 65536;
     const char *step_name = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*|idLiz", kwlist, &buf, &top, &short_gap_us,
-                                     &small, &bins, &step_name))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*|idLizp", kwlist, &buf, &top, &short_gap_us,
+                                     &small, &bins, &step_name, &split))
         return NULL;
     cprof_report_opts o = {top, 0, 0, 0, step_name};
     if (parse_opts(NULL, short_gap_us, small, bins, &o) < 0) {
@@ -114,7 +145,7 @@ static PyObject *py_trace_report_bytes(PyObject *m, PyObject *args, PyObject *kw
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
     if (rc) return raise_read_error(m, rc, err, 0, NULL);
-    return report_result(m, t, &o, "<bytes>");
+    return report_result(m, t, &o, "<bytes>", split);
 }
 
 static PyObject *py_trace_merge(PyObject *m, PyObject *args, PyObject *kw) {
@@ -236,8 +267,8 @@ done:
 static PyMethodDef report_methods[] = {
     {"trace_report", (PyCFunction)(void (*)(void))py_trace_report, METH_VARARGS | METH_KEYWORDS,
      "trace_report(path, top=20, short_gap_us=10.0, small_copy_bytes=65536, bins=100, "
-     "step_name=None) -> "
-     "the report of a Chrome trace (plain or gzip) as JSON text."},
+     "step_name=None, split_ranks=False) -> the report of a Chrome trace (plain or gzip) as "
+     "JSON text; with split_ranks, a list of them: one per rank of a merged trace."},
     {"trace_report_bytes", (PyCFunction)(void (*)(void))py_trace_report_bytes,
      METH_VARARGS | METH_KEYWORDS, "trace_report_bytes(data, ...) -> the report of JSON bytes."},
     {"trace_merge", (PyCFunction)(void (*)(void))py_trace_merge, METH_VARARGS | METH_KEYWORDS,

@@ -8,7 +8,7 @@
 
 #include "trace_read.h"
 
-#define PID_STRIDE 10000000LL /* pid -> rank * PID_STRIDE + pid (Linux pids stay below 2^22) */
+#define PID_STRIDE CPROF_MERGE_PID_STRIDE /* pid -> rank * PID_STRIDE + pid */
 #define SORT_STRIDE 100000LL
 
 /* a * m + b wrapping around instead of overflowing: pids, ranks, flow ids and time bases come

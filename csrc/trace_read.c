@@ -38,6 +38,9 @@ struct cprof_trace {
     size_t text_len;
     int has_events; /* a traceEvents array was read */
     cprof_trace_info info;
+    cprof_merged_input *merged; /* cprof.merged: the inputs of a `cprof merge` (info.nmerged) */
+    size_t capmerged;
+    const cprof_trace *parent;  /* a rank view: everything but ev is the parent's */
 };
 
 /* ---- strings ---- */
@@ -408,6 +411,49 @@ static int module_list(cprof_js *ps, cprof_trace *t) {
     }
 }
 
+/* One entry of cprof.merged: {"rank": R, "pid_offset": P, "partial": B, ...}. The entry is
+ * the last one appended to t->merged. */
+static int merged_member(cprof_js *ps, cprof_trace *t, const char *k, size_t kn) {
+    cprof_merged_input *m = &t->merged[t->info.nmerged - 1];
+    cprof_js_ws(ps);
+    if (KEY(k, kn, "rank")) return int_value(ps, &m->rank);
+    if (KEY(k, kn, "pid_offset")) return int_value(ps, &m->pid_offset);
+    if (KEY(k, kn, "partial") && ps->p < ps->end && (*ps->p == 't' || *ps->p == 'f')) {
+        m->partial = *ps->p == 't';
+        return m->partial ? cprof_js_literal(ps, "true", 4) : cprof_js_literal(ps, "false", 5);
+    }
+    return cprof_js_skip(ps, 1);
+}
+
+static int merged_list(cprof_js *ps, cprof_trace *t) {
+    cprof_js_ws(ps);
+    if (ps->p >= ps->end || *ps->p != '[') return cprof_js_skip(ps, 1);
+    if (!cprof_js_open(ps, ']')) return CPROF_OK;
+    for (;;) {
+        cprof_js_ws(ps);
+        if (ps->p < ps->end && *ps->p == '{') {
+            if (t->info.nmerged == t->capmerged) {
+                size_t cap = t->capmerged ? 2 * t->capmerged : 8;
+                cprof_merged_input *m = realloc(t->merged, cap * sizeof *m);
+                if (!m) return CPROF_E_NOMEM;
+                t->merged = m;
+                t->capmerged = cap;
+            }
+            t->merged[t->info.nmerged++] =
+                (cprof_merged_input){CPROF_TEV_NONE, CPROF_TEV_NONE, 0};
+            int rc = object_members(ps, t, merged_member, "reading cprof.merged");
+            if (rc) return rc;
+            cprof_merged_input *m = &t->merged[t->info.nmerged - 1];
+            if (m->rank == CPROF_TEV_NONE || m->pid_offset == CPROF_TEV_NONE)
+                t->info.nmerged--; /* not one `cprof merge` wrote: ignored */
+        } else if (cprof_js_skip(ps, 1)) {
+            return CPROF_E_FORMAT;
+        }
+        int more = cprof_js_next(ps, ']', "reading cprof.merged");
+        if (more <= 0) return more;
+    }
+}
+
 static int cprof_member(cprof_js *ps, cprof_trace *t, const char *k, size_t kn) {
     cprof_js_ws(ps);
     if (KEY(k, kn, "partial")) {
@@ -426,6 +472,8 @@ static int cprof_member(cprof_js *ps, cprof_trace *t, const char *k, size_t kn) 
         return intern(t, s, n, &t->info.end_reason);
     } else if (KEY(k, kn, "modules")) {
         return module_list(ps, t);
+    } else if (KEY(k, kn, "merged")) {
+        return merged_list(ps, t);
     } else if (KEY(k, kn, "dropped")) {
         const char *v0 = ps->p;
         int rc = cprof_js_skip(ps, 1);
@@ -619,6 +667,11 @@ int cprof_trace_load(const char *path, int keep_text, cprof_trace **out, char *e
 void cprof_trace_free(cprof_trace *t) {
     if (!t) return;
     free(t->ev);
+    if (t->parent) { /* a rank view owns its events only */
+        free(t);
+        return;
+    }
+    free(t->merged);
     free(t->strs);
     free(t->table);
     free(t->text);
@@ -627,6 +680,55 @@ void cprof_trace_free(cprof_trace *t) {
         free(c);
     }
     free(t);
+}
+
+int cprof_trace_rank_view(const cprof_trace *t, size_t k, cprof_trace **out) {
+    *out = NULL;
+    if (k >= t->info.nmerged) return CPROF_E_ARG;
+    const cprof_merged_input *m = &t->merged[k];
+    char pre[32];
+    int pn = snprintf(pre, sizeof pre, "rank %lld ", (long long)m->rank);
+    cprof_trace *v = malloc(sizeof *v);
+    if (!v) return CPROF_E_NOMEM;
+    *v = *t;
+    v->parent = t;
+    v->merged = NULL;
+    v->capmerged = 0;
+    v->info.nmerged = 0;
+    v->info.rank = m->rank;
+    v->info.world_size = (int64_t)t->info.nmerged;
+    v->info.partial = m->partial;
+    v->ev = NULL;
+    v->nev = v->capev = 0;
+    size_t n = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < t->nev; i++) {
+            const cprof_tev *e = &t->ev[i];
+            int in;
+            if (e->pid == CPROF_TEV_NONE) {
+                in = 0;
+            } else if (CPROF_TEV_IS_STR(e->pid)) {
+                size_t sl;
+                const char *s = cprof_trace_str(t, (uint32_t)(e->pid - INT64_MIN), &sl);
+                in = sl >= (size_t)pn && memcmp(s, pre, (size_t)pn) == 0;
+            } else { /* merge wrote rank * stride + pid, wrapping */
+                in = (uint64_t)e->pid - (uint64_t)m->pid_offset < (uint64_t)CPROF_MERGE_PID_STRIDE;
+            }
+            if (!in) continue;
+            if (pass) v->ev[v->nev++] = *e;
+            else n++;
+        }
+        if (!pass) {
+            v->ev = malloc((n ? n : 1) * sizeof *v->ev);
+            if (!v->ev) {
+                free(v);
+                return CPROF_E_NOMEM;
+            }
+            v->capev = n;
+        }
+    }
+    *out = v;
+    return CPROF_OK;
 }
 
 size_t cprof_trace_nevents(const cprof_trace *t) { return t->nev; }

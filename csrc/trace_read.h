@@ -98,6 +98,16 @@ int64_t cprof_keyidx_put(cprof_keyidx *m, int64_t key, int *added);
 int64_t cprof_keyidx_get(const cprof_keyidx *m, int64_t key);
 void cprof_keyidx_free(cprof_keyidx *m);
 
+/* `cprof merge` puts rank R's numeric pids at R * CPROF_MERGE_PID_STRIDE + pid (Linux pids stay
+ * below 2^22) and prefixes its string pids with "rank R ". */
+#define CPROF_MERGE_PID_STRIDE 10000000LL
+
+/* One input of a merged trace, from its cprof.merged list. */
+typedef struct cprof_merged_input {
+    int64_t rank, pid_offset;
+    int partial;
+} cprof_merged_input;
+
 /* Top-level facts. Absent numbers are CPROF_TEV_NONE; absent spans have len 0. */
 typedef struct cprof_trace_info {
     int64_t rank, world_size;
@@ -110,8 +120,14 @@ typedef struct cprof_trace_info {
     cprof_tspan device_props;   /* the raw deviceProperties value (offset from text start) */
     cprof_tspan dropped;        /* the raw cprof.dropped object */
     uint64_t text_bytes;        /* size of the decompressed JSON */
+    size_t nmerged;             /* inputs listed in cprof.merged (a `cprof merge` output) */
 } cprof_trace_info;
 const cprof_trace_info *cprof_trace_get_info(const cprof_trace *t);
+/* The events of input k (< info.nmerged) of a merged trace, as a trace of their own whose
+ * info carries that input's rank, partial flag and world size: the analysis of a merged file
+ * runs per rank, so correlation ids and device numbers, which repeat across ranks, are never
+ * mixed. The view shares t's strings and text: free it (cprof_trace_free) before t. */
+int cprof_trace_rank_view(const cprof_trace *t, size_t k, cprof_trace **out);
 
 /* ---- trace_analyse.c ---- */
 typedef struct cprof_report_opts {

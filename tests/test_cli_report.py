@@ -252,9 +252,19 @@ def test_merge_puts_ranks_on_one_timeline(tmp_path):
     kernels = [e for e in ev if e.get("cat") == "kernel"]
     assert all(e["args"]["device"] == 0 for e in kernels)  # args untouched
     assert m["cprof"]["merged"][1]["rank"] == 1
-    # the merged file is itself a trace cprof reads
+    # the merged file is itself a trace cprof reads, analysed rank by rank: correlation ids
+    # and device numbers repeat across ranks and must not be mixed
     rep = json.loads(cprof("report", out, "--format", "json").stdout)
-    assert rep["kernels_total"]["instances"] == 8
+    assert [r["trace"]["rank"] for r in rep["reports"]] == [0, 1]
+    for r in rep["reports"]:
+        assert r["trace"]["world_size"] == 2
+        assert r["kernels_total"]["instances"] == 4
+        assert [s["gpu_us"] for s in r["steps"]] == [10] * 4  # one kernel per step, not two
+        assert [s["kernels"] for s in r["steps"]] == [1] * 4
+        (dev,) = r["devices"]
+        assert dev["kernels"] == 4 and dev["busy_us"] == 40
+    assert [row["rank"] for row in rep["ranks"]] == [0, 1]
+    assert rep["ranks"][1]["straggler"]
     # no overwrite without --force
     r = cprof("merge", d, "-o", out, check=False)
     assert r.returncode == 1 and "--force" in r.stderr
@@ -271,6 +281,98 @@ def test_report_of_several_ranks_flags_the_straggler(tmp_path):
     assert ranks[0]["collective_us"] == 40
     (diag,) = doc["diagnoses"]
     assert diag["id"] == "stragglers" and diag["evidence"]["worst_rank"] == 1
+    assert diag["evidence"]["mode"] == "step_time"
+
+
+def _sync_rank_trace(path, rank, work_us, coll_us, steps=6, windows_base=0):
+    """A rank of a job that synchronises every step: work_us of compute kernels, then an
+    all-reduce whose NCCL kernel lasts coll_us (the wait for the slowest rank included), so
+    every rank's step takes the same time."""
+    step_us = 200.0
+    ev = [{"ph": "M", "name": "process_name", "pid": 77, "tid": 0, "ts": 0,
+           "args": {"name": "python"}}]
+    for s in range(steps):
+        t0 = 1000.0 + windows_base + s * step_us
+        c = 2 * s + 1
+        ev += [
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 77,
+             "tid": 77, "ts": t0, "dur": step_us - 1},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 77,
+             "tid": 77, "ts": t0 + 1, "dur": 2, "args": {"correlation": c}},
+            {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": t0 + 4,
+             "dur": work_us, "args": {"device": 0, "stream": 7, "correlation": c}},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 77,
+             "tid": 77, "ts": t0 + 4, "dur": 2, "args": {"correlation": c + 1}},
+            {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
+             "pid": 0, "tid": 9, "ts": t0 + 4 + work_us, "dur": coll_us,
+             "args": {"device": 0, "stream": 9, "correlation": c + 1}}]
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "Fake"}],
+           "distributedInfo": {"rank": rank, "world_size": 4, "backend": "nccl"},
+           "baseTimeNanoseconds": 1_700_000_000_000_000_000, "traceEvents": ev}
+    with open(path, "w") as f:
+        json.dump(doc, f)
+
+
+def test_straggler_found_when_ranks_synchronise_every_step(tmp_path):
+    """All ranks take 199 µs per step (the all-reduce waits for the slowest), so step times
+    cannot tell; rank 2 computes 150 µs where the others compute 100 and wait 50 more in NCCL."""
+    for rank in range(4):
+        work = 150.0 if rank == 2 else 100.0
+        _sync_rank_trace(tmp_path / f"job-rank{rank}.pt.trace.json", rank, work, 190.0 - work)
+    doc = json.loads(cprof("report", tmp_path, "--format", "json").stdout)
+    ranks = {r["rank"]: r for r in doc["ranks"]}
+    assert {r["step_med_us"] for r in ranks.values()} == {199}
+    assert [r for r in ranks if ranks[r]["straggler"]] == [2]
+    assert ranks[2]["collective_step_us"] == 40 and ranks[0]["collective_step_us"] == 90
+    (diag,) = doc["diagnoses"]
+    ev = diag["evidence"]
+    assert diag["id"] == "stragglers" and ev["mode"] == "synchronised"
+    assert ev["worst_rank"] == 2 and ev["ratio"] == pytest.approx(159 / 109, abs=1e-3)
+    assert "synchronise" in diag["summary"] and "rank 2" in diag["summary"]
+    text = cprof("report", tmp_path).stdout
+    assert "Coll./step (us)" in text and "yes" in text
+
+
+def test_balanced_synchronised_ranks_have_no_straggler(tmp_path):
+    for rank in range(4):
+        work = 100.0 + rank  # 1% apart: noise, not a straggler
+        _sync_rank_trace(tmp_path / f"job-rank{rank}.pt.trace.json", rank, work, 190.0 - work)
+    doc = json.loads(cprof("report", tmp_path, "--format", "json").stdout)
+    assert not any(r["straggler"] for r in doc["ranks"])
+    assert doc["diagnoses"] == []
+
+
+def test_windows_of_one_rank_are_pooled_not_compared_as_ranks(tmp_path):
+    """A schedule with repeat=3 writes three traces of the same rank into one directory: one
+    row, its steps pooled, and no straggler verdict between windows."""
+    for w, work in enumerate((100.0, 140.0, 100.0)):
+        _sync_rank_trace(tmp_path / f"host_1.{w}.pt.trace.json", 0, work, 20.0,
+                         windows_base=w * 10_000)
+    doc = json.loads(cprof("report", tmp_path, "--format", "json").stdout)
+    assert len(doc["reports"]) == 3
+    (row,) = doc["ranks"]
+    assert row["rank"] == 0 and row["traces"] == 3 and row["steps"] == 18
+    assert "(+2 more)" in row["path"]
+    assert not row["straggler"] and doc["diagnoses"] == []
+    html = tmp_path / "r.html"
+    cprof("report", tmp_path, "--html", html)
+    assert "cprof report: 3 traces, 1 rank" in html.read_text()
+
+
+def test_traces_without_rank_are_listed_not_ranked(tmp_path):
+    """torch.profiler traces written outside torch.distributed carry no rank: no straggler
+    verdict between them (they may be windows of one run, or unrelated runs)."""
+    for i, step in enumerate((100.0, 150.0)):
+        doc = _rank_trace(tmp_path / f"t{i}.pt.trace.json.gz", 0, 0, step)
+        del doc["distributedInfo"]
+        with gzip.open(tmp_path / f"t{i}.pt.trace.json.gz", "wt") as f:
+            json.dump(doc, f)
+    doc = json.loads(cprof("report", tmp_path, "--format", "json").stdout)
+    assert [r["rank"] for r in doc["ranks"]] == [None, None]
+    assert not any(r["straggler"] for r in doc["ranks"])
+    (diag,) = doc["diagnoses"]
+    assert diag["id"] == "no_rank_info" and diag["severity"] == "info"
+    cprof("report", tmp_path)  # the text form prints the rows without a rank
 
 
 GRAPH_BREAK_PROGRAM = r"""

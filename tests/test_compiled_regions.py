@@ -237,7 +237,7 @@ def _diagnoses(p):
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "t.json")
         p.export_chrome_trace(path)
-        return {x["id"] for x in analyse(path)["diagnoses"]}
+        return {x["id"] for x in analyse(path)[0]["diagnoses"]}
 
 
 def test_compiled_function_forward_and_backward_with_autograd():

@@ -54,6 +54,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     report(t, &defaults);
     cprof_report_opts other = {1, 0, 0, 1, "step"};
     report(t, &other);
+    /* a merged trace (cprof.merged listed): each rank's view, as `cprof report` builds them */
+    for (size_t k = 0; k < cprof_trace_get_info(t)->nmerged && k < 8; k++) {
+        cprof_trace *v = NULL;
+        int vrc = cprof_trace_rank_view(t, k, &v);
+        CHECK(vrc == 0 || vrc == CPROF_E_NOMEM, "cprof_trace_rank_view failed");
+        if (vrc) continue;
+        CHECK(cprof_trace_nevents(v) <= cprof_trace_nevents(t), "a view larger than its trace");
+        report(v, &defaults);
+        cprof_trace_free(v);
+    }
     /* every string id is readable */
     const cprof_tev *ev = cprof_trace_events(t);
     for (size_t i = 0, n = cprof_trace_nevents(t); i < n && i < 64; i++) {
