@@ -293,7 +293,8 @@ class ProfilerContext:
         if self._window is None or self._window.snapshot is None:
             raise _C.WindowStateError(
                 "cprof: nothing to save: the trace was already written to "
-                f"{self.trace_path}" if self.result else "cprof: nothing to save: no window ran"
+                f"{self.trace_path} and its data released; copy that file for a second copy "
+                "(shutil.copy)" if self.result else "cprof: nothing to save: no window ran"
             )
         if not is_stream(path):  # /dev/null: written into, its directory need not be writable
             check_output_dir(os.path.dirname(os.fspath(path)) or ".")

@@ -247,6 +247,20 @@ def test_failed_write_keeps_data_for_save(tmp_path, monkeypatch):
     assert not any(p.name.endswith(".tmp") for p in (tmp_path / "elsewhere").iterdir())
 
 
+def test_save_after_a_written_trace_says_to_copy_the_file(outdir, tmp_path):
+    """The data is released once written (a long window's ranges are not kept twice): a second
+    save is refused with the path of the written trace, and that file stays whole."""
+    ctx = cprof.ProfilerContext(output_dir=outdir, profile_name="once", verbose=False,
+                                with_stack=False)
+    with ctx:
+        with cprof.range("r"):
+            pass
+    with pytest.raises(cprof.WindowStateError, match="copy that file"):
+        ctx.save(tmp_path / "again.trace.json")
+    assert not (tmp_path / "again.trace.json").exists()
+    assert [e["name"] for e in ranges_of(load_trace(ctx.trace_path))] == ["r"]
+
+
 def test_nested_context_is_a_clear_error(outdir):
     with cprof.ProfilerContext(output_dir=outdir, profile_name="outer", verbose=False,
                                with_stack=False) as outer:
