@@ -1090,8 +1090,10 @@ static int add_exception(PyObject *m, PyObject **slot, const char *name, PyObjec
 static int module_exec(PyObject *m) {
     module_state *st = get_state(m);
     cprof_clock_init();
-    if (add_exception(m, &st->CprofError, "CprofError", NULL,
-                      "Base class of every error cprof raises.") < 0)
+    /* a RuntimeError, as torch.profiler's errors are: `except RuntimeError` written for
+     * torch.profiler keeps working after the switch to cprof */
+    if (add_exception(m, &st->CprofError, "CprofError", PyExc_RuntimeError,
+                      "Base class of every error cprof raises (a RuntimeError).") < 0)
         return -1;
     if (add_exception(m, &st->NoOpenRangeError, "NoOpenRangeError", st->CprofError,
                       "pop() or a range exit without a matching push on this thread.") < 0)

@@ -289,6 +289,17 @@ def test_step_outside_the_profiler_is_an_error():
     with pytest.raises(cprof.WindowStateError):
         p.step()
     assert _C.depth() == 0
+    # code written for torch.profiler catches RuntimeError: it still does
+    with pytest.raises(RuntimeError):
+        p.step()
+
+
+def test_every_cprof_error_is_a_runtime_error():
+    for name in ("CprofError", "NoOpenRangeError", "WindowStateError", "TraceWriteError",
+                 "CuptiBusyError", "GpuUnavailableError", "TraceFormatError"):
+        assert issubclass(getattr(cprof, name), RuntimeError), name
+    assert issubclass(cprof.TraceWriteError, OSError)
+    assert issubclass(cprof.TraceFormatError, ValueError)
 
 
 def test_start_twice_and_stop_without_start():
