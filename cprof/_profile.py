@@ -22,6 +22,16 @@ from ._features import gpu_unavailable_reason
 from ._schedule import ProfilerAction, _always_record, as_action, same_member
 from ._window import Window, check_output_dir, clean_text, is_stream
 
+
+def _outside_cprof():
+    """The warnings stacklevel of the first caller outside the cprof package (step(), stop()
+    and the with block reach on_trace_ready through different depths)."""
+    pkg = os.path.dirname(os.path.abspath(__file__))
+    f, level = sys._getframe(1), 1
+    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == pkg:
+        f, level = f.f_back, level + 1
+    return level
+
 class GpuUnavailableWarning(RuntimeWarning, UserWarning):
     """GPU activity was asked for but cannot be collected here (the reason is in the message);
     CPU activity is recorded. Both a RuntimeWarning and a UserWarning, so filters written for
@@ -520,6 +530,12 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         w.stop(exc)
         if self.memory is not None:
             w.notes["memory"] = self.memory.get("summary")
+        if self._unsaved is not None and w.config.get("first_step", -1) >= self.step_num:
+            # stopped in the step it started (an exception out of step() right after the
+            # next cycle opened, as when on_trace_ready raised with wait=0): it holds no
+            # finished step, and the window whose on_trace_ready raised stays the one to export
+            w.release()
+            return
         self._release_unsaved()
         self._release_last()
         self._last = w
@@ -536,7 +552,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                 "prof.export_chrome_trace(path) to write it (until the next window opens)")
             warnings.warn(f"cprof: on_trace_ready raised {type(err).__name__}: {err}; the "
                           "trace is kept for export_chrome_trace", RuntimeWarning,
-                          stacklevel=4)
+                          stacklevel=_outside_cprof())
             self._pending_error = err
             if self._last is not None:
                 self._last.unsaved = True

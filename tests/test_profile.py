@@ -278,6 +278,29 @@ def test_on_trace_ready_error_without_schedule_keeps_data(tmp_path):
     assert [e["name"] for e in ranges_of(load_trace(out))] == ["kept"]
 
 
+@pytest.mark.parametrize("wait", [0, 1])
+def test_on_trace_ready_error_out_of_a_with_block_keeps_the_trace(tmp_path, wait):
+    """The error leaves step() and the with block. With wait=0 the next cycle's window is
+    already open when it does; closing that empty window must not replace the kept one."""
+    def handler(p):
+        raise OSError(28, "No space left on device (simulated)")
+
+    p = cprof.profile(activities=CPU, on_trace_ready=handler,
+                      schedule=cprof.schedule(wait=wait, warmup=1, active=2))
+    with pytest.warns(RuntimeWarning, match="on_trace_ready raised"):
+        with pytest.raises(OSError, match="No space"):
+            with p:
+                for i in range(10):
+                    with cprof.range(f"work{i}"):
+                        pass
+                    p.step()
+    out = p.export_chrome_trace(str(tmp_path / "kept.json"))
+    names = [e["name"] for e in ranges_of(load_trace(out))]
+    first = wait + 1  # the two active steps
+    assert names == [f"ProfilerStep#{first}", f"work{first}",
+                     f"ProfilerStep#{first + 1}", f"work{first + 1}"]
+
+
 # ---- state errors ----
 
 def test_step_outside_the_profiler_is_an_error():
