@@ -37,14 +37,35 @@ def cuda_info():
     return _C.cuda_info()
 
 
+# what to do about the cuInit results a user meets (cuda.h's CUresult numbers)
+_CUINIT_HINTS = {
+    100: "no CUDA device is visible to this process: check CUDA_VISIBLE_DEVICES and "
+         "nvidia-smi",
+    35: "the installed NVIDIA driver is older than the CUDA runtime needs: update the driver",
+    803: "the NVIDIA driver library and the loaded kernel module are different versions: "
+         "reboot, or reload the nvidia kernel module",
+    804: "forward compatibility is not supported on this GPU: use a driver of the CUDA "
+         "version the program was built for",
+    46: "every GPU is busy or unavailable (exclusive-process mode, or held by another "
+        "process): free one or change the compute mode",
+    999: "the driver failed in an unknown way: check dmesg; a reboot usually clears it",
+}
+
+
 def _gpu_status():
     """(available, reason, details) for GPU activity collection."""
     info = cuda_info()
     cupti, driver = info["cupti"], info["driver"]
     details = {"cupti_path": cupti["path"], "cupti_source": cupti["source"],
-               "cupti_version": cupti["version"], "driver_version": driver["version"]}
+               "cupti_version": cupti["version"], "cupti_error": cupti["error"],
+               "driver_version": driver["version"], "driver_error": driver["error"],
+               "cuinit_result": driver.get("init_result"), "devices": driver.get("devices", 0)}
     if not driver["loaded"]:
-        return False, f"no NVIDIA driver: {driver['error']}", details
+        reason = f"no NVIDIA driver: {driver['error']}"
+        if not cupti["loaded"] and os.environ.get("CPROF_CUPTI_PATH"):
+            # the CUPTI the user named is as much the answer as the missing driver
+            reason += f"; and CUPTI could not be loaded either: {cupti['error']}"
+        return False, reason, details
     dv = driver["version"] or 0
     if 0 < dv < _MIN_DRIVER_CUDA:
         # CUPTI 13 answers CUPTI_ERROR_NOT_INITIALIZED to everything under an older driver
@@ -53,9 +74,15 @@ def _gpu_status():
                        "newer (R580 or later): update the NVIDIA driver"), details
     if not cupti["loaded"]:
         return False, f"CUPTI could not be loaded: {cupti['error']}", details
+    code = driver.get("init_result")
+    if code:
+        what = driver.get("init_error") or "no description from the driver"
+        hint = _CUINIT_HINTS.get(code, "check nvidia-smi and CUDA_VISIBLE_DEVICES")
+        return False, (f"the NVIDIA driver is installed but cuInit failed with CUDA error "
+                       f"{code} ({what}): {hint}"), details
     if _C.device_props_json() is None:
-        return False, ("the NVIDIA driver is installed but no GPU is usable (cuInit failed or "
-                       "no device is visible: check CUDA_VISIBLE_DEVICES)"), details
+        return False, ("the NVIDIA driver is installed but no GPU is usable (no device is "
+                       "visible: check CUDA_VISIBLE_DEVICES and nvidia-smi)"), details
     return True, None, details
 
 

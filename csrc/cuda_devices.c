@@ -12,6 +12,20 @@ static int attr(const cprof_cuda_api *a, CUdevice dev, CUdevice_attribute what) 
     return a->cuDeviceGetAttribute(&v, what, dev) == CUDA_SUCCESS ? v : 0;
 }
 
+int cprof_cuda_init_status(int *count, const char **what) {
+    const cprof_cuda_api *a = NULL;
+    *count = 0;
+    *what = NULL;
+    if (cprof_cuda_load_driver(&a) != CPROF_OK) return -1;
+    CUresult r = a->cuInit(0);
+    if (r == CUDA_SUCCESS) {
+        if (a->cuDeviceGetCount(count) != CUDA_SUCCESS) *count = 0;
+        return 0;
+    }
+    if (a->cuGetErrorString(r, what) != CUDA_SUCCESS) *what = NULL;
+    return (int)r;
+}
+
 char *cprof_cuda_device_props_json(void) {
     const cprof_cuda_api *a = NULL;
     if (cprof_cuda_load_driver(&a) != CPROF_OK || a->cuInit(0) != CUDA_SUCCESS) return NULL;

@@ -128,6 +128,9 @@ void cprof_cupti_teardown_info(int *state, uint64_t *finalized, int *last_result
 /* deviceProperties JSON for every visible device (malloc'd), or NULL when the driver is
  * unavailable. Calls cuInit. */
 char *cprof_cuda_device_props_json(void);
+/* cuInit's result (0: success, -1: no driver library) and, on success, the device count; on
+ * failure *what is the driver's description of the error (static) or NULL. Any thread. */
+int cprof_cuda_init_status(int *count, const char **what);
 
 /* ---- link.c: GPU work -> CPU ranges ---- */
 /* The result of linking: per GPU record index (in chunk order), the External id of the innermost

@@ -1007,18 +1007,24 @@ static PyObject *mod_gpu_teardown_info(PyObject *module, PyObject *unused) {
 
 /* cuda_info(): what the loader found, without starting anything. */
 static PyObject *mod_cuda_info(PyObject *module, PyObject *unused) {
-    int cupti_rc, driver_rc;
+    int cupti_rc, driver_rc, init_rc = -1, ndev = 0;
+    const char *init_what = NULL;
     Py_BEGIN_ALLOW_THREADS cupti_rc = cprof_cuda_load_cupti(NULL);
     driver_rc = cprof_cuda_load_driver(NULL);
+    if (driver_rc == 0) init_rc = cprof_cuda_init_status(&ndev, &init_what);
     Py_END_ALLOW_THREADS
     const char *cp = cprof_cupti_path(), *cs = cprof_cupti_source(), *dp = cprof_libcuda_path();
-    return Py_BuildValue("{s{sOszszszsi}s{sOszsisz}}", "cupti", "loaded",
-                         cupti_rc == 0 ? Py_True : Py_False, "path", cp, "source", cs, "error",
-                         cupti_rc == 0 ? NULL : cprof_cupti_error(), "version",
-                         cprof_cupti_version(), "driver", "loaded",
-                         driver_rc == 0 ? Py_True : Py_False, "path", dp, "version",
-                         cprof_cuda_driver_version(), "error",
-                         driver_rc == 0 ? NULL : cprof_cuda_driver_error());
+    PyObject *init = driver_rc == 0 ? PyLong_FromLong(init_rc) : Py_NewRef(Py_None);
+    if (!init) return NULL;
+    PyObject *r = Py_BuildValue(
+        "{s{sOszszszsi}s{sOszsiszsOszsi}}", "cupti", "loaded", cupti_rc == 0 ? Py_True : Py_False,
+        "path", cp, "source", cs, "error", cupti_rc == 0 ? NULL : cprof_cupti_error(), "version",
+        cprof_cupti_version(), "driver", "loaded", driver_rc == 0 ? Py_True : Py_False, "path", dp,
+        "version", cprof_cuda_driver_version(), "error",
+        driver_rc == 0 ? NULL : cprof_cuda_driver_error(), "init_result", init, "init_error",
+        init_rc > 0 ? init_what : NULL, "devices", ndev);
+    Py_DECREF(init);
+    return r;
 }
 
 static PyObject *mod_cuda_add_search_dir(PyObject *module, PyObject *arg) {

@@ -12,7 +12,8 @@ sys.path.insert(0, os.environ["CPROF_REPO"])
 import cprof  # noqa: E402
 import cprof._C as C  # noqa: E402
 
-fake = ctypes.CDLL(os.environ["CPROF_CUPTI_PATH"])
+# the fake library to drive (FAKE_SO when CPROF_CUPTI_PATH names another, missing, library)
+fake = ctypes.CDLL(os.environ.get("FAKE_SO") or os.environ["CPROF_CUPTI_PATH"])
 fake.fake_cupti_script_basic.argtypes = [ctypes.c_uint64, ctypes.c_uint32]
 fake.fake_cupti_set_error.argtypes = [ctypes.c_char_p, ctypes.c_int]
 fake.fake_cupti_set_other_subscriber.argtypes = [ctypes.c_char_p]
@@ -79,8 +80,8 @@ with warnings.catch_warnings(record=True) as caught:
         result["zeroed_attr_set"] = fake.fake_cupti_calls(b"cuptiActivitySetAttribute")
     elif scenario == "unavailable":
         # the environment poses the problem: no driver, an old one, or (here) no device
-        if os.environ.get("FAKE_NO_DEVICE"):
-            fake.fake_cupti_set_error(b"cuInit", 100)  # CUDA_ERROR_NO_DEVICE
+        if os.environ.get("FAKE_CUINIT_ERROR"):  # 100: CUDA_ERROR_NO_DEVICE, ...
+            fake.fake_cupti_set_error(b"cuInit", int(os.environ["FAKE_CUINIT_ERROR"]))
         result["trace"] = str(scene("unavailable").trace_path)
         result["reason"] = cprof.features()["gpu_activity"]["reason"]
     elif scenario == "dropped":
