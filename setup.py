@@ -44,6 +44,7 @@ setup(
         Extension(
             "cprof._C",
             sources=sorted(glob.glob("csrc/*.c")),
+            depends=sorted(glob.glob("csrc/*.h")),  # a header change rebuilds
             include_dirs=include_dirs,
             library_dirs=library_dirs,
             libraries=["z", "cjson", "dl", "pthread"],

@@ -843,6 +843,9 @@ typedef enum CUpti_runtime_api_trace_cbid_enum {
     CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyBatchAsync_ptsz_v12080              = 483,
     CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3DBatchAsync_v12080                 = 484,
     CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3DBatchAsync_ptsz_v12080            = 485,
+    /* nvcc 13's <<<>>> launch stub (unless __NV_LEGACY_LAUNCH): extensions built with it */
+    CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000                     = 505,
+    CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000                = 506,
     CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyBatchAsync_v13000                   = 509,
     CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyBatchAsync_ptsz_v13000              = 510,
     CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3DBatchAsync_v13000                 = 511,

@@ -157,6 +157,10 @@ static const cprof_cbid_info cprof_runtime_cbids[] = {
      CPROF_API_MEMCPY, "cudaMemcpy3DBatchAsync"},
     {CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3DBatchAsync_ptsz_v12080,
      CPROF_API_MEMCPY, "cudaMemcpy3DBatchAsync"},
+    /* CUDA 13's launch stub for <<<>>> (custom extensions compiled with nvcc 13) */
+    {CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000, CPROF_API_LAUNCH, "cudaLaunchKernel"},
+    {CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000, CPROF_API_LAUNCH,
+     "cudaLaunchKernel"},
     {CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyBatchAsync_v13000,
      CPROF_API_MEMCPY, "cudaMemcpyBatchAsync"},
     {CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyBatchAsync_ptsz_v13000,

@@ -677,6 +677,8 @@ typedef struct abi_entry {
     V(CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyBatchAsync_ptsz_v13000) \
     V(CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3DBatchAsync_v13000) \
     V(CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3DBatchAsync_ptsz_v13000) \
+    V(CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000) \
+    V(CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000) \
     V(CUPTI_RUNTIME_TRACE_CBID_FORCE_INT) \
     V(CUPTI_DRIVER_TRACE_CBID_INVALID) \
     V(CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize) \

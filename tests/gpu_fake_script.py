@@ -142,5 +142,22 @@ with warnings.catch_warnings(record=True) as caught:
         traces.append(str(scene("td3").trace_path))  # after the detach: a new subscriber
         result["after_third_stop"] = state()
         result["traces"] = traces
+    elif scenario == "launch13":  # CUDA 13's __cudaLaunchKernel (nvcc 13 <<<>>> launches)
+        u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+        fake.fake_cupti_add_api.argtypes = [ctypes.c_int, ctypes.c_int, u64, u64, u32, u32]
+        fake.fake_cupti_add_kernel.argtypes = [ctypes.c_char_p, u64, u64, u32, u32]
+        with cprof.ProfilerContext(output_dir=out_dir, profile_name="l13", verbose=False,
+                                   with_stack=False) as p:
+            with cprof.range("r"):
+                t0 = C.now_ns() + 1000
+                for cbid, corr, name in ((211, 1, b"k_cudaLaunchKernel"),
+                                         (505, 2, b"k___cudaLaunchKernel"),
+                                         (506, 3, b"k___cudaLaunchKernel_ptsz")):
+                    fake.fake_cupti_add_api(0, cbid, t0, t0 + 1000,
+                                            threading.get_native_id(), corr)
+                    fake.fake_cupti_add_kernel(name, t0 + 2000, t0 + 3000, 7, corr)
+                    t0 += 5000
+                time.sleep(0.001)
+        result["trace"] = str(p.trace_path)
 result["warnings"] = [str(w.message) for w in caught]
 print("RESULT " + json.dumps(result))

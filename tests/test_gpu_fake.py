@@ -330,3 +330,15 @@ def test_without_teardown_cupti_is_never_finalized(tmp_path, fake_so):
     # every start subscribes anew (the windows' warmup restarts included)
     n = res["after_stop"]["subscribe_calls"]
     assert n >= 1 and res["after_third_stop"]["subscribe_calls"] == 3 * n
+
+
+def test_cuda13_launch_stub_is_a_launch(tmp_path, fake_so):
+    """nvcc 13 compiles <<<>>> to __cudaLaunchKernel (runtime ids 505 / 506): kernels of custom
+    extensions built with it get their launch record, flow and External id like any other."""
+    t = load_trace(run("launch13", tmp_path, fake_so)["trace"])
+    flows = {e["id"] for e in events(t, ph="f")}
+    ks = events(t, "kernel")
+    assert len(ks) == 3
+    assert all(k["args"]["correlation"] in flows for k in ks)
+    assert len({k["args"]["External id"] for k in ks}) == 1 and ks[0]["args"]["External id"]
+    assert [e["name"] for e in events(t, "cuda_runtime")] == ["cudaLaunchKernel"] * 3
