@@ -48,7 +48,8 @@ def diagnose(r):
         out.append(_d("dropped", "Records were dropped while collecting", "high",
                       "The trace is missing records (" + ", ".join(
                           f"{k}: {v}" for k, v in dropped.items()) + "): totals below are "
-                      "lower bounds. Raise buffer_size_mb or shorten the window.", **dropped))
+                      "lower bounds. Raise buffer_size_mb (CPU ranges) or gpu_buffer_mb (CUPTI's "
+                      "buffers), or shorten the window.", **dropped))
     if tr.get("partial"):
         out.append(_d("partial", "The trace is partial", "medium",
                       f"Collection ended early ({tr.get('end', 'unknown')}); the last step may "

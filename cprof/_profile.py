@@ -20,7 +20,7 @@ from . import _schedule as _schedule_mod
 from ._dist import rank_info
 from ._features import gpu_unavailable_reason
 from ._schedule import ProfilerAction, _always_record, as_action, same_member
-from ._window import Window, check_output_dir, clean_text, is_stream
+from ._window import Window, check_gpu_buffer_mb, check_output_dir, clean_text, is_stream
 
 
 def _outside_cprof():
@@ -133,8 +133,10 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
     ``min_duration_us`` (with_stack: drop Python calls shorter than this), ``c_calls``
     (with_stack: also record calls of C functions such as torch ops; default True),
     ``ranks`` (profile only these ranks; others run unprofiled), ``buffer_size_mb`` (cap of
-    the CPU range buffers), ``strict`` (a CUPTI held by another tool is an error rather than
-    a warning and CPU-only collection).
+    the CPU range buffers), ``gpu_buffer_mb`` (cap of CUPTI's activity buffer pool, default
+    128 MiB or ``CPROF_GPU_BUFFER_MB``; GPU records beyond it are lost, counted and warned
+    about), ``strict`` (a CUPTI held by another tool is an error rather than a warning and
+    CPU-only collection).
 
     SIGTERM and interpreter exit while started stop it as an exception would: the window is
     closed marked partial and on_trace_ready runs (see cprof/_lifecycle.py)."""
@@ -144,7 +146,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                  with_modules=False, experimental_config=None, execution_trace_observer=None,
                  acc_events=False, use_cuda=None, custom_trace_id_callback=None,
                  min_duration_us=0.0, c_calls=True, ranks=None, buffer_size_mb=None,
-                 strict=True, record_ops=False, _api="profile"):
+                 strict=True, record_ops=False, gpu_buffer_mb=None, _api="profile"):
         if use_cuda is not None:
             warnings.warn("cprof.profile: use_cuda is deprecated in torch.profiler; pass "
                           "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]",
@@ -174,6 +176,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             raise ValueError("cprof.profile: min_duration_us must be >= 0 microseconds")
         if buffer_size_mb is not None and not buffer_size_mb > 0:
             raise ValueError("cprof.profile: buffer_size_mb must be a positive number of MiB")
+        self.gpu_buffer_mb = check_gpu_buffer_mb(gpu_buffer_mb, "cprof.profile")
         self.record_shapes = bool(record_shapes)
         self.profile_memory = "MEM" in self.activities
         self.with_stack = bool(with_stack)
@@ -487,6 +490,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             self.collected_activities, self._notes = resolve_gpu(self.activities)
         gpu = "GPU" in self.collected_activities
         w = Window(self._config(), self.buffer_size_mb, gpu=gpu, memory=self.profile_memory,
+                   gpu_buffer_mb=self.gpu_buffer_mb,
                    strict=self.strict, nvtx=not _glue.python_nvtx_installed())
         w.notes.update(self._notes)
         w.trace_id = self._new_trace_id()

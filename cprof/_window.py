@@ -36,6 +36,20 @@ def is_stream(path):
     return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
 
 
+def check_gpu_buffer_mb(mb, who):
+    """None, or a positive number of MiB (ValueError naming who otherwise)."""
+    if mb is None:
+        return None
+    try:
+        mb = float(mb)
+    except (TypeError, ValueError):
+        raise ValueError(f"{who}: gpu_buffer_mb must be a number of MiB, got {mb!r}") from None
+    if not mb > 0:
+        raise ValueError(f"{who}: gpu_buffer_mb must be a positive number of MiB (CUPTI's "
+                         "buffer pool; default 128)")
+    return mb
+
+
 def check_output_dir(path):
     """Creates path if needed and checks a file can be created in it; raises a clear error."""
     try:
@@ -78,9 +92,11 @@ def clean_text(obj):
 class Window:
     """Start, stop, write. One window at a time per process (the C store enforces it)."""
 
-    def __init__(self, config, buffer_mb=None, gpu=False, memory=False, strict=True, nvtx=True):
+    def __init__(self, config, buffer_mb=None, gpu=False, memory=False, strict=True, nvtx=True,
+                 gpu_buffer_mb=None):
         self.config = dict(config)
         self.buffer_mb = DEFAULT_BUFFER_MB if buffer_mb is None else buffer_mb
+        self.gpu_buffer_mb = gpu_buffer_mb
         self.gpu = gpu
         self.memory = memory
         self.strict = strict
@@ -114,7 +130,8 @@ class Window:
         self.start_time = time.time()
         if self.gpu:
             try:
-                _C.gpu_start(memory=self.memory, nvtx=self.nvtx, share=_kineto_idle())
+                _C.gpu_start(memory=self.memory, nvtx=self.nvtx, share=_kineto_idle(),
+                             pool_bytes=self._pool_bytes())
             except _C.CuptiBusyError as err:
                 if self.strict:
                     _C.stop().close()
@@ -133,6 +150,15 @@ class Window:
                 if self.nvtx:
                     _set_nvtx_injection()
 
+    def _pool_bytes(self):
+        """CUPTI's buffer pool cap: gpu_buffer_mb, else CPROF_GPU_BUFFER_MB, else the C
+        default (128 MiB); at least one 8 MiB buffer."""
+        mb = self.gpu_buffer_mb
+        if mb is None:
+            mb = check_gpu_buffer_mb(os.environ.get("CPROF_GPU_BUFFER_MB") or None,
+                                     "CPROF_GPU_BUFFER_MB")
+        return 0 if mb is None else max(int(mb * (1 << 20)), 8 << 20)
+
     def restart(self):
         """Discards what the window collected so far (a schedule's warmup) and goes on
         collecting: the CPU store and CUPTI are closed and reopened."""
@@ -150,7 +176,8 @@ class Window:
         self.start_time = time.time()
         if gpu_on:
             try:
-                _C.gpu_start(memory=self.memory, nvtx=self.nvtx, share=_kineto_idle())
+                _C.gpu_start(memory=self.memory, nvtx=self.nvtx, share=_kineto_idle(),
+                             pool_bytes=self._pool_bytes())
             except _C.CprofError as err:
                 self.gpu = False
                 self.notes["gpu_unavailable"] = str(err)
@@ -193,12 +220,22 @@ class Window:
     def _check_gpu_drops(self):
         counts = self.gpu_snapshot.counts()
         self.notes["gpu"] = counts
-        lost = counts["dropped"]["cupti"] + counts["dropped"]["decode"]
-        if lost:
+        d = counts["dropped"]
+        lost = d["cupti"] + d["decode"]
+        if d["buffers_refused"]:
+            pool_mb = counts["pool_bytes"] / (1 << 20)
+            warnings.warn(
+                f"cprof: CUPTI's GPU activity buffers ({pool_mb:.0f} MiB) filled up during "
+                f"the window: {d['buffers_refused']} requests for another buffer were "
+                "refused, so GPU records from that point on are missing"
+                + (f" ({d['cupti']} counted by CUPTI)" if d["cupti"] else "")
+                + "; the trace says so in its metadata. Raise gpu_buffer_mb (or "
+                "CPROF_GPU_BUFFER_MB) or shorten the window.", RuntimeWarning, stacklevel=4)
+        elif lost:
             warnings.warn(
                 f"cprof: {lost} GPU activity records were dropped (CUPTI buffers full or out "
                 "of memory); the trace says so in its metadata. Shorten the window or raise "
-                "the CUPTI buffer pool.", RuntimeWarning, stacklevel=4)
+                "gpu_buffer_mb (or CPROF_GPU_BUFFER_MB).", RuntimeWarning, stacklevel=4)
 
     def metadata(self, extra=None):
         rank, world, backend = rank_info()
@@ -218,7 +255,8 @@ class Window:
         if self.gpu_snapshot is not None:
             d = self.notes["gpu"]["dropped"]
             meta["dropped"] = {"gpu_cupti": d["cupti"], "gpu_decode": d["decode"],
-                               "gpu_incomplete": d["incomplete"]}
+                               "gpu_incomplete": d["incomplete"],
+                               "gpu_buffers_refused": d["buffers_refused"]}
         if extra:
             meta.update(extra)
         return meta, rank, world, backend

@@ -85,7 +85,10 @@ class ProfilerContext:
     ``.txt`` summary beside the trace. ``ranks`` limits profiling to those ranks.
     ``record_ops`` (with CPU) records torch's operators (``aten::addmm``, autograd nodes) as
     ``cpu_op`` ranges and links kernels to them, as torch.profiler does; it needs cprof
-    imported before torch.
+    imported before torch. ``buffer_size_mb`` caps the CPU range buffers and
+    ``gpu_buffer_mb`` CUPTI's activity buffer pool (default 128 MiB, or
+    ``CPROF_GPU_BUFFER_MB``); what a full buffer loses is counted, warned about and written
+    into the trace's metadata.
 
     An exception, Ctrl-C, SIGTERM (default disposition, window opened in the main thread) or
     the interpreter's exit with the window open still write the trace, marked partial (its
@@ -110,6 +113,7 @@ class ProfilerContext:
         min_duration_us=0.0,
         ranks=None,
         record_ops=False,
+        gpu_buffer_mb=None,
     ):
         self.enabled = bool(enabled)
         self.output_dir = None
@@ -157,7 +161,8 @@ class ProfilerContext:
                              record_shapes=self.record_shapes, with_modules=self.with_modules,
                              min_duration_us=min_duration_us, ranks=ranks,
                              buffer_size_mb=buffer_size_mb, strict=self.strict,
-                             record_ops=record_ops, _api="ProfilerContext")
+                             record_ops=record_ops, gpu_buffer_mb=gpu_buffer_mb,
+                             _api="ProfilerContext")
         if not self._prof.enabled:  # this rank is not profiled
             self.enabled = False
         # SIGTERM / exit with the window open end it through this object: its file naming

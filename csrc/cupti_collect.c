@@ -876,6 +876,8 @@ int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot
     snap->dropped_incomplete += d.nmarkers; /* NVTX ranges never closed in the window */
     free(d.markers);
     snap->dropped_cupti = atomic_load(&dropped_cupti);
+    snap->buffers_refused = atomic_load(&no_buffer_requests);
+    snap->pool_cap_bytes = config.pool_cap_bytes;
     snap->buffers = atomic_load(&buffers_used);
     snap->cupti_shared = had_shared;
     snap->api_mode = api_mode;

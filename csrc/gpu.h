@@ -74,6 +74,9 @@ typedef struct cprof_gpu_snapshot {
     uint64_t dropped_incomplete;/* records without an end time (work still running at stop) */
     uint64_t dropped_outside;   /* records entirely outside the window */
     uint64_t dropped_decode;    /* records cprof could not store (out of memory) */
+    uint64_t buffers_refused;   /* CUPTI's requests for a buffer refused (pool full): records
+                                   were lost from then on, in numbers CUPTI may not report */
+    uint64_t pool_cap_bytes;    /* the pool's cap in this window */
     uint64_t overhead_ns;       /* sum of CUPTI overhead records */
     uint64_t buffers;           /* CUPTI buffers used */
     int cupti_shared;           /* collected without the subscriber (another client held it) */

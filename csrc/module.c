@@ -323,12 +323,14 @@ static PyObject *gpu_snapshot_counts(GpuSnapshotObject *self, PyObject *unused) 
         Py_XDECREF(v);
     }
     if (!kinds) return NULL;
-    return Py_BuildValue("{sNsKs{sKsKsKsK}sKsKsss{sssKsI}sIsNsI}", "records", kinds, "total",
-                         (unsigned long long)g->nrecords, "dropped", "cupti",
+    return Py_BuildValue("{sNsKs{sKsKsKsKsK}sKsKsKsss{sssKsI}sIsNsI}", "records", kinds,
+                         "total", (unsigned long long)g->nrecords, "dropped", "cupti",
                          (unsigned long long)g->dropped_cupti, "incomplete",
                          (unsigned long long)g->dropped_incomplete, "outside_window",
                          (unsigned long long)g->dropped_outside, "decode",
-                         (unsigned long long)g->dropped_decode, "cupti_overhead_ns",
+                         (unsigned long long)g->dropped_decode, "buffers_refused",
+                         (unsigned long long)g->buffers_refused, "pool_bytes",
+                         (unsigned long long)g->pool_cap_bytes, "cupti_overhead_ns",
                          (unsigned long long)g->overhead_ns, "buffers",
                          (unsigned long long)g->buffers, "cupti_subscriber",
                          g->cupti_shared ? "shared: another client (Kineto) holds it; collected "

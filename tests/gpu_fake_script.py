@@ -142,6 +142,21 @@ with warnings.catch_warnings(record=True) as caught:
         traces.append(str(scene("td3").trace_path))  # after the detach: a new subscriber
         result["after_third_stop"] = state()
         result["traces"] = traces
+    elif scenario == "pool_full":  # run with CPROF_GPU_BUFFER_MB=8 (or gpu_buffer_mb)
+        u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+        fake.fake_cupti_add_kernel.argtypes = [ctypes.c_char_p, u64, u64, u32, u32]
+        n = int(os.environ.get("POOL_KERNELS", "200000"))
+        kw = {}
+        if os.environ.get("POOL_MB_ARG"):
+            kw["gpu_buffer_mb"] = float(os.environ["POOL_MB_ARG"])
+        with cprof.ProfilerContext(output_dir=out_dir, profile_name="pool", verbose=False,
+                                   with_stack=False, **kw) as p:
+            t0 = C.now_ns() + 1000
+            for i in range(n):
+                fake.fake_cupti_add_kernel(b"k", t0 + i * 10, t0 + i * 10 + 5, 7, 0)
+            time.sleep(0.001 + n * 10e-9)
+        result["trace"] = str(p.trace_path)
+        result["kernels_added"] = n
     elif scenario == "launch13":  # CUDA 13's __cudaLaunchKernel (nvcc 13 <<<>>> launches)
         u64, u32 = ctypes.c_uint64, ctypes.c_uint32
         fake.fake_cupti_add_api.argtypes = [ctypes.c_int, ctypes.c_int, u64, u64, u32, u32]

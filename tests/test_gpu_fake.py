@@ -342,3 +342,31 @@ def test_cuda13_launch_stub_is_a_launch(tmp_path, fake_so):
     assert all(k["args"]["correlation"] in flows for k in ks)
     assert len({k["args"]["External id"] for k in ks}) == 1 and ks[0]["args"]["External id"]
     assert [e["name"] for e in events(t, "cuda_runtime")] == ["cudaLaunchKernel"] * 3
+
+
+@pytest.mark.parametrize("how", [{"CPROF_GPU_BUFFER_MB": "8"}, {"POOL_MB_ARG": "8"}])
+def test_full_cupti_buffer_pool_is_counted_warned_and_in_the_metadata(tmp_path, fake_so, how):
+    """A window with more GPU records than the pool holds: the refused buffer requests are
+    counted, warned about once, and written into the trace; the records that fit are kept.
+    The cap comes from gpu_buffer_mb or CPROF_GPU_BUFFER_MB."""
+    res = run("pool_full", tmp_path, fake_so, **how)
+    t = load_trace(res["trace"])
+    kept = len(events(t, "kernel"))
+    assert 0 < kept < res["kernels_added"]
+    refused = t["cprof"]["dropped"]["gpu_buffers_refused"]
+    assert refused > 0 and t["cprof"]["gpu"]["pool_bytes"] == 8 << 20
+    warned = [w for w in res["warnings"] if "filled up" in w]
+    assert len(warned) == 1 and "gpu_buffer_mb" in warned[0] and "8 MiB" in warned[0]
+    # the report flags it
+    r = subprocess.run([sys.executable, "-m", "cprof", "report", res["trace"], "--format",
+                        "json"], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
+    diag = [d for d in json.loads(r.stdout)["diagnoses"] if d["id"] == "dropped"]
+    assert diag and diag[0]["evidence"]["gpu_buffers_refused"] == refused
+
+
+def test_gpu_buffer_mb_is_checked():
+    import cprof
+    for bad in (0, -1, "lots"):
+        with pytest.raises(ValueError, match="gpu_buffer_mb"):
+            cprof.profile(activities=["CPU"], gpu_buffer_mb=bad)
