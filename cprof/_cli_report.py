@@ -206,11 +206,12 @@ def cmd_merge(args):
     for r in reports:
         r["diagnoses"] = diagnose(r)
     rows, diags = rank_table(reports)
-    ranks = [r["rank"] for r in rows]
-    if len(set(ranks)) != len(ranks):
-        print("cprof merge: warning: several inputs carry the same rank "
-              f"({ranks}); they are still kept apart as separate process groups",
-              file=sys.stderr)
+    ranks = [r["trace"].get("rank") for r in reports]
+    known = [r for r in ranks if r is not None]
+    if len(set(known)) != len(known):
+        print("cprof merge: note: several inputs carry the same rank "
+              f"({ranks}): they are taken as windows of that rank and share its process "
+              "group", file=sys.stderr)
     doc = {"schema": "cprof.report/1", "merged": out, "events": events, "bytes": nbytes,
            "ranks": rows, "diagnoses": diags}
     if args.format == "json":

@@ -682,6 +682,13 @@ void cprof_trace_free(cprof_trace *t) {
     free(t);
 }
 
+int cprof_trace_merged_first_of_rank(const cprof_trace *t, size_t k) {
+    if (k >= t->info.nmerged) return 0;
+    for (size_t j = 0; j < k; j++)
+        if (t->merged[j].rank == t->merged[k].rank) return 0;
+    return 1;
+}
+
 int cprof_trace_rank_view(const cprof_trace *t, size_t k, cprof_trace **out) {
     *out = NULL;
     if (k >= t->info.nmerged) return CPROF_E_ARG;
@@ -696,8 +703,16 @@ int cprof_trace_rank_view(const cprof_trace *t, size_t k, cprof_trace **out) {
     v->capmerged = 0;
     v->info.nmerged = 0;
     v->info.rank = m->rank;
-    v->info.world_size = (int64_t)t->info.nmerged;
-    v->info.partial = m->partial;
+    int64_t ranks = 0; /* distinct ranks: a rank's windows are several inputs, one rank */
+    for (size_t i = 0; i < t->info.nmerged; i++) {
+        size_t j = 0;
+        while (j < i && t->merged[j].rank != t->merged[i].rank) j++;
+        ranks += j == i;
+    }
+    v->info.world_size = ranks;
+    v->info.partial = 0;
+    for (size_t i = 0; i < t->info.nmerged; i++)
+        if (t->merged[i].rank == m->rank && t->merged[i].partial) v->info.partial = 1;
     v->ev = NULL;
     v->nev = v->capev = 0;
     size_t n = 0;

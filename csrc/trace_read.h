@@ -123,11 +123,16 @@ typedef struct cprof_trace_info {
     size_t nmerged;             /* inputs listed in cprof.merged (a `cprof merge` output) */
 } cprof_trace_info;
 const cprof_trace_info *cprof_trace_get_info(const cprof_trace *t);
-/* The events of input k (< info.nmerged) of a merged trace, as a trace of their own whose
- * info carries that input's rank, partial flag and world size: the analysis of a merged file
- * runs per rank, so correlation ids and device numbers, which repeat across ranks, are never
- * mixed. The view shares t's strings and text: free it (cprof_trace_free) before t. */
+/* The events of input k's rank (k < info.nmerged) of a merged trace, as a trace of their own
+ * whose info carries that rank, input k's partial flag and the number of distinct ranks as
+ * world size: the analysis of a merged file runs per rank, so correlation ids and device
+ * numbers, which repeat across ranks, are never mixed. Inputs of the same rank (its windows)
+ * share a pid range, so their views are the same: take one per rank
+ * (cprof_trace_merged_first_of_rank). The view shares t's strings and text: free it
+ * (cprof_trace_free) before t. */
 int cprof_trace_rank_view(const cprof_trace *t, size_t k, cprof_trace **out);
+/* 1 when input k is the first input of its rank in cprof.merged, else 0. */
+int cprof_trace_merged_first_of_rank(const cprof_trace *t, size_t k);
 
 /* ---- trace_analyse.c ---- */
 typedef struct cprof_report_opts {

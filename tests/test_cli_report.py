@@ -410,3 +410,25 @@ def test_byte_columns_use_si_units_like_gb_per_s():
     from cprof._diagnose import _fmt_bytes
     assert _fmt_bytes(1_000_000) == "1.0 MB" and _fmt_bytes(2_000_000) == "2.0 MB"
     assert _fmt_bytes(999) == "999 B" and _fmt_bytes(1_500) == "1.5 KB"
+
+
+def test_merged_file_with_several_windows_per_rank_reports_each_rank_once(tmp_path):
+    """A schedule with repeat=2 on two ranks: four inputs, two ranks. The merged file's report
+    has one report per rank (both windows in it), world size 2."""
+    d = tmp_path / "traces"
+    d.mkdir()
+    for rank in range(2):
+        for w in range(2):
+            _sync_rank_trace(d / f"host_{rank}.{w}.pt.trace.json", rank, 100.0, 50.0,
+                             windows_base=w * 10_000)
+    out = tmp_path / "merged.trace.json"
+    r = cprof("merge", d, "-o", out)
+    assert "same rank" in r.stderr
+    doc = json.loads(cprof("report", out, "--format", "json").stdout)
+    assert [x["trace"]["rank"] for x in doc["reports"]] == [0, 1]
+    assert all(x["trace"]["world_size"] == 2 for x in doc["reports"])
+    assert [(x["rank"], x["traces"], x["steps"]) for x in doc["ranks"]] == [(0, 1, 12),
+                                                                           (1, 1, 12)]
+    for x in doc["reports"]:
+        assert x["kernels_total"]["instances"] == 24  # 2 windows x 6 steps x 2 kernels
+        assert all(s["kernels"] == 2 for s in x["steps"])
