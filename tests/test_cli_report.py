@@ -293,7 +293,7 @@ def _sync_rank_trace(path, rank, work_us, coll_us, steps=6, windows_base=0):
            "args": {"name": "python"}}]
     for s in range(steps):
         t0 = 1000.0 + windows_base + s * step_us
-        c = 2 * s + 1
+        c = 2 * s + 1 + int(windows_base)  # CUPTI's ids grow over the process's windows
         ev += [
             {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 77,
              "tid": 77, "ts": t0, "dur": step_us - 1},
