@@ -206,6 +206,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         self.collected_activities, self._notes = (None, {})
         self._window = None        # the open window, if any
         self._last = None          # the last closed window, kept until the next one opens
+        self._prepared_at = None   # the step whose transition opened the current window
         self._unsaved = None       # a window whose on_trace_ready raised, kept one cycle more
         self._warmup_window = False
         self._step_range = None
@@ -495,8 +496,18 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         w.notes.update(self._notes)
         w.trace_id = self._new_trace_id()
         w.start()
+        if gpu and not w.gpu:  # CUPTI refused (busy with strict=False, no permission, ...)
+            w.config["collected_activities"] = [a for a in self.collected_activities
+                                                if a != "GPU"]
+            if w.gpu_failure is not None:  # not transient: CPU only from now on, one warning
+                self.collected_activities = w.config["collected_activities"]
+                self._notes = dict(self._notes, gpu_unavailable=w.gpu_failure)
+                warnings.warn(f"cprof: GPU activity was asked for but is not collected: "
+                              f"{w.gpu_failure}. Recording CPU activity only.",
+                              GpuUnavailableWarning, stacklevel=_outside_cprof())
         self._window = w
         self._warmup_window = True
+        self._prepared_at = self.step_num
         try:
             self._install_glue()
         except BaseException:
@@ -514,10 +525,14 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
     def _start_trace(self):
         if self._window is None:
             self._prepare_trace()
-        elif self._warmup_window:
-            # warmup collected into this window: discard it, keep collection running
+        elif self._warmup_window and self._prepared_at != self.step_num:
+            # warmup collected into this window: discard it, keep collection running (not
+            # when it was prepared in this very transition: nothing to discard)
             self._window.restart()
             self._window.config = self._config()
+            if not self._window.gpu:
+                self._window.config["collected_activities"] = [
+                    a for a in self.collected_activities if a != "GPU"]
         self._warmup_window = False
         self._window.config["first_step"] = self.step_num
         _glue.memory_begin(self)

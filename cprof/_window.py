@@ -97,6 +97,7 @@ class Window:
         self.config = dict(config)
         self.buffer_mb = DEFAULT_BUFFER_MB if buffer_mb is None else buffer_mb
         self.gpu_buffer_mb = gpu_buffer_mb
+        self.gpu_failure = None  # why GPU collection could not start (it will not next time)
         self.gpu = gpu
         self.memory = memory
         self.strict = strict
@@ -141,11 +142,11 @@ class Window:
                 warnings.warn(f"{err} -- recording CPU activity only (strict=False)",
                               RuntimeWarning, stacklevel=3)
             except _C.CprofError as err:
-                # no GPU, no driver, no permission: the same fallback as a machine without CUDA
+                # no GPU, no driver, no permission: the same fallback as a machine without
+                # CUDA; the profiler warns (once: it stops asking for GPU in later windows)
                 self.gpu = False
+                self.gpu_failure = str(err)
                 self.notes["gpu_unavailable"] = str(err)
-                warnings.warn(f"{err} -- recording CPU activity only", RuntimeWarning,
-                              stacklevel=3)
             else:
                 if self.nvtx:
                     _set_nvtx_injection()

@@ -186,7 +186,7 @@ class ProfilerContext:
         try:
             self._prof.start()
             self._window = self._prof._window
-            self.collected_activities = self._prof.collected_activities
+            self.collected_activities = list(self._window.config["collected_activities"])
             self._window.config.update({
                 "activities": self.activities,
                 "output_dir": self.output_dir,

@@ -72,12 +72,25 @@ with warnings.catch_warnings(record=True) as caught:
         result["subscribers_after"] = fake.fake_cupti_subscribers()
     elif scenario == "busy_lenient":
         fake.fake_cupti_set_other_subscriber(b"Kineto (torch.profiler)")
-        result["trace"] = str(scene("lenient", strict=False).trace_path)
+        p = scene("lenient", strict=False)
+        result["trace"] = str(p.trace_path)
+        result["collected"] = p.collected_activities
     elif scenario == "privileges":
         fake.fake_cupti_set_error(b"cuptiActivityEnable", 35)  # INSUFFICIENT_PRIVILEGES
         result["trace"] = str(scene("priv").trace_path)
         result["zeroed_attr"] = fake.fake_cupti_zeroed_attr()
         result["zeroed_attr_set"] = fake.fake_cupti_calls(b"cuptiActivitySetAttribute")
+    elif scenario == "privileges_schedule":
+        fake.fake_cupti_set_error(b"cuptiActivityEnable", 35)  # INSUFFICIENT_PRIVILEGES
+        traces = []
+        prof = cprof.profile(activities=["CPU", "CUDA"],
+                             schedule=cprof.schedule(wait=1, warmup=1, active=1, repeat=3),
+                             on_trace_ready=lambda p: traces.append(p.step_num))
+        with prof:
+            for _ in range(10):
+                prof.step()
+        result["traces"] = len(traces)
+        result["collected"] = prof.collected_activities
     elif scenario == "unavailable":
         # the environment poses the problem: no driver, an old one, or (here) no device
         if os.environ.get("FAKE_CUINIT_ERROR"):  # 100: CUDA_ERROR_NO_DEVICE, ...
@@ -175,4 +188,5 @@ with warnings.catch_warnings(record=True) as caught:
                 time.sleep(0.001)
         result["trace"] = str(p.trace_path)
 result["warnings"] = [str(w.message) for w in caught]
+result["warning_classes"] = [w.category.__name__ for w in caught]
 print("RESULT " + json.dumps(result))

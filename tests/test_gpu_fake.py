@@ -201,6 +201,9 @@ def test_other_cupti_client_lenient_gives_cpu_trace_and_warning(tmp_path, fake_s
     t = load_trace(res["trace"])
     assert not events(t, "kernel") and "gpu_unavailable" in t["cprof"]
     assert [e["name"] for e in events(t, "user_annotation")] == ["step", "launches"]
+    # the trace and the context say what was collected: CPU only
+    assert t["cprof"]["config"]["collected_activities"] == ["CPU"]
+    assert res["collected"] == ["CPU"]
 
 
 def test_insufficient_privileges_message(tmp_path, fake_so):
@@ -211,6 +214,17 @@ def test_insufficient_privileges_message(tmp_path, fake_so):
     assert "INSUFFICIENT_PRIVILEGES" in t["cprof"]["gpu_unavailable"]
     # the window set the zeroed-buffer attribute before enabling failed, and took it back
     assert res["zeroed_attr_set"] == 2 and res["zeroed_attr"] == 0
+    assert t["cprof"]["config"]["collected_activities"] == ["CPU"]
+    assert res["warning_classes"].count("GpuUnavailableWarning") == 1
+
+
+def test_insufficient_privileges_warns_once_per_profiler_not_per_cycle(tmp_path, fake_so):
+    res = run("privileges_schedule", tmp_path, fake_so)
+    warned = [c for c, w in zip(res["warning_classes"], res["warnings"])
+              if "INSUFFICIENT_PRIVILEGES" in w]
+    assert warned == ["GpuUnavailableWarning"], res["warnings"]
+    assert res["traces"] == 3
+    assert res["collected"] == ["CPU"]
 
 
 @pytest.mark.parametrize("case, env, words", [
