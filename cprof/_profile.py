@@ -23,6 +23,22 @@ from ._schedule import ProfilerAction, _always_record, as_action, same_member
 from ._window import Window, check_gpu_buffer_mb, check_output_dir, clean_text, is_stream
 
 
+_TRUE = {"1", "true", "yes", "on", "y", "t"}
+_FALSE = {"0", "false", "no", "off", "n", "f", "none", ""}
+
+
+def _config_bool(value, key):
+    """A config flag: bools and 0 / 1 as they are, and the strings YAML or a command line
+    leave ("false", "no", "0", ...); anything else is a ValueError naming the key."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ValueError(f"cprof: profiling option {key} must be true or false, got {value!r}")
+
+
 def _outside_cprof():
     """The warnings stacklevel of the first caller outside the cprof package (step(), stop()
     and the with block reach on_trace_ready through different depths)."""
@@ -226,13 +242,21 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                             with_modules=False)
 
     @classmethod
-    def from_config(cls, config, trace_dir, use_gzip=False, **kwargs):
+    def from_config(cls, config, trace_dir, use_gzip=False, worker_name=None, **kwargs):
         """A profiler from a training config's profiling section (seed 002): a mapping or an
         object with wait / warmup / active / repeat (/ skip_first) and record_shapes /
         profile_memory / with_stack (/ with_modules); missing ones take seed 002's defaults
-        (3, 1, 3, 1, off). Traces go to ``trace_dir`` through tensorboard_trace_handler
-        (``*.pt.trace.json``). Extra keyword arguments go to cprof.profile. The loop needs
-        cprof.min_steps(wait, warmup, active, repeat) steps for every cycle's trace."""
+        (3, 1, 3, 1, off). ``None`` (seed 002's ``profiling:None``) gives a disabled profiler:
+        its with block, step() and stop() do nothing. Traces go to ``trace_dir`` through
+        tensorboard_trace_handler(trace_dir, worker_name, use_gzip) (``*.pt.trace.json``;
+        pass ``worker_name=f"rank{rank}"`` to put the rank in the file names). Extra keyword
+        arguments go to cprof.profile. The loop needs cprof.min_steps(wait, warmup, active,
+        repeat) steps for every cycle's trace."""
+        if config is None:
+            p = cls(activities=kwargs.pop("activities", None), **kwargs)
+            p.enabled = False
+            p._disabled_why = "profiling is disabled in the config (profiling: None)"
+            return p
         if isinstance(config, dict):
             unknown = sorted(set(config) - set(cls._CONFIG_DEFAULTS))
             if unknown:
@@ -246,12 +270,12 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         sched = _schedule_mod.schedule(wait=opts["wait"], warmup=opts["warmup"],
                                        active=opts["active"], repeat=opts["repeat"],
                                        skip_first=opts["skip_first"])
+        flags = {k: _config_bool(opts[k], k) for k in
+                 ("record_shapes", "profile_memory", "with_stack", "with_modules")}
         return cls(schedule=sched,
-                   on_trace_ready=tensorboard_trace_handler(trace_dir, use_gzip=use_gzip),
-                   record_shapes=bool(opts["record_shapes"]),
-                   profile_memory=bool(opts["profile_memory"]),
-                   with_stack=bool(opts["with_stack"]), with_modules=bool(opts["with_modules"]),
-                   **kwargs)
+                   on_trace_ready=tensorboard_trace_handler(trace_dir, worker_name=worker_name,
+                                                            use_gzip=use_gzip),
+                   **flags, **kwargs)
 
     # -- torch's transition table --
     def _build_action_map(self):
@@ -624,9 +648,10 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             raise _C.WindowStateError(
                 f"cprof.profile: {what} needs a finished window; the profiler is still "
                 "recording (call it after stop() / the with block, or from on_trace_ready)")
+        why = getattr(self, "_disabled_why", None) or "this rank is not profiled: see ranks="
         raise _C.WindowStateError(
             f"cprof.profile: nothing to {what}: no window has finished"
-            + (" (this rank is not profiled: see ranks=)" if not self.enabled else ""))
+            + (f" ({why})" if not self.enabled else ""))
 
     def export_chrome_trace(self, path):
         """Writes the last finished window as a Kineto-compatible Chrome trace; gzip when the

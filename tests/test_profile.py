@@ -606,6 +606,31 @@ def test_from_config_accepts_objects_and_rejects_unknown_keys(tmp_path):
         cprof.profile.from_config(dict(SEED_002, wiat=3), tmp_path / "t")
 
 
+def test_from_config_none_disables_profiling(tmp_path):
+    """Seed 002: `profiling:None` disables profiling; the loop runs unchanged."""
+    p = cprof.profile.from_config(None, tmp_path / "t", activities=CPU)
+    assert not p.enabled
+    with p:
+        for _ in range(8):
+            p.step()
+    assert not (tmp_path / "t").exists() or not any((tmp_path / "t").iterdir())
+    with pytest.raises(cprof.WindowStateError, match="profiling: None"):
+        p.export_chrome_trace(str(tmp_path / "x.json"))
+
+
+def test_from_config_flags_from_strings_and_worker_name(tmp_path):
+    cfg = dict(SEED_002, wait=0, warmup=0, active=1, repeat=1, with_stack="false",
+               record_shapes="yes", profile_memory=0)
+    p = cprof.profile.from_config(cfg, tmp_path / "t", activities=CPU, worker_name="rank3")
+    assert (p.with_stack, p.record_shapes, p.profile_memory) == (False, True, False)
+    with p:
+        p.step()
+    (f,) = os.listdir(tmp_path / "t")
+    assert f.startswith("rank3.") and f.endswith(".pt.trace.json")
+    with pytest.raises(ValueError, match="with_stack"):
+        cprof.profile.from_config(dict(SEED_002, with_stack="maybe"), tmp_path / "t")
+
+
 # ---- memory ----
 
 def test_profile_memory_on_cpu_reports_peak_rss(tmp_path):
