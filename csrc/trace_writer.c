@@ -379,6 +379,7 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
     gpu_ref *refs = malloc((n ? n : 1) * sizeof *refs);
     span *spans = malloc((n ? n : 1) * sizeof *spans);
     const cprof_record **by_ext = calloc(snap->nrecords + 1, sizeof *by_ext);
+    uint64_t *user_of = NULL, *anc = NULL;
     const cprof_gpu_record **by_index = malloc((n ? n : 1) * sizeof *by_index);
     if (!refs || !spans || !by_ext || !by_index) {
         w->err = CPROF_E_NOMEM;
@@ -392,6 +393,37 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
     for (size_t t = 0; t < snap->nthreads; t++)
         for (const cprof_chunk *c = snap->threads[t].chunks; c; c = c->next)
             for (uint32_t k = 0; k < c->count && e < snap->nrecords; k++) by_ext[++e] = &c->rec[k];
+    /* gpu_user_annotation spans belong to user ranges (cprof.range, record_function, module
+     * ranges, ProfilerStep), as Kineto's do: user_of[ext] is the innermost user range around
+     * record ext (itself when it is one), skipping the Python functions and C calls with_stack
+     * records inside them. Records are stored in push order with their depth, so one pass per
+     * thread with the nearest user range per depth finds it. */
+    user_of = calloc(snap->nrecords + 1, sizeof *user_of);
+    anc = calloc((size_t)CPROF_MAX_DEPTH + 1, sizeof *anc);
+    if (!user_of || !anc) {
+        w->err = CPROF_E_NOMEM;
+        goto out;
+    }
+    e = 0;
+    for (size_t t = 0; t < snap->nthreads; t++) {
+        uint32_t top = 0; /* deepest depth written for this thread */
+        for (const cprof_chunk *c = snap->threads[t].chunks; c; c = c->next)
+            for (uint32_t k = 0; k < c->count && e < snap->nrecords; k++) {
+                const cprof_record *r = &c->rec[k];
+                uint32_t d = r->depth;
+                if (d > top) { /* deeper than anything seen: ancestors opened before start */
+                    memset(anc + top + 1, 0, (size_t)(d - top) * sizeof *anc);
+                    top = d;
+                }
+                uint64_t up = d ? anc[d - 1] : 0;
+                e++;
+                anc[d] = (r->cat == CPROF_CAT_USER_ANNOTATION || r->cat == CPROF_CAT_STEP) ? e
+                                                                                         : up;
+                user_of[e] = anc[d];
+            }
+        if (top) memset(anc, 0, ((size_t)top + 1) * sizeof *anc);
+        else anc[0] = 0;
+    }
 
     int64_t to_base = snap->unix_offset_ns - m->base_time_ns;
     char num[64];
@@ -543,8 +575,8 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
             flow(w, "s", id, m->pid, launch->tid, (int64_t)launch->start_ns + to_base);
             flow(w, "f", id, r->device, r->stream, ts);
         }
-        if (is_gpu_work(r) && ext && ext <= snap->nrecords)
-            spans[nspans++] = (span){ext, r->device, r->stream, r->start_ns, r->end_ns};
+        if (is_gpu_work(r) && ext && ext <= snap->nrecords && user_of[ext])
+            spans[nspans++] = (span){user_of[ext], r->device, r->stream, r->start_ns, r->end_ns};
     }
 
     /* gpu_user_annotation: each range's GPU work, per stream, from first start to last end */
@@ -567,6 +599,8 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
     }
     free(flow_used);
 out:
+    free(user_of);
+    free(anc);
     free(refs);
     free(spans);
     free(by_ext);

@@ -170,6 +170,8 @@ with warnings.catch_warnings(record=True) as caught:
             time.sleep(0.001 + n * 10e-9)
         result["trace"] = str(p.trace_path)
         result["kernels_added"] = n
+    elif scenario == "stack_spans":  # with_stack on: time.sleep is a cpu_op around launches
+        result["trace"] = str(scene("spans", with_stack=True).trace_path)
     elif scenario == "launch13":  # CUDA 13's __cudaLaunchKernel (nvcc 13 <<<>>> launches)
         u64, u32 = ctypes.c_uint64, ctypes.c_uint32
         fake.fake_cupti_add_api.argtypes = [ctypes.c_int, ctypes.c_int, u64, u64, u32, u32]

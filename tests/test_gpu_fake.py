@@ -384,3 +384,18 @@ def test_gpu_buffer_mb_is_checked():
     for bad in (0, -1, "lots"):
         with pytest.raises(ValueError, match="gpu_buffer_mb"):
             cprof.profile(activities=["CPU"], gpu_buffer_mb=bad)
+
+
+def test_gpu_user_annotation_spans_belong_to_user_ranges_under_with_stack(tmp_path, fake_so):
+    """With with_stack (ProfilerContext's default) the innermost range at launch time is often
+    a C call or Python function: GPU work keeps that External id, but its
+    gpu_user_annotation span is the user's range around it, as Kineto's are."""
+    t = load_trace(run("stack_spans", tmp_path, fake_so)["trace"])
+    cpu = {e["args"]["External id"]: e for e in t["traceEvents"]
+           if e.get("ph") == "X" and "External id" in e.get("args", {})
+           and e.get("cat") in ("cpu_op", "python_function", "user_annotation")}
+    kernels = events(t, "kernel")
+    assert kernels and any(cpu[k["args"]["External id"]]["cat"] == "cpu_op" for k in kernels)
+    spans = events(t, "gpu_user_annotation")
+    assert spans and {s["name"] for s in spans} == {"launches"}
+    assert {s["tid"] for s in spans} == {k["tid"] for k in kernels}
