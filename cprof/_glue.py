@@ -27,19 +27,21 @@ def _patch_record_function(torch):
     if rf is None or getattr(rf, "_cprof_patched", False):
         return
     orig_enter, orig_exit = rf.__enter__, rf.__exit__
-    push, pop, active = _C.push, _C.pop, _C.active
+    open_range, close_range, active = _C.open_range, _C.close_range, _C.active
 
     def __enter__(self):
         out = orig_enter(self)
         if active():
-            push(self.name)
-            self._cprof_pushed = True
+            # closed by identity: a record_function around the loop that calls prof.step()
+            # ends its own range, not the ProfilerStep opened inside it
+            self._cprof_token = open_range(self.name)
         return out
 
     def __exit__(self, exc_type, exc_value, traceback):
-        if self.__dict__.pop("_cprof_pushed", False):
+        token = self.__dict__.pop("_cprof_token", None)
+        if token is not None:
             try:
-                pop()
+                close_range(token)
             except _C.NoOpenRangeError:
                 pass
         return orig_exit(self, exc_type, exc_value, traceback)

@@ -478,15 +478,14 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
     # -- steps --
     def _enter_step(self):
         if self.record_steps:
-            r = _C.range(f"ProfilerStep#{self.step_num}", _C.CAT_STEP)
-            r.__enter__()
-            self._step_range = r
+            # closed by identity (a user's range opened in the step may still be open)
+            self._step_range = _C.open_range(f"ProfilerStep#{self.step_num}", _C.CAT_STEP)
 
     def _exit_step(self):
-        r, self._step_range = self._step_range, None
-        if r is not None:
+        token, self._step_range = self._step_range, None
+        if token is not None:
             try:
-                r.__exit__(None, None, None)
+                _C.close_range(token)
             except _C.NoOpenRangeError:
                 warnings.warn("cprof.profile: the ProfilerStep range was closed by someone "
                               "else (an unbalanced cprof.pop?)", RuntimeWarning, stacklevel=3)

@@ -164,6 +164,11 @@ void cprof_events_fork_child(void);
  * pop: 0 or CPROF_E_EMPTY (no open range on this thread; nothing changes). */
 int cprof_events_push(uint32_t name_id, uint8_t cat);
 int cprof_events_pop(void);
+/* A push whose range is closed by its token, wherever it sits on the thread's stack by then:
+ * ranges that do not nest (a ProfilerStep ends inside a record_function opened in it) close
+ * themselves, not the innermost range. pop_token: CPROF_E_EMPTY when no open range has it. */
+int cprof_events_push_token(uint32_t name_id, uint8_t cat, uint64_t *token);
+int cprof_events_pop_token(uint64_t token);
 /* The Python tracer's ranges (py_tracer.c): a second stack per thread, so user push/pop and the
  * tracer never close each other's ranges; records share the thread's chunks and their depth
  * counts both stacks. Caller holds the GIL.

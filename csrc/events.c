@@ -29,6 +29,8 @@ typedef struct tstate {
     cprof_chunk *head, *tail;
     uint64_t nrecords, dropped;
     cprof_record **stack;      /* open ranges; NULL entries were not recorded */
+    uint64_t *seq;             /* per stack entry: its token (push_token), 0 for plain pushes */
+    uint64_t next_seq;
     uint32_t depth, stack_cap;
     cprof_record **tstack;     /* the Python tracer's open ranges (py_tracer.c), kept apart */
     uint32_t tdepth, tstack_cap;
@@ -177,7 +179,10 @@ static CPROF_NOINLINE tstate *register_thread(int from_python) {
     if (!t) return NULL;
     t->stack_cap = 64;
     t->stack = malloc(t->stack_cap * sizeof *t->stack);
-    if (!t->stack) {
+    t->seq = malloc(t->stack_cap * sizeof *t->seq);
+    if (!t->stack || !t->seq) {
+        free(t->stack);
+        free(t->seq);
         free(t);
         return NULL;
     }
@@ -214,6 +219,7 @@ void cprof_events_set_new_thread_hook(void (*hook)(void)) { new_thread_hook = ho
 static void tstate_free(tstate *t) {
     chunks_put(t->head);
     free(t->stack);
+    free(t->seq);
     free(t->tstack);
     free(t->ostack);
     free(t);
@@ -245,6 +251,9 @@ static CPROF_NOINLINE int stack_grow(tstate *t) {
     cprof_record **ns = realloc(t->stack, ncap * sizeof *ns);
     if (!ns) return CPROF_E_NOMEM;
     t->stack = ns;
+    uint64_t *nq = realloc(t->seq, ncap * sizeof *nq);
+    if (!nq) return CPROF_E_NOMEM; /* stack_cap unchanged: the bigger stack is just unused */
+    t->seq = nq;
     t->stack_cap = ncap;
     return CPROF_OK;
 }
@@ -283,6 +292,7 @@ int cprof_events_push(uint32_t name_id, uint8_t cat) {
         if (rc) return rc;
     }
     cprof_record *r = record_open(t, name_id, cat); /* before depth++: it records the depth */
+    t->seq[t->depth] = 0;
     t->stack[t->depth++] = r;
     return CPROF_OK;
 }
@@ -293,6 +303,32 @@ int cprof_events_pop(void) {
     if (CPROF_UNLIKELY(!t || t->depth == 0)) return CPROF_E_EMPTY;
     cprof_record *r = t->stack[--t->depth];
     if (r) r->end_ns = now;
+    return CPROF_OK;
+}
+
+int cprof_events_push_token(uint32_t name_id, uint8_t cat, uint64_t *token) {
+    int rc = cprof_events_push(name_id, cat);
+    if (rc) return rc;
+    tstate *t = tls;
+    *token = t->seq[t->depth - 1] = ++t->next_seq;
+    return CPROF_OK;
+}
+
+int cprof_events_pop_token(uint64_t token) {
+    uint64_t now = cprof_clock_now_ns();
+    tstate *t = tls;
+    if (CPROF_UNLIKELY(!t || !token)) return CPROF_E_EMPTY;
+    uint32_t i = t->depth;
+    while (i > 0 && t->seq[i - 1] != token) i--;
+    if (i == 0) return CPROF_E_EMPTY; /* closed already (a plain pop took it) */
+    cprof_record *r = t->stack[i - 1];
+    if (r) r->end_ns = now;
+    /* ranges opened inside it stay open: they end later, overlapping its end, as torch
+     * records a ProfilerStep that ends inside a user's record_function */
+    uint32_t above = t->depth - i;
+    memmove(&t->stack[i - 1], &t->stack[i], above * sizeof *t->stack);
+    memmove(&t->seq[i - 1], &t->seq[i], above * sizeof *t->seq);
+    t->depth--;
     return CPROF_OK;
 }
 

@@ -765,6 +765,40 @@ static PyObject *mod_pop(PyObject *module, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+/* open_range(name, cat=CAT_USER_ANNOTATION) -> token; close_range(token): a range closed by
+ * identity, not as the innermost one (ProfilerStep, record_function). */
+static PyObject *mod_open_range(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    module_state *st = get_state(module);
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "open_range(name, cat=CAT_USER_ANNOTATION)");
+        return NULL;
+    }
+    long cat = CPROF_CAT_USER_ANNOTATION;
+    if (nargs == 2) {
+        cat = PyLong_AsLong(args[1]);
+        if (cat == -1 && PyErr_Occurred()) return NULL;
+        if (cat < 0 || cat >= CPROF_CAT_COUNT) {
+            PyErr_SetString(PyExc_ValueError, "open_range: unknown category");
+            return NULL;
+        }
+    }
+    uint32_t id;
+    if (name_id_of(st, args[0], &id) < 0) return NULL;
+    uint64_t token = 0;
+    int rc = cprof_events_push_token(id, (uint8_t)cat, &token);
+    if (rc) return raise_core_error(st, rc, "open_range", 0);
+    return PyLong_FromUnsignedLongLong(token);
+}
+
+static PyObject *mod_close_range(PyObject *module, PyObject *arg) {
+    unsigned long long token = PyLong_AsUnsignedLongLong(arg);
+    if (token == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    int rc = cprof_events_pop_token(token);
+    if (rc) return raise_core_error(get_state(module), rc, "close_range: this range is not open "
+                                                           "on this thread", 0);
+    Py_RETURN_NONE;
+}
+
 static PyObject *mod_depth(PyObject *module, PyObject *unused) {
     return PyLong_FromUnsignedLong(cprof_events_depth());
 }
@@ -1052,6 +1086,11 @@ static PyObject *mod_device_props_json(PyObject *module, PyObject *unused) {
 static PyMethodDef module_methods[] = {
     {"push", (PyCFunction)mod_push, METH_O, "push(name): opens a range on this thread."},
     {"pop", (PyCFunction)mod_pop, METH_NOARGS, "pop(): closes this thread's innermost range."},
+    {"open_range", (PyCFunction)(void (*)(void))mod_open_range, METH_FASTCALL,
+     "open_range(name, cat=CAT_USER_ANNOTATION) -> token: a range closed by close_range(token) "
+     "wherever it sits on this thread's stack."},
+    {"close_range", (PyCFunction)mod_close_range, METH_O,
+     "close_range(token): closes the range open_range returned, not the innermost one."},
     {"depth", (PyCFunction)mod_depth, METH_NOARGS, "Open ranges on this thread."},
     {"add_arg", (PyCFunction)(void (*)(void))mod_add_arg, METH_FASTCALL,
      "add_arg(key, int): an integer arg on the innermost open range."},
@@ -1109,7 +1148,7 @@ static int module_exec(PyObject *m) {
     if (add_exception(m, &st->WindowStateError, "WindowStateError", st->CprofError,
                       "A window opened twice, or closed when not open.") < 0)
         return -1;
-    PyObject *bases = PyTuple_Pack(2, st->CprofError, PyExc_OSError);
+    PyObject *bases = PyTuple_Pack(2, PyExc_OSError, st->CprofError); /* OSError first: errno */
     if (!bases) return -1;
     int rc = add_exception(m, &st->TraceWriteError, "TraceWriteError", bases,
                            "The trace could not be written; the data is kept in memory.");

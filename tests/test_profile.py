@@ -1,6 +1,7 @@
 """cprof.profile: the torch.profiler drop-in (schedules, steps, handlers, results, bad input)."""
 import itertools
 import os
+import time
 import pickle
 import re
 import socket
@@ -299,6 +300,59 @@ def test_on_trace_ready_error_out_of_a_with_block_keeps_the_trace(tmp_path, wait
     first = wait + 1  # the two active steps
     assert names == [f"ProfilerStep#{first}", f"work{first}",
                      f"ProfilerStep#{first + 1}", f"work{first + 1}"]
+
+
+def test_record_function_spanning_steps_leaves_profiler_steps_whole(tmp_path):
+    """A record_function around the training loop (open across prof.step()): each
+    ProfilerStep#N still ends at its step() and the user's range ends at its own exit, as
+    torch.profiler records them; neither closes the other."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import record_function
+    with cprof.profile(activities=CPU,
+                       schedule=cprof.schedule(wait=0, warmup=0, active=4)) as p:
+        with record_function("train_loop"):
+            for i in range(3):
+                with record_function(f"inner{i}"):
+                    time.sleep(0.002)
+                p.step()
+        with record_function("after"):
+            pass
+    ev = {e["name"]: e for e in ranges_of(load_trace(p.export_chrome_trace(
+        str(tmp_path / "t.json"))))}
+    for i in range(3):
+        step, inner = ev[f"ProfilerStep#{i}"], ev[f"inner{i}"]
+        # each step holds its own inner range and ends before the next step starts
+        assert step["ts"] <= inner["ts"] and inner["ts"] + inner["dur"] <= step["ts"] + step["dur"]
+        nxt = ev[f"ProfilerStep#{i + 1}"]
+        assert step["ts"] + step["dur"] <= nxt["ts"] + 1e-3
+    loop = ev["train_loop"]
+    for i in range(3):
+        assert ev[f"ProfilerStep#{i}"]["dur"] < 0.7 * loop["dur"]  # one step, not the loop
+    assert loop["ts"] + loop["dur"] <= ev["after"]["ts"]  # ended at its own exit
+    assert "cprof truncated" not in loop.get("args", {})
+    assert loop["dur"] > 5000  # it spans the three steps
+
+
+def test_record_function_opened_and_closed_in_different_steps(tmp_path):
+    torch = pytest.importorskip("torch")
+    from torch.profiler import record_function
+    with cprof.profile(activities=CPU, schedule=cprof.schedule(wait=0, warmup=0, active=5)) as p:
+        r = None
+        for i in range(4):
+            if i == 1:
+                r = record_function("spanning")
+                r.__enter__()
+            if i == 3:
+                r.__exit__(None, None, None)
+            with record_function(f"inner{i}"):
+                time.sleep(0.001)
+            p.step()
+    ev = {e["name"]: e for e in ranges_of(load_trace(p.export_chrome_trace(
+        str(tmp_path / "t.json"))))}
+    s3, inner3 = ev["ProfilerStep#3"], ev["inner3"]
+    assert s3["ts"] <= inner3["ts"] and s3["dur"] >= inner3["dur"]  # step 3 kept its work
+    span = ev["spanning"]
+    assert ev["ProfilerStep#1"]["ts"] <= span["ts"] <= ev["ProfilerStep#3"]["ts"] + s3["dur"]
 
 
 # ---- state errors ----
