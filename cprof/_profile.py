@@ -395,8 +395,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         """SIGTERM or interpreter exit while started: stop, the window marked partial with
         end reason."""
         if not self._lost_window():
-            # the program's ranges are still open inside the step range: popping it would close
-            # the innermost of them; the window's stop closes (truncates) them all instead
+            # the program was interrupted inside the step: the window's stop closes (truncates)
+            # it with every range still open, all marked the same way
             self._step_range = None
             self.__exit__(reason, None, None)
 

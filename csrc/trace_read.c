@@ -389,26 +389,34 @@ static int dist_member(cprof_js *ps, cprof_trace *t, const char *k, size_t kn) {
     return cprof_js_skip(ps, 1);
 }
 
-static int module_list(cprof_js *ps, cprof_trace *t) {
+/* The items of an array of cprof's metadata, each handed to fn (which reads or skips it); a
+ * value that is not an array is skipped. */
+typedef int (*item_fn)(cprof_js *ps, cprof_trace *t);
+
+static int array_items(cprof_js *ps, cprof_trace *t, item_fn fn, const char *what) {
     cprof_js_ws(ps);
     if (ps->p >= ps->end || *ps->p != '[') return cprof_js_skip(ps, 1);
     if (!cprof_js_open(ps, ']')) return CPROF_OK;
     for (;;) {
         cprof_js_ws(ps);
-        if (ps->p < ps->end && *ps->p == '"') {
-            const char *s;
-            size_t n;
-            uint32_t id;
-            if (cprof_js_str(ps, &s, &n)) return CPROF_E_FORMAT;
-            int rc = intern(t, s, n, &id);
-            if (rc) return rc;
-            t->strs[id].flags |= CPROF_TSTR_MODULE;
-        } else if (cprof_js_skip(ps, 1)) {
-            return CPROF_E_FORMAT;
-        }
-        int more = cprof_js_next(ps, ']', "reading cprof.modules");
+        int rc = fn(ps, t);
+        if (rc) return rc;
+        int more = cprof_js_next(ps, ']', what);
         if (more <= 0) return more;
     }
+}
+
+/* cprof.modules: module range names (strings); anything else is skipped. */
+static int module_item(cprof_js *ps, cprof_trace *t) {
+    if (ps->p >= ps->end || *ps->p != '"') return cprof_js_skip(ps, 1) ? CPROF_E_FORMAT : 0;
+    const char *s;
+    size_t n;
+    uint32_t id;
+    if (cprof_js_str(ps, &s, &n)) return CPROF_E_FORMAT;
+    int rc = intern(t, s, n, &id);
+    if (rc) return rc;
+    t->strs[id].flags |= CPROF_TSTR_MODULE;
+    return CPROF_OK;
 }
 
 /* One entry of cprof.merged: {"rank": R, "pid_offset": P, "partial": B, ...}. The entry is
@@ -425,33 +433,23 @@ static int merged_member(cprof_js *ps, cprof_trace *t, const char *k, size_t kn)
     return cprof_js_skip(ps, 1);
 }
 
-static int merged_list(cprof_js *ps, cprof_trace *t) {
-    cprof_js_ws(ps);
-    if (ps->p >= ps->end || *ps->p != '[') return cprof_js_skip(ps, 1);
-    if (!cprof_js_open(ps, ']')) return CPROF_OK;
-    for (;;) {
-        cprof_js_ws(ps);
-        if (ps->p < ps->end && *ps->p == '{') {
-            if (t->info.nmerged == t->capmerged) {
-                size_t cap = t->capmerged ? 2 * t->capmerged : 8;
-                cprof_merged_input *m = realloc(t->merged, cap * sizeof *m);
-                if (!m) return CPROF_E_NOMEM;
-                t->merged = m;
-                t->capmerged = cap;
-            }
-            t->merged[t->info.nmerged++] =
-                (cprof_merged_input){CPROF_TEV_NONE, CPROF_TEV_NONE, 0};
-            int rc = object_members(ps, t, merged_member, "reading cprof.merged");
-            if (rc) return rc;
-            cprof_merged_input *m = &t->merged[t->info.nmerged - 1];
-            if (m->rank == CPROF_TEV_NONE || m->pid_offset == CPROF_TEV_NONE)
-                t->info.nmerged--; /* not one `cprof merge` wrote: ignored */
-        } else if (cprof_js_skip(ps, 1)) {
-            return CPROF_E_FORMAT;
-        }
-        int more = cprof_js_next(ps, ']', "reading cprof.merged");
-        if (more <= 0) return more;
+/* cprof.merged: one object per input of `cprof merge`; anything else is skipped. */
+static int merged_item(cprof_js *ps, cprof_trace *t) {
+    if (ps->p >= ps->end || *ps->p != '{') return cprof_js_skip(ps, 1) ? CPROF_E_FORMAT : 0;
+    if (t->info.nmerged == t->capmerged) {
+        size_t cap = t->capmerged ? 2 * t->capmerged : 8;
+        cprof_merged_input *m = realloc(t->merged, cap * sizeof *m);
+        if (!m) return CPROF_E_NOMEM;
+        t->merged = m;
+        t->capmerged = cap;
     }
+    t->merged[t->info.nmerged++] = (cprof_merged_input){CPROF_TEV_NONE, CPROF_TEV_NONE, 0};
+    int rc = object_members(ps, t, merged_member, "reading cprof.merged");
+    if (rc) return rc;
+    cprof_merged_input *m = &t->merged[t->info.nmerged - 1];
+    if (m->rank == CPROF_TEV_NONE || m->pid_offset == CPROF_TEV_NONE)
+        t->info.nmerged--; /* not one `cprof merge` wrote: ignored */
+    return CPROF_OK;
 }
 
 static int cprof_member(cprof_js *ps, cprof_trace *t, const char *k, size_t kn) {
@@ -471,9 +469,9 @@ static int cprof_member(cprof_js *ps, cprof_trace *t, const char *k, size_t kn) 
         if (cprof_js_str(ps, &s, &n)) return CPROF_E_FORMAT;
         return intern(t, s, n, &t->info.end_reason);
     } else if (KEY(k, kn, "modules")) {
-        return module_list(ps, t);
+        return array_items(ps, t, module_item, "reading cprof.modules");
     } else if (KEY(k, kn, "merged")) {
-        return merged_list(ps, t);
+        return array_items(ps, t, merged_item, "reading cprof.merged");
     } else if (KEY(k, kn, "dropped")) {
         const char *v0 = ps->p;
         int rc = cprof_js_skip(ps, 1);
