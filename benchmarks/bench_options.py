@@ -14,6 +14,8 @@ Configurations (cprof.profile vs torch.profiler.profile with the same option):
   stack           + with_stack
   modules         + with_modules
   shapes          + record_shapes (cprof: module calls with shapes)
+  memory          + profile_memory (cprof: the sampled CPU memory track, and CUDA memory
+                  history on cuda; torch: its allocator's [memory] events)
   defaults        ProfilerContext's defaults: with_stack + record_shapes
 
 Method: a configuration opens its profiler around a block of K steps; the block is timed from
@@ -48,6 +50,7 @@ OPTIONS = {
     "stack": {"with_stack": True},
     "modules": {"with_modules": True},
     "shapes": {"record_shapes": True},
+    "memory": {"profile_memory": True},
     "defaults": {"with_stack": True, "record_shapes": True},
 }
 

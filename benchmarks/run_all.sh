@@ -30,3 +30,6 @@ echo "== bench_compiled_regions: torch.compile regions, cprof vs torch.profiler 
 echo
 echo "== bench_ops: ns per torch operator recorded, cprof vs torch.profiler =="
 "$PY" benchmarks/bench_ops.py $(json_args bench_ops) 2> >(grep -v '^USDT:' >&2)
+echo
+echo "== bench_memory: CPU time per sample of profile_memory's memory track =="
+"$PY" benchmarks/bench_memory.py $(json_args bench_memory) 2> >(grep -v '^USDT:' >&2)

@@ -1117,7 +1117,8 @@ def _configure(argv):
         from .context import default_output_dir
         from ._window import check_output_dir
         opts.output_dir = os.path.abspath(opts.output_dir or default_output_dir())
-        check_output_dir(opts.output_dir)  # now, not after an hour of the program
+        # now, not after an hour of the program
+        check_output_dir(opts.output_dir, "pass another --output-dir or set CPROF_PROFILER_DIR")
     except (_Usage, ValueError, OSError) as err:
         parser.error(_strip_prefix(err))
     return opts, kind, target, prog_args

@@ -92,6 +92,71 @@ def _patch_nvtx(torch):
     nvtx.range_push, nvtx.range_pop = range_push, range_pop
     nvtx._cprof_patched = True
     nvtx._cprof_original = (orig_push, orig_pop)
+    _patch_nvtx_start_end_mark(nvtx)
+
+
+# NVTX range_start/range_end ranges open in a window: NVTX id -> (opening thread, cprof token)
+_nvtx_started = {}
+
+
+def _patch_nvtx_start_end_mark(nvtx):
+    """range_start / range_end (a range that may end on another thread, and need not nest) and
+    mark (a point): CUPTI's NVTX capture is off while torch's NVTX calls are captured here, so
+    these would be lost if not captured too."""
+    orig_start = getattr(nvtx, "range_start", None)
+    orig_end = getattr(nvtx, "range_end", None)
+    orig_mark = getattr(nvtx, "mark", None)
+    open_range, close_range, push, pop_point = (_C.open_range, _C.close_range, _C.push,
+                                                _C.pop_point)
+    active, add_arg, get_ident = _C.active, _C.add_arg, threading.get_ident
+
+    if orig_start is not None and orig_end is not None:
+        def range_start(msg):
+            range_id = orig_start(msg)  # torch's call first: where it raises, nothing recorded
+            if active():
+                # detached: cprof.range / record_function exits pass over it (it need not nest)
+                token = open_range(str(msg), _C.CAT_USER_ANNOTATION, True)
+                add_arg("nvtx", 1)
+                _nvtx_started[range_id] = (get_ident(), token)
+            return range_id
+
+        def range_end(range_id):
+            out = orig_end(range_id)
+            opened = _nvtx_started.pop(range_id, None)
+            if opened is not None:
+                try:
+                    close_range(opened[1], opened[0])
+                except _C.NoOpenRangeError:  # its window (or its thread) ended first
+                    pass
+            return out
+
+        range_start.__doc__, range_end.__doc__ = orig_start.__doc__, orig_end.__doc__
+        nvtx.range_start, nvtx.range_end = range_start, range_end
+    if orig_mark is not None:
+        def mark(msg):
+            out = orig_mark(msg)
+            if active():
+                push(str(msg))
+                add_arg("nvtx", 1)
+                add_arg("nvtx mark", 1)
+                pop_point()  # a range of no length
+            return out
+
+        mark.__doc__ = orig_mark.__doc__
+        nvtx.mark = mark
+    nvtx._cprof_original_start_end_mark = (orig_start, orig_end, orig_mark)
+
+
+def nvtx_window_end():
+    """After a window's stop (which truncated the NVTX ranges still open): their stack entries
+    are taken off their threads and their ids forgotten, so a range_end later does nothing."""
+    started = list(_nvtx_started.values())
+    _nvtx_started.clear()
+    for ident, token in started:
+        try:
+            _C.close_range(token, ident)
+        except _C.NoOpenRangeError:  # its thread has ended
+            pass
 
 
 def patch_torch():
@@ -226,11 +291,64 @@ def _cuda_memory_wanted(prof):
     return "GPU" in prof.activities or getattr(prof, "_api", None) == "ProfilerContext"
 
 
+# the CPU memory track: sampled every MEMORY_INTERVAL_US (CPROF_MEMORY_INTERVAL_US); a full
+# array of MEMORY_SAMPLES_CAP is halved (each pair keeps its larger sample) at twice the interval
+MEMORY_INTERVAL_US = 1000.0
+MEMORY_SAMPLES_CAP = 65536
+
+
+def memory_interval_us():
+    raw = os.environ.get("CPROF_MEMORY_INTERVAL_US")
+    if raw is None or raw.strip() == "":
+        return MEMORY_INTERVAL_US
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 10.0 <= value <= 60e6:
+        raise ValueError(f"cprof: CPROF_MEMORY_INTERVAL_US={raw!r}: give the CPU memory "
+                         "sampling interval in microseconds, 10 to 60000000 (default 1000)")
+    return value
+
+
+def _sampler_begin(prof):
+    """The CPU memory counter track: a C thread samples the resident set and malloc's bytes in
+    use (csrc/mem_sampler.c) until memory_end."""
+    prof._mem_sampling = False
+    interval = memory_interval_us()  # a bad setting raises before anything starts
+    if _C.mem_sampler_running():  # left by a window that was never stopped (lost profiler)
+        _C.mem_sampler_stop()
+    try:
+        _C.mem_sampler_start(interval, MEMORY_SAMPLES_CAP)
+        prof._mem_sampling = True
+    except _C.CprofError as err:  # no /proc (not Linux?) or no thread: the rest still works
+        warnings.warn(f"cprof: the CPU memory track is not recorded: {err}", RuntimeWarning,
+                      stacklevel=4)
+
+
+def _sampler_end(prof, summary):
+    """Stops the sampler; returns (samples bytes, has_heap) for the trace, or (None, False)."""
+    if not getattr(prof, "_mem_sampling", False):
+        return None, False
+    prof._mem_sampling = False
+    if not _C.mem_sampler_running():  # forked child: the parent's sampler is not ours
+        return None, False
+    data, info = _C.mem_sampler_stop()
+    summary["cpu_peak_rss_window_bytes"] = info["peak_rss_bytes"]
+    if info["has_heap"]:
+        summary["cpu_peak_malloc_bytes"] = info["peak_heap_bytes"]
+    summary["cpu_memory_samples"] = info["samples"]
+    summary["cpu_memory_interval_us"] = info["interval_us"]
+    return data, info["has_heap"]
+
+
 def memory_begin(prof):
-    """Starts CUDA memory history when the window tracks memory and torch has CUDA."""
+    """Starts the CPU memory track, and CUDA memory history when the window tracks memory and
+    torch has CUDA."""
     prof._memory_recording = False
     if not prof.profile_memory:
         return
+    _sampler_begin(prof)
     if not _cuda_memory_wanted(prof):
         return  # CPU-only memory, as torch.profiler(activities=[CPU], profile_memory=True)
     torch = sys.modules.get("torch")
@@ -247,12 +365,15 @@ def memory_begin(prof):
 
 def memory_end(prof):
     """Ends the window's memory tracking. Returns None (memory not tracked) or a dict:
-    summary (peak figures, always), snapshot and text (with CUDA)."""
+    summary (peak figures, always), samples and samples_heap (the CPU memory track, for the
+    trace), snapshot and text (with CUDA). cpu_peak_rss_bytes is the process's peak since it
+    began (getrusage); cpu_peak_rss_window_bytes the window's, sampled."""
     if not prof.profile_memory:
         return None
-    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    summary = {"cpu_peak_rss_bytes": peak_rss}
+    summary = {}
     out = {"summary": summary, "snapshot": None, "text": None}
+    out["samples"], out["samples_heap"] = _sampler_end(prof, summary)
+    summary["cpu_peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     if not getattr(prof, "_memory_recording", False):
         summary["cuda"] = ("not tracked: CUDA is not among the activities"
                            if not _cuda_memory_wanted(prof)

@@ -572,6 +572,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         w.stop(exc)
         if self.memory is not None:
             w.notes["memory"] = self.memory.get("summary")
+            w.mem_samples = self.memory.pop("samples", None)
+            w.mem_heap = self.memory.pop("samples_heap", False)
         if self._unsaved is not None and w.config.get("first_step", -1) >= self.step_num:
             # stopped in the step it started (an exception out of step() right after the
             # next cycle opened, as when on_trace_ready raised with wait=0): it holds no
@@ -659,7 +661,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         w = self._data("export")
         path = os.fspath(path)
         if not is_stream(path):  # /dev/null: written into, its directory need not be writable
-            check_output_dir(os.path.dirname(path) or ".")
+            check_output_dir(os.path.dirname(path) or ".", "pass export_chrome_trace a path in "
+                             "a directory you can write to (the trace is kept until then)")
         suffix = ".gz" if path.endswith(".gz") else ""
         top = self._top_members(w)
         top.update(self._trace_metadata)
@@ -796,7 +799,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         from ._results import export_stacks
         path = os.fspath(path)
         if not is_stream(path):
-            check_output_dir(os.path.dirname(path) or ".")
+            check_output_dir(os.path.dirname(path) or ".", "pass export_stacks a path in a "
+                             "directory you can write to")
         lines = export_stacks(w, path, "cpu" if metric == "self_cpu_time_total" else "device")
         if not w.config.get("with_stack"):
             warnings.warn("cprof.profile.export_stacks: this window was recorded without "
@@ -837,11 +841,13 @@ def tensorboard_trace_handler(dir_name, worker_name=None, use_gzip=False):
     HTA read. The directory is created (and checked) now, so a bad one fails before any
     profiling."""
     dir_name = os.fspath(dir_name)
-    check_output_dir(dir_name)
+    fix = "pass tensorboard_trace_handler a directory you can write to"
+    check_output_dir(dir_name, fix)
 
     def handler_fn(prof):
         nonlocal worker_name
-        check_output_dir(dir_name)
+        check_output_dir(dir_name, fix + " (the window's trace is kept: call "
+                         "prof.export_chrome_trace(path))")
         if not worker_name:
             worker_name = f"{socket.gethostname()}_{os.getpid()}"
         file_name = f"{worker_name}.{time.time_ns()}.pt.trace.json"

@@ -113,8 +113,14 @@ def _build(window):
                 stack.pop()
             ev.self_cpu_time_total = ev.duration_us
             if stack:
-                stack[-1].self_cpu_time_total -= ev.duration_us
-                ev._parent = stack[-1]
+                # a child that outlives its parent (ranges closed by identity: a ProfilerStep
+                # ending inside a record_function, an NVTX range_start) is charged its overlap
+                parent = stack[-1]
+                if ev._ns[1] <= parent._ns[1]:
+                    parent.self_cpu_time_total -= ev.duration_us
+                else:
+                    parent.self_cpu_time_total -= max(parent._ns[1] - ev._ns[0], 0) / 1000.0
+                ev._parent = parent
             stack.append(ev)
     # with_stack: each event's Python stack, from its enclosing python_function ranges
     for ev in cpu:

@@ -13,7 +13,7 @@ import time
 import warnings
 from collections import namedtuple
 
-from . import _C
+from . import _C, _glue
 from ._dist import rank_info
 from ._lifecycle import debug
 
@@ -50,25 +50,23 @@ def check_gpu_buffer_mb(mb, who):
     return mb
 
 
-def check_output_dir(path):
-    """Creates path if needed and checks a file can be created in it; raises a clear error."""
+def check_output_dir(path, fix="pass another output_dir or set CPROF_PROFILER_DIR"):
+    """Creates path if needed and checks a file can be created in it; raises a clear error
+    ending with fix (what the caller's user can change)."""
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
         raise _C.TraceWriteError(
             exc.errno,
-            f"cprof: the output directory {path!r} cannot be created ({exc.strerror}); "
-            "pass another output_dir or set CPROF_PROFILER_DIR",
+            f"cprof: the output directory {path!r} cannot be created ({exc.strerror}); {fix}",
         ) from None
     if not os.path.isdir(path):
         raise _C.TraceWriteError(
-            20, f"cprof: the output path {path!r} exists and is not a directory; pass a directory"
+            20, f"cprof: the output path {path!r} exists and is not a directory; {fix}"
         )
     if not os.access(path, os.W_OK | os.X_OK):
         raise _C.TraceWriteError(
-            13,
-            f"cprof: the output directory {path!r} is not writable; pass another output_dir "
-            "or set CPROF_PROFILER_DIR",
+            13, f"cprof: the output directory {path!r} is not writable; {fix}",
         )
 
 
@@ -103,6 +101,8 @@ class Window:
         self.strict = strict
         self.nvtx = nvtx
         self.gpu_snapshot = None
+        self.mem_samples = None  # the CPU memory track (profile_memory): mem_sampler_stop bytes
+        self.mem_heap = False
         self.notes = {}
         self.snapshot = None
         self.start_time = None
@@ -203,6 +203,7 @@ class Window:
             else:
                 self._check_gpu_drops()
         snap = _C.stop()
+        _glue.nvtx_window_end()  # NVTX ranges still open were closed by the stop
         snap.rename_threads(_thread_names())
         self.snapshot = snap
         if exc_type is not None:
@@ -287,6 +288,8 @@ class Window:
                 gpu=self.gpu_snapshot,
                 top_json=",".join(f"{json.dumps(k)}:{v}" for k, v in top.items())
                 if top else None,
+                mem=self.mem_samples,
+                mem_heap=self.mem_heap,
             )
         except _C.TraceWriteError as err:
             if retry is None or err.errno is None:
@@ -297,6 +300,7 @@ class Window:
         return WriteResult(path, events, nbytes, seconds)
 
     def release(self):
+        self.mem_samples = None
         if self.snapshot is not None:
             self.snapshot.close()
             self.snapshot = None

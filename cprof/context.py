@@ -243,7 +243,9 @@ class ProfilerContext:
         self.memory_summary = mem.get("summary")
         if self.verbose and self.memory_summary:
             s = self.memory_summary
-            parts = [f"peak CPU RSS {_fmt_size(s['cpu_peak_rss_bytes'])}"]
+            parts = [f"peak CPU RSS {_fmt_size(s.get('cpu_peak_rss_window_bytes', s['cpu_peak_rss_bytes']))}"]
+            if "cpu_peak_malloc_bytes" in s:
+                parts.append(f"peak malloc'd {_fmt_size(s['cpu_peak_malloc_bytes'])}")
             if "cuda_peak_allocated_bytes" in s:
                 parts.append(f"peak CUDA allocated {_fmt_size(s['cuda_peak_allocated_bytes'])}")
                 parts.append(f"reserved {_fmt_size(s['cuda_peak_reserved_bytes'])}")
@@ -302,7 +304,8 @@ class ProfilerContext:
                 "(shutil.copy)" if self.result else "cprof: nothing to save: no window ran"
             )
         if not is_stream(path):  # /dev/null: written into, its directory need not be writable
-            check_output_dir(os.path.dirname(os.fspath(path)) or ".")
+            check_output_dir(os.path.dirname(os.fspath(path)) or ".", "pass save() a path in a "
+                             "directory you can write to (the data is kept until then)")
         return self._write(path, replace=replace)
 
     @property

@@ -167,8 +167,17 @@ int cprof_events_pop(void);
 /* A push whose range is closed by its token, wherever it sits on the thread's stack by then:
  * ranges that do not nest (a ProfilerStep ends inside a record_function opened in it) close
  * themselves, not the innermost range. pop_token: CPROF_E_EMPTY when no open range has it. */
+/* Closes the innermost range as a point (end = begin: NVTX mark). 0 or CPROF_E_EMPTY (none
+ * open, or the innermost is detached). */
+int cprof_events_pop_point(void);
 int cprof_events_push_token(uint32_t name_id, uint8_t cat, uint64_t *token);
 int cprof_events_pop_token(uint64_t token);
+/* push_token for a range that does not nest (NVTX range_start): plain pops pass over it to the
+ * innermost range below, so it ends only by its token. */
+int cprof_events_push_detached(uint32_t name_id, uint8_t cat, uint64_t *token);
+/* pop_token on the thread whose pthread_self() is ident (the caller's or another's: NVTX
+ * range_end may run on another thread than range_start). Caller holds the GIL. */
+int cprof_events_pop_token_on(uint64_t ident, uint64_t token);
 /* The Python tracer's ranges (py_tracer.c): a second stack per thread, so user push/pop and the
  * tracer never close each other's ranges; records share the thread's chunks and their depth
  * counts both stacks. Caller holds the GIL.
@@ -263,6 +272,30 @@ size_t cprof_buf_json_str(cprof_buf *b, const char *s, size_t len);
 CPROF_EXPORT size_t cprof_json_escape(const char *s, size_t len, char *out, size_t cap);
 
 /* ---- trace_writer.c: the Kineto-compatible Chrome trace ---- */
+/* ---- CPU memory samples (mem_sampler.c): profile_memory's counter track ---- */
+typedef struct cprof_mem_sample {
+    uint64_t ts_ns;        /* cprof clock */
+    uint64_t rss_bytes;    /* resident set of the process */
+    uint64_t heap_bytes;   /* malloc's bytes in use (arenas + mmapped chunks); 0 if unknown */
+} cprof_mem_sample;
+
+typedef struct cprof_mem_samples {
+    cprof_mem_sample *s;   /* oldest first; the caller frees it with free() */
+    size_t n;
+    uint64_t interval_ns;  /* the interval at the end (doubled at each halving) */
+    uint32_t halvings;     /* times the array was full and halved */
+    int has_heap;          /* mallinfo2 was found: heap_bytes are real */
+    uint64_t peak_rss_bytes, peak_heap_bytes; /* over every sample taken */
+} cprof_mem_samples;
+
+/* Starts the sampler thread: one sample now, then one every interval_ns (>= 10 us), into an
+ * array of cap (>= 16) samples. 0, CPROF_E_STATE (running), CPROF_E_ARG, CPROF_E_IO (no
+ * /proc/self/statm) or CPROF_E_NOMEM. Caller holds the GIL. */
+int cprof_memsamp_start(uint64_t interval_ns, size_t cap);
+/* Stops it, takes a last sample and hands the samples over. 0 or CPROF_E_STATE (not running). */
+int cprof_memsamp_stop(cprof_mem_samples *out);
+int cprof_memsamp_running(void);
+
 typedef struct cprof_trace_meta {
     int64_t pid;
     const char *process_name;    /* e.g. "python" */
@@ -274,6 +307,9 @@ typedef struct cprof_trace_meta {
     int64_t base_time_ns;        /* Unix ns that ts values are relative to */
     const char *top_json;        /* top-level members `"k":v,...` (trace_id, the user's
                                   * add_metadata), checked by cprof_meta_members_check, or NULL */
+    const cprof_mem_sample *mem;  /* the CPU memory counter track (profile_memory), or NULL */
+    size_t nmem;
+    int mem_has_heap;
 } cprof_trace_meta;
 
 typedef struct cprof_write_stats {

@@ -297,12 +297,38 @@ int cprof_events_push(uint32_t name_id, uint8_t cat) {
     return CPROF_OK;
 }
 
+#define DETACHED_BIT (1ull << 63) /* in a token: a range plain pops pass over */
+
+/* The innermost range that is not detached, below detached ones (NVTX range_start). */
+static CPROF_NOINLINE int pop_under_detached(tstate *t, uint64_t now) {
+    uint32_t i = t->depth;
+    while (i > 0 && (t->seq[i - 1] & DETACHED_BIT)) i--;
+    if (i == 0) return CPROF_E_EMPTY;
+    cprof_record *r = t->stack[i - 1];
+    if (r) r->end_ns = now;
+    uint32_t above = t->depth - i;
+    memmove(&t->stack[i - 1], &t->stack[i], above * sizeof *t->stack);
+    memmove(&t->seq[i - 1], &t->seq[i], above * sizeof *t->seq);
+    t->depth--;
+    return CPROF_OK;
+}
+
 int cprof_events_pop(void) {
     uint64_t now = cprof_clock_now_ns(); /* first, so our bookkeeping is outside */
     tstate *t = tls;
     if (CPROF_UNLIKELY(!t || t->depth == 0)) return CPROF_E_EMPTY;
+    if (CPROF_UNLIKELY(t->seq[t->depth - 1] & DETACHED_BIT)) return pop_under_detached(t, now);
     cprof_record *r = t->stack[--t->depth];
     if (r) r->end_ns = now;
+    return CPROF_OK;
+}
+
+int cprof_events_pop_point(void) {
+    tstate *t = tls;
+    if (CPROF_UNLIKELY(!t || t->depth == 0)) return CPROF_E_EMPTY;
+    if (CPROF_UNLIKELY(t->seq[t->depth - 1] & DETACHED_BIT)) return CPROF_E_EMPTY;
+    cprof_record *r = t->stack[--t->depth];
+    if (r) r->end_ns = r->begin_ns;
     return CPROF_OK;
 }
 
@@ -314,9 +340,15 @@ int cprof_events_push_token(uint32_t name_id, uint8_t cat, uint64_t *token) {
     return CPROF_OK;
 }
 
-int cprof_events_pop_token(uint64_t token) {
-    uint64_t now = cprof_clock_now_ns();
+int cprof_events_push_detached(uint32_t name_id, uint8_t cat, uint64_t *token) {
+    int rc = cprof_events_push(name_id, cat);
+    if (rc) return rc;
     tstate *t = tls;
+    *token = t->seq[t->depth - 1] = ++t->next_seq | DETACHED_BIT;
+    return CPROF_OK;
+}
+
+static int pop_token_in(tstate *t, uint64_t token, uint64_t now) {
     if (CPROF_UNLIKELY(!t || !token)) return CPROF_E_EMPTY;
     uint32_t i = t->depth;
     while (i > 0 && t->seq[i - 1] != token) i--;
@@ -330,6 +362,26 @@ int cprof_events_pop_token(uint64_t token) {
     memmove(&t->seq[i - 1], &t->seq[i], above * sizeof *t->seq);
     t->depth--;
     return CPROF_OK;
+}
+
+int cprof_events_pop_token(uint64_t token) {
+    uint64_t now = cprof_clock_now_ns();
+    return pop_token_in(tls, token, now);
+}
+
+int cprof_events_pop_token_on(uint64_t ident, uint64_t token) {
+    uint64_t now = cprof_clock_now_ns();
+    if (tls && tls->ident == ident) return pop_token_in(tls, token, now);
+    /* another thread's stack: its pushes and pops hold the GIL, which we hold */
+    int rc = CPROF_E_EMPTY;
+    pthread_mutex_lock(&registry_lock);
+    for (tstate *t = registry; t; t = t->next)
+        if (t->ident == ident && !atomic_load(&t->dead)) {
+            rc = pop_token_in(t, token, now);
+            break;
+        }
+    pthread_mutex_unlock(&registry_lock);
+    return rc;
 }
 
 /* ---- the Python tracer's ranges (py_tracer.c) ----

@@ -443,7 +443,7 @@ static PyObject *snapshot_close(SnapshotObject *self, PyObject *unused) {
 }
 
 /* write(stem, suffix, *, gzip=6, pid, process_name, rank, world_size, backend, extra_json,
- *       device_props_json, replace=False, gpu=None, top_json=None)
+ *       device_props_json, replace=False, gpu=None, top_json=None, mem=None, mem_heap=False)
  * Writes to stem+suffix, or stem-1+suffix, stem-2+suffix... if taken (never overwrites unless
  * replace). Returns (path, events, bytes, seconds, replaced_chars). The snapshot is kept, so a
  * failed write can be retried elsewhere. */
@@ -451,16 +451,22 @@ static PyObject *snapshot_write(SnapshotObject *self, PyObject *args, PyObject *
     static char *kwlist[] = {"stem",    "suffix",      "gzip",     "pid",
                              "process_name", "rank",   "world_size", "backend",
                              "extra_json",   "device_props_json", "replace", "gpu",
-                             "top_json",     NULL};
+                             "top_json",     "mem",         "mem_heap", NULL};
     const char *stem, *suffix, *process_name = "python", *backend = NULL, *extra = NULL,
                                 *devprops = NULL, *top = NULL;
     int gzip = 6, rank = 0, world = 1, replace = 0;
     long long pid = getpid();
-    PyObject *gpu_obj = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "ss|$iLsiizzzpOz", kwlist, &stem, &suffix,
+    PyObject *gpu_obj = Py_None, *mem_obj = Py_None;
+    int mem_heap = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "ss|$iLsiizzzpOzOp", kwlist, &stem, &suffix,
                                      &gzip, &pid, &process_name, &rank, &world, &backend, &extra,
-                                     &devprops, &replace, &gpu_obj, &top))
+                                     &devprops, &replace, &gpu_obj, &top, &mem_obj, &mem_heap))
         return NULL;
+    if (mem_obj != Py_None &&
+        (!PyBytes_Check(mem_obj) || PyBytes_GET_SIZE(mem_obj) % sizeof(cprof_mem_sample))) {
+        PyErr_SetString(PyExc_TypeError, "mem must be the bytes mem_sampler_stop() returned");
+        return NULL;
+    }
     if (snapshot_check(self) < 0) return NULL;
     module_state *st = PyType_GetModuleState(Py_TYPE(self));
     const cprof_gpu_snapshot *gpu = NULL;
@@ -507,6 +513,10 @@ static PyObject *snapshot_write(SnapshotObject *self, PyObject *args, PyObject *
         .cprof_json = meta_json,
         .device_props_json = devprops,
         .top_json = top,
+        .mem = mem_obj == Py_None ? NULL : (const cprof_mem_sample *)PyBytes_AS_STRING(mem_obj),
+        .nmem = mem_obj == Py_None ? 0
+                                   : (size_t)PyBytes_GET_SIZE(mem_obj) / sizeof(cprof_mem_sample),
+        .mem_has_heap = mem_heap,
     };
     /* ts values relative to the window's start second: small numbers keep ns precision for
      * readers that parse ts as a double */
@@ -765,16 +775,26 @@ static PyObject *mod_pop(PyObject *module, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+static PyObject *mod_pop_point(PyObject *module, PyObject *unused) {
+    int rc = cprof_events_pop_point();
+    if (rc) return raise_core_error(get_state(module), rc, "pop_point() without a matching "
+                                                           "push() on this thread", 0);
+    Py_RETURN_NONE;
+}
+
 /* open_range(name, cat=CAT_USER_ANNOTATION) -> token; close_range(token): a range closed by
  * identity, not as the innermost one (ProfilerStep, record_function). */
 static PyObject *mod_open_range(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     module_state *st = get_state(module);
-    if (nargs < 1 || nargs > 2) {
-        PyErr_SetString(PyExc_TypeError, "open_range(name, cat=CAT_USER_ANNOTATION)");
+    if (nargs < 1 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError,
+                        "open_range(name, cat=CAT_USER_ANNOTATION, detached=False)");
         return NULL;
     }
     long cat = CPROF_CAT_USER_ANNOTATION;
-    if (nargs == 2) {
+    int detached = nargs == 3 ? PyObject_IsTrue(args[2]) : 0;
+    if (detached < 0) return NULL;
+    if (nargs >= 2) {
         cat = PyLong_AsLong(args[1]);
         if (cat == -1 && PyErr_Occurred()) return NULL;
         if (cat < 0 || cat >= CPROF_CAT_COUNT) {
@@ -785,17 +805,31 @@ static PyObject *mod_open_range(PyObject *module, PyObject *const *args, Py_ssiz
     uint32_t id;
     if (name_id_of(st, args[0], &id) < 0) return NULL;
     uint64_t token = 0;
-    int rc = cprof_events_push_token(id, (uint8_t)cat, &token);
+    int rc = detached ? cprof_events_push_detached(id, (uint8_t)cat, &token)
+                      : cprof_events_push_token(id, (uint8_t)cat, &token);
     if (rc) return raise_core_error(st, rc, "open_range", 0);
     return PyLong_FromUnsignedLongLong(token);
 }
 
-static PyObject *mod_close_range(PyObject *module, PyObject *arg) {
-    unsigned long long token = PyLong_AsUnsignedLongLong(arg);
+/* close_range(token[, ident]): ident (threading.get_ident() of the opening thread) closes a
+ * range another thread opened */
+static PyObject *mod_close_range(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "close_range(token, ident=None)");
+        return NULL;
+    }
+    unsigned long long token = PyLong_AsUnsignedLongLong(args[0]);
     if (token == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
-    int rc = cprof_events_pop_token(token);
+    int rc;
+    if (nargs == 2 && args[1] != Py_None) {
+        unsigned long long ident = PyLong_AsUnsignedLongLong(args[1]);
+        if (ident == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+        rc = cprof_events_pop_token_on(ident, token);
+    } else {
+        rc = cprof_events_pop_token(token);
+    }
     if (rc) return raise_core_error(get_state(module), rc, "close_range: this range is not open "
-                                                           "on this thread", 0);
+                                                           "on that thread", 0);
     Py_RETURN_NONE;
 }
 
@@ -1086,11 +1120,15 @@ static PyObject *mod_device_props_json(PyObject *module, PyObject *unused) {
 static PyMethodDef module_methods[] = {
     {"push", (PyCFunction)mod_push, METH_O, "push(name): opens a range on this thread."},
     {"pop", (PyCFunction)mod_pop, METH_NOARGS, "pop(): closes this thread's innermost range."},
+    {"pop_point", (PyCFunction)mod_pop_point, METH_NOARGS,
+     "pop_point(): closes this thread's innermost range as a point (no length: a mark)."},
     {"open_range", (PyCFunction)(void (*)(void))mod_open_range, METH_FASTCALL,
-     "open_range(name, cat=CAT_USER_ANNOTATION) -> token: a range closed by close_range(token) "
-     "wherever it sits on this thread's stack."},
-    {"close_range", (PyCFunction)mod_close_range, METH_O,
-     "close_range(token): closes the range open_range returned, not the innermost one."},
+     "open_range(name, cat=CAT_USER_ANNOTATION, detached=False) -> token: a range closed by "
+     "close_range(token) wherever it sits on this thread's stack; a detached one is passed "
+     "over by plain pops (it need not nest)."},
+    {"close_range", (PyCFunction)(void (*)(void))mod_close_range, METH_FASTCALL,
+     "close_range(token, ident=None): closes the range open_range returned (on the thread "
+     "ident, by default this one), not the innermost one."},
     {"depth", (PyCFunction)mod_depth, METH_NOARGS, "Open ranges on this thread."},
     {"add_arg", (PyCFunction)(void (*)(void))mod_add_arg, METH_FASTCALL,
      "add_arg(key, int): an integer arg on the innermost open range."},
@@ -1187,7 +1225,7 @@ static int module_exec(PyObject *m) {
         return -1;
     if (cprof_py_tracer_add(m) < 0 || cprof_py_hooks_add(m) < 0 || cprof_py_report_add(m) < 0 ||
         cprof_py_regions_add(m) < 0 || cprof_py_ops_add(m) < 0 ||
-        cprof_py_runprof_add(m) < 0)
+        cprof_py_runprof_add(m) < 0 || cprof_py_memory_add(m) < 0)
         return -1;
     cprof_events_set_new_thread_hook(name_new_thread);
     return 0;

@@ -31,6 +31,8 @@ int cprof_py_regions_lookup(const void *code, uint32_t *id);
 int cprof_py_ops_add(PyObject *m);
 /* py_report.c: the trace reader for cprof report / merge, and TraceFormatError. */
 int cprof_py_report_add(PyObject *m);
+/* py_memory.c: profile_memory's CPU memory sampler (mem_sampler.c). */
+int cprof_py_memory_add(PyObject *m);
 /* py_runprof.c: the run/step Profiler's BucketTimer type, timer gate, steps and statistics. */
 int cprof_py_runprof_add(PyObject *m);
 

@@ -30,6 +30,7 @@ int cprof_summary_build(const cprof_snapshot *snap, cprof_summary_row **rows, si
     size_t stack_cap = 64;
     struct frame {
         size_t row;
+        uint64_t end_ns;
         int valid;
     } *stack = malloc(stack_cap * sizeof *stack);
     if (!slot_of || !stack) goto oom;
@@ -76,10 +77,15 @@ int cprof_summary_build(const cprof_snapshot *snap, cprof_summary_row **rows, si
                 }
                 for (size_t i = depth_seen; i < depth; i++) stack[i].valid = 0;
                 if (depth > 0 && depth <= depth_seen && stack[depth - 1].valid) {
+                    /* a child that outlives its parent (ranges closed by identity) is charged
+                     * only its part inside */
                     cprof_summary_row *p = &out[stack[depth - 1].row];
-                    p->self_ns = p->self_ns > d ? p->self_ns - d : 0;
+                    uint64_t end = r->begin_ns + d, pend = stack[depth - 1].end_ns;
+                    uint64_t inside = end < pend ? d : pend > r->begin_ns ? pend - r->begin_ns : 0;
+                    p->self_ns = p->self_ns > inside ? p->self_ns - inside : 0;
                 }
                 stack[depth].row = row;
+                stack[depth].end_ns = r->begin_ns + d;
                 stack[depth].valid = 1;
                 depth_seen = depth + 1;
             }

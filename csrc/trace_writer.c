@@ -220,6 +220,24 @@ int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap, const cprof_
 
     if (gpu && !w.err) gpu_section(&w, m, snap, gpu);
 
+    /* profile_memory's CPU memory counter track (mem_sampler.c) */
+    for (size_t i = 0; i < m->nmem && !w.err; i++) {
+        const cprof_mem_sample *s = &m->mem[i];
+        cprof_buf_puts(b, "{\"ph\":\"C\",\"name\":\"CPU memory\",\"pid\":");
+        cprof_buf_i64(b, m->pid);
+        cprof_buf_puts(b, ",\"tid\":0,\"ts\":");
+        cprof_buf_us3(b, (int64_t)s->ts_ns + snap->unix_offset_ns - m->base_time_ns);
+        cprof_buf_puts(b, ",\"args\":{\"resident bytes\":");
+        cprof_buf_u64(b, s->rss_bytes);
+        if (m->mem_has_heap) {
+            cprof_buf_puts(b, ",\"malloc in use bytes\":");
+            cprof_buf_u64(b, s->heap_bytes);
+        }
+        cprof_buf_puts(b, "}},\n");
+        w.events++;
+        maybe_flush(&w);
+    }
+
     /* the window itself, as the span Kineto writes for a profiler session */
     int64_t to_base = snap->unix_offset_ns - m->base_time_ns;
     cprof_buf_puts(b, "{\"ph\":\"X\",\"cat\":\"Trace\",\"name\":\"cprof window ");

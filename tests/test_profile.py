@@ -209,8 +209,28 @@ def test_tensorboard_trace_handler_names(tmp_path):
 def test_tensorboard_handler_bad_directory_fails_early(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with pytest.raises(cprof.TraceWriteError, match="cannot be created|not a directory"):
+    with pytest.raises(cprof.TraceWriteError, match="cannot be created|not a directory") as e:
         cprof.tensorboard_trace_handler(str(blocker / "sub"))
+    # the fix named is the handler's argument, not ProfilerContext's output_dir
+    assert "tensorboard_trace_handler a directory" in str(e.value)
+    assert "output_dir" not in str(e.value) and e.value.errno is not None
+
+
+def test_tensorboard_handler_directory_removed_later_keeps_the_trace(tmp_path):
+    d = tmp_path / "tb"
+    handler = cprof.tensorboard_trace_handler(str(d))
+    d.rmdir()
+    (tmp_path / "tb").write_text("now a file")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(cprof.TraceWriteError, match="export_chrome_trace"):
+            with cprof.profile(activities=CPU, on_trace_ready=handler,
+                               schedule=cprof.schedule(wait=0, warmup=0, active=1)) as p:
+                with cprof.range("kept"):
+                    pass
+                p.step()
+    out = p.export_chrome_trace(str(tmp_path / "kept.json"))
+    assert "kept" in {e["name"] for e in ranges_of(load_trace(out))}
 
 
 def test_export_twice_and_gzip_by_suffix(tmp_path):
@@ -613,6 +633,66 @@ def test_nvtx_ranges_are_captured(monkeypatch, tmp_path):
     assert _C.depth() == 0
 
 
+def test_nvtx_range_start_end_and_mark_are_captured(monkeypatch, tmp_path):
+    """range_start/range_end (may end on another thread, need not nest) and mark: with torch's
+    NVTX calls captured from Python, CUPTI's NVTX capture is off, so these must be too."""
+    import threading
+    from cprof import _glue
+    _glue.patch_torch()
+    ids = iter(range(100, 200))
+
+    class FakeNvtx:
+        rangeStartA = staticmethod(lambda msg: next(ids))
+        rangeEnd = staticmethod(lambda rid: None)
+        markA = staticmethod(lambda msg: None)
+
+    nvtx = torch.cuda.nvtx
+    orig_start = nvtx._cprof_original_start_end_mark[0]
+    monkeypatch.setitem(orig_start.__globals__, "_nvtx", FakeNvtx)
+    with cprof.profile(activities=CPU) as p:
+        a = nvtx.range_start("overlap_a")
+        with cprof.range("inner"):
+            b = nvtx.range_start("overlap_b")
+            nvtx.mark("a point")
+        nvtx.range_end(a)  # ends before b: not nested
+        time.sleep(0.001)
+        nvtx.range_end(b)
+        c = nvtx.range_start("ends_elsewhere")
+        t = threading.Thread(target=nvtx.range_end, args=(c,))
+        t.start()
+        t.join()
+        nvtx.range_start("never_ended")  # closed by the window's end
+        assert _C.depth() == 1
+    assert _C.depth() == 0
+    assert not _glue._nvtx_started
+    ev = {e["name"]: e for e in ranges_of(load_trace(p.export_chrome_trace(
+        str(tmp_path / "nv.json"))))}
+    for name in ("overlap_a", "overlap_b", "a point", "ends_elsewhere", "never_ended"):
+        assert ev[name]["args"]["nvtx"] == 1, name
+    assert ev["a point"]["dur"] == 0 and ev["a point"]["args"]["nvtx mark"] == 1
+    a_end = ev["overlap_a"]["ts"] + ev["overlap_a"]["dur"]
+    b_end = ev["overlap_b"]["ts"] + ev["overlap_b"]["dur"]
+    assert ev["overlap_a"]["ts"] < ev["overlap_b"]["ts"] < a_end < b_end
+    assert ev["inner"]["ts"] + ev["inner"]["dur"] < a_end
+    assert ev["ends_elsewhere"]["dur"] > 0
+    assert ev["ends_elsewhere"]["tid"] == ev["overlap_a"]["tid"]  # on the thread that opened it
+    # overlap_b began inside "inner" and outlives it: "inner" is charged only the overlap
+    rows = {r.key: r for r in p.key_averages()}
+    inner_end = ev["inner"]["ts"] + ev["inner"]["dur"]
+    expect = ev["inner"]["dur"] - (inner_end - ev["overlap_b"]["ts"]) - ev["a point"]["dur"]
+    # (events() times are Unix us as floats: ~0.25 us apart; overlap_b lasts over 1 ms)
+    assert rows["inner"].self_cpu_time_total == pytest.approx(expect, abs=0.5)
+    assert all(r.self_cpu_time_total >= 0 for r in rows.values())
+    # the C summary (ProfilerContext's table) charges the same way, in ns
+    c_rows = {r["name"]: r for r in p._last.snapshot.summary()}
+    assert c_rows["inner"]["self_ns"] / 1000 == pytest.approx(expect, abs=0.01)
+    # outside a window: torch's calls only
+    rid = nvtx.range_start("outside")
+    nvtx.range_end(rid)
+    nvtx.mark("outside")
+    assert not _glue._nvtx_started and _C.depth() == 0
+
+
 def test_nvtx_failure_is_the_users_and_leaves_nothing_open():
     from cprof import _glue
     _glue.patch_torch()
@@ -697,6 +777,115 @@ def test_profile_memory_on_cpu_reports_peak_rss(tmp_path):
     assert "cpu_peak_rss_bytes" in load_trace(out)["cprof"]["memory"]
     with pytest.raises(cprof.WindowStateError, match="memory snapshot"):
         p.export_memory_snapshot(str(tmp_path / "m.pickle"))
+
+
+def _cpu_memory_track(trace):
+    return [e for e in trace["traceEvents"] if e.get("ph") == "C" and e["name"] == "CPU memory"]
+
+
+def test_profile_memory_on_cpu_writes_a_memory_counter_track(tmp_path):
+    """profile_memory=True on CPU: a counter track of the resident set and malloc's bytes in
+    use, sampled by a C thread, inside the window, showing what the window allocated."""
+    block = 64 << 20
+    with cprof.profile(activities=CPU, profile_memory=True) as p:
+        time.sleep(0.005)
+        x = torch.ones(block // 4)  # 64 MiB through malloc (mmapped)
+        time.sleep(0.02)
+        del x
+        time.sleep(0.005)
+    assert not _C.mem_sampler_running()
+    trace = load_trace(p.export_chrome_trace(str(tmp_path / "m.json")))
+    track = _cpu_memory_track(trace)
+    assert len(track) >= 5  # ~30 at 1 ms over 30 ms; a loaded CI machine may skip some
+    (window,) = [e for e in trace["traceEvents"] if e.get("cat") == "Trace"]
+    ts = [e["ts"] for e in track]
+    assert ts == sorted(ts)
+    assert window["ts"] - 1 <= ts[0] and ts[-1] <= window["ts"] + window["dur"] + 1
+    assert {e["pid"] for e in track} == {os.getpid()}
+    heap = [e["args"]["malloc in use bytes"] for e in track]
+    rss = [e["args"]["resident bytes"] for e in track]
+    assert max(heap) - heap[0] >= block * 0.9  # the tensor is visible...
+    assert heap[-1] - heap[0] < block * 0.5  # ...and its release too
+    assert max(rss) - rss[0] >= block * 0.9  # torch.ones touched every page
+    summary = p.memory["summary"]
+    assert summary["cpu_peak_malloc_bytes"] == max(heap)
+    assert summary["cpu_peak_rss_window_bytes"] == max(rss)
+    assert summary["cpu_memory_samples"] == len(track)
+    assert trace["cprof"]["memory"]["cpu_peak_malloc_bytes"] == max(heap)
+
+
+def test_memory_track_only_with_profile_memory_and_one_per_window(tmp_path):
+    with cprof.profile(activities=CPU) as p:
+        time.sleep(0.003)
+    assert not _cpu_memory_track(load_trace(p.export_chrome_trace(str(tmp_path / "n.json"))))
+    out = []
+    sched = cprof.schedule(wait=1, warmup=1, active=2, repeat=2)
+    with cprof.profile(activities=CPU, profile_memory=True, schedule=sched,
+                       on_trace_ready=lambda prof: out.append(
+                           load_trace(prof.export_chrome_trace(
+                               str(tmp_path / f"w{len(out)}.json"))))) as p:
+        for _ in range(8):
+            time.sleep(0.003)
+            p.step()
+    assert len(out) == 2
+    for trace in out:
+        (window,) = [e for e in trace["traceEvents"] if e.get("cat") == "Trace"]
+        steps = [e for e in trace["traceEvents"] if str(e.get("name")).startswith("ProfilerStep")]
+        track = _cpu_memory_track(trace)
+        assert track, "each active window has its own track"
+        # the track starts where the active steps do (its first sample is taken in the
+        # transition, just before ProfilerStep opens), not at the 3 ms warmup step discarded
+        assert min(e["ts"] for e in steps) - 1500 <= track[0]["ts"]
+        assert track[-1]["ts"] <= window["ts"] + window["dur"] + 1
+    assert not _C.mem_sampler_running()
+
+
+def test_memory_track_keeps_a_long_window_in_bounded_samples(tmp_path, monkeypatch):
+    """A full sample array halves (keeping each pair's larger sample) and samples half as
+    often: the whole window stays covered, the peak stays."""
+    monkeypatch.setattr(cprof._glue, "MEMORY_SAMPLES_CAP", 16)
+    monkeypatch.setenv("CPROF_MEMORY_INTERVAL_US", "100")
+    with cprof.profile(activities=CPU, profile_memory=True) as p:
+        time.sleep(0.01)
+        x = torch.ones((48 << 20) // 4)
+        time.sleep(0.02)
+        del x
+        time.sleep(0.03)
+    summary = p.memory["summary"]
+    assert summary["cpu_memory_samples"] <= 17
+    assert summary["cpu_memory_interval_us"] > 100  # doubled at least once
+    track = _cpu_memory_track(load_trace(p.export_chrome_trace(str(tmp_path / "b.json"))))
+    assert len(track) == summary["cpu_memory_samples"]
+    heap = [e["args"]["malloc in use bytes"] for e in track]
+    assert max(heap) - min(heap) >= (48 << 20) * 0.9  # the peak survived the halvings
+    assert summary["cpu_peak_malloc_bytes"] == max(heap)
+
+
+@pytest.mark.parametrize("bad", ["0", "5", "fast", "-1", "1e9"])
+def test_bad_memory_interval_is_refused_before_the_window_opens(bad, monkeypatch):
+    monkeypatch.setenv("CPROF_MEMORY_INTERVAL_US", bad)
+    p = cprof.profile(activities=CPU, profile_memory=True)
+    with pytest.raises(ValueError, match="CPROF_MEMORY_INTERVAL_US"):
+        p.start()
+    assert not _C.mem_sampler_running()
+    assert not _C.active()
+
+
+def test_memory_sampler_is_not_inherited_by_a_forked_child(tmp_path):
+    with cprof.profile(activities=CPU, profile_memory=True) as p:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            os.close(r)
+            os.write(w, b"1" if _C.mem_sampler_running() else b"0")
+            os._exit(0)
+        os.close(w)
+        child_saw = os.read(r, 1)
+        os.close(r)
+        os.waitpid(pid, 0)
+        assert _C.mem_sampler_running()
+    assert child_saw == b"0"
+    assert _cpu_memory_track(load_trace(p.export_chrome_trace(str(tmp_path / "f.json"))))
 
 
 def test_memory_snapshot_with_cuda_is_written_and_loads(tmp_path, monkeypatch):
