@@ -809,8 +809,31 @@ static void decode_one(decoder *d, const CUpti_Activity *a) {
         }
         return; /* a START alone is counted once its END pairs it */
     }
+    case CUPTI_ACTIVITY_KIND_MEMORY_POOL: {
+        /* a stream-ordered allocator's pool (cudaMallocAsync) created, trimmed, destroyed */
+        const cprof_cupti_mempool_t *m = (const void *)a;
+        uint64_t t = to_cprof(m->timestamp);
+        if (outside(d, t, t)) { s->dropped_outside++; return; }
+        if (!(r = new_record(d))) { s->dropped_decode++; return; }
+        int op = m->memoryPoolOperationType;
+        r->kind = CPROF_GPU_MEMORY;
+        r->sub = op == CUPTI_ACTIVITY_MEMORY_POOL_OPERATION_TYPE_DESTROYED ? 4
+                 : op == CUPTI_ACTIVITY_MEMORY_POOL_OPERATION_TYPE_TRIMMED ? 5 : 3;
+        r->start_ns = r->end_ns = t;
+        r->name_id = intern(r->sub == 4   ? "GPU memory pool destroyed"
+                            : r->sub == 5 ? "GPU memory pool trimmed"
+                                          : "GPU memory pool created");
+        r->correlation = m->correlationId;
+        r->device = m->deviceId;
+        r->pid = m->processId;
+        r->u.mem.bytes = r->sub == 4 ? 0 : (int64_t)m->size;
+        r->u.mem.address = m->address;
+        r->u.mem.memory_kind = m->memoryPoolType;
+        r->u.mem.utilized = r->sub == 4 ? 0 : m->utilizedSize;
+        break;
+    }
     default:
-        return; /* MEMORY_POOL and others: not decoded yet */
+        return; /* kinds not enabled by cprof */
     }
     s->nrecords++;
     s->per_kind[r->kind]++;

@@ -25,7 +25,8 @@ typedef struct cprof_gpu_record {
     uint32_t name_id;           /* kernel (demangled), API, copy kind or marker name */
     uint8_t kind;               /* enum cprof_gpu_kind */
     uint8_t sub;                /* memcpy: CUpti_ActivityMemcpyKind; sync: type; api: cprof_api_cat;
-                                   memory: 1 alloc / 2 release; overhead: kind index */
+                                   memory: 1 alloc / 2 release, pool 3 created / 4
+                                   destroyed / 5 trimmed; overhead: kind index */
     uint8_t src_kind, dst_kind; /* memcpy: CUpti_ActivityMemoryKind of each side */
     uint32_t correlation;
     uint32_t device, context, stream;
@@ -48,9 +49,12 @@ typedef struct cprof_gpu_record {
             uint64_t graph_node_id;
         } m;
         struct {
-            int64_t bytes;       /* memory: positive for alloc, negative for release */
+            int64_t bytes;       /* memory: positive for alloc, negative for release; pool
+                                  * (sub 3-5): the pool's size after the operation */
             uint64_t address;
-            uint32_t memory_kind;
+            uint32_t memory_kind; /* pool: CUpti_ActivityMemoryPoolType */
+            uint32_t pad;
+            uint64_t utilized;    /* pool: bytes of it in use */
         } mem;
         struct {
             uint32_t ret;        /* api: return code */

@@ -484,6 +484,12 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
     qsort(refs, n, sizeof *refs, by_time);
     size_t nspans = 0;
     int64_t mem_total[64] = {0};
+    /* memory pools (MEMORY_POOL): each pool's last size and use, summed per device */
+    struct {
+        uint64_t address, size, utilized;
+        uint32_t device;
+    } pools[64];
+    size_t npools = 0;
     /* a launch may start several GPU records (a graph launch: one per node); a flow id binds one
      * start to one finish, so the second and later get ids above any CUPTI correlation id */
     uint8_t *flow_used = calloc(n ? n : 1, 1);
@@ -571,6 +577,35 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
             break;
         case CPROF_GPU_MEMORY: {
             uint32_t d = r->device < 64 ? r->device : 63;
+            if (r->sub >= 3) { /* a pool created, trimmed or destroyed */
+                size_t p = 0;
+                while (p < npools && !(pools[p].address == r->u.mem.address &&
+                                       pools[p].device == r->device))
+                    p++;
+                if (p == npools && npools < 64) pools[npools++].address = r->u.mem.address;
+                if (p == npools) p = npools - 1; /* 64 pools: the last slot is shared */
+                pools[p].device = r->device;
+                pools[p].size = (uint64_t)r->u.mem.bytes;
+                pools[p].utilized = r->u.mem.utilized;
+                uint64_t size = 0, used = 0;
+                for (size_t q = 0; q < npools; q++)
+                    if (pools[q].device == r->device) {
+                        size += pools[q].size;
+                        used += pools[q].utilized;
+                    }
+                cprof_buf_puts(b, "{\"ph\":\"C\",\"name\":\"GPU memory pool (CUPTI)\",\"pid\":");
+                cprof_buf_u64(b, r->device);
+                cprof_buf_puts(b, ",\"tid\":0,\"ts\":");
+                cprof_buf_us3(b, ts);
+                cprof_buf_puts(b, ",\"args\":{\"pool bytes\":");
+                cprof_buf_u64(b, size);
+                cprof_buf_puts(b, ",\"utilized bytes\":");
+                cprof_buf_u64(b, used);
+                cprof_buf_puts(b, "}},\n");
+                w->events++;
+                maybe_flush(w);
+                break;
+            }
             mem_total[d] += r->u.mem.bytes;
             cprof_buf_puts(b, "{\"ph\":\"C\",\"name\":\"GPU memory (CUPTI)\",\"pid\":");
             cprof_buf_u64(b, r->device);

@@ -132,6 +132,24 @@ with warnings.catch_warnings(record=True) as caught:
             time.sleep(0.001)
         result["trace"] = str(p.trace_path)
         result["nvtx_env"] = os.environ.get("NVTX_INJECTION64_PATH")
+    elif scenario == "memory":  # MEMORY2 and MEMORY_POOL records with MEM
+        fake.fake_cupti_add_memory.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_uint64,
+                                               ctypes.c_uint64, ctypes.c_uint64,
+                                               ctypes.c_uint32, ctypes.c_uint32]
+        fake.fake_cupti_add_mempool.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_uint64,
+                                                ctypes.c_uint64, ctypes.c_uint64,
+                                                ctypes.c_uint64]
+        with cprof.ProfilerContext(output_dir=out_dir, profile_name="mem", verbose=False,
+                                   activities=["CPU", "CUDA", "MEM"], with_stack=False) as p:
+            t0 = C.now_ns() + 1000
+            # MEMORY_POOL: created 2 MiB, then 1 MiB in use, then trimmed to 1 MiB
+            fake.fake_cupti_add_mempool(1, 1, 0xA000, 2 << 20, 0, t0)
+            fake.fake_cupti_add_mempool(3, 1, 0xA000, 1 << 20, 1 << 20, t0 + 3000)
+            # MEMORY2 (op 1 allocation, 2 release; memory kind 3 device): 4 MiB then freed
+            fake.fake_cupti_add_memory(1, 3, 0xB000, 4 << 20, t0 + 1000, 7, 11)
+            fake.fake_cupti_add_memory(2, 3, 0xB000, 4 << 20, t0 + 2000, 7, 12)
+            time.sleep(0.002)
+        result["trace"] = str(p.trace_path)
     elif scenario == "teardown":  # run with and without CPROF_CUPTI_TEARDOWN=1
         fake.fake_cupti_subscribed.argtypes = [ctypes.POINTER(ctypes.c_uint32)]
         fake.fake_cupti_calls.argtypes = [ctypes.c_char_p]

@@ -306,6 +306,7 @@ SIGNATURES = {
     "fake_cupti_add_overhead": (c_int, [c_int, c_uint64, c_uint64, c_uint32]),
     "fake_cupti_add_memory": (c_int, [c_int, c_int, c_uint64, c_uint64, c_uint64, c_uint32,
                                       c_uint32]),
+    "fake_cupti_add_mempool": (c_int, [c_int, c_int, c_uint64, c_uint64, c_uint64, c_uint64]),
     "fake_cupti_add_external_correlation": (c_int, [c_int, c_uint64, c_uint32]),
     "fake_cupti_script_basic": (c_int, [c_uint64, c_uint32]),
 }

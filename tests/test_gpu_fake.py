@@ -286,6 +286,23 @@ def test_many_windows_no_leak_between_them(tmp_path, fake_so):
     assert res["zeroed_attr"] == 0
 
 
+def test_memory_records_become_counter_tracks(tmp_path, fake_so):
+    """MEM: MEMORY2 allocations/releases as the "GPU memory (CUPTI)" counter, MEMORY_POOL
+    operations (cudaMallocAsync pools) as "GPU memory pool (CUPTI)", both on the device."""
+    res = run("memory", tmp_path, fake_so)
+    t = load_trace(res["trace"])
+    mem = [e for e in events(t, ph="C") if e["name"] == "GPU memory (CUPTI)"]
+    assert [e["args"]["allocated bytes"] for e in mem] == [4 << 20, 0]
+    pool = [e for e in events(t, ph="C") if e["name"] == "GPU memory pool (CUPTI)"]
+    assert [(e["args"]["pool bytes"], e["args"]["utilized bytes"]) for e in pool] == \
+        [(2 << 20, 0), (1 << 20, 1 << 20)]
+    assert {e["pid"] for e in mem + pool} == {0}
+    assert pool[1]["ts"] - pool[0]["ts"] == pytest.approx(3.0, abs=0.002)
+    assert mem[0]["ts"] - pool[0]["ts"] == pytest.approx(1.0, abs=0.002)
+    # the CPU side of MEM is there too
+    assert [e for e in events(t, ph="C") if e["name"] == "CPU memory"]
+
+
 def test_nvtx_ranges_and_injection_env(tmp_path, fake_so):
     res = run("nvtx", tmp_path, fake_so)
     assert res["nvtx_env"] == fake_so

@@ -1438,6 +1438,25 @@ FAKE_EXPORT int fake_cupti_add_memory(int op_type, int memory_kind, uint64_t add
     return add(&m, sizeof m);
 }
 
+/* A MEMORY_POOL record: op_type CUpti_ActivityMemoryPoolOperationType, pool_type
+ * CUpti_ActivityMemoryPoolType. */
+FAKE_EXPORT int fake_cupti_add_mempool(int op_type, int pool_type, uint64_t address,
+                                       uint64_t size, uint64_t utilized, uint64_t timestamp) {
+    CUpti_ActivityMemoryPool3 m;
+    memset(&m, 0, sizeof m);
+    m.kind = CUPTI_ACTIVITY_KIND_MEMORY_POOL;
+    m.memoryPoolOperationType = (CUpti_ActivityMemoryPoolOperationType)op_type;
+    m.memoryPoolType = (CUpti_ActivityMemoryPoolType)pool_type;
+    m.address = address;
+    m.size = size;
+    m.utilizedSize = utilized;
+    m.releaseThreshold = 0;
+    m.timestamp = timestamp;
+    m.processId = (uint32_t)getpid();
+    m.deviceId = 0;
+    return add(&m, sizeof m);
+}
+
 FAKE_EXPORT int fake_cupti_add_external_correlation(int external_kind, uint64_t external_id,
                                                     uint32_t correlation) {
     CUpti_ActivityExternalCorrelation x;
