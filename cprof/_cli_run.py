@@ -17,8 +17,9 @@ Options
   --activities LIST   comma-separated: CPU, GPU (alias CUDA), MEM, as ProfilerContext takes
                       them. Default: CPU, plus GPU when this machine can record it (see
                       ``cprof features``), so a CPU-only machine gets no warning. Asking for
-                      GPU where it cannot be recorded warns and records CPU. MEM: peak CPU RSS
-                      and CUPTI memory records; CUDA memory history and the memory_viz snapshot
+                      GPU where it cannot be recorded warns and records CPU. MEM: a CPU
+                      memory counter track (resident set, malloc'd bytes), its peaks, and
+                      CUPTI memory records; CUDA memory history and the memory_viz snapshot
                       need torch imported when the window opens, so only with --delay or
                       --capture-range opening it after the program imported torch.
   -o, --output-dir D  where the trace goes; default $CPROF_PROFILER_DIR, else
@@ -409,15 +410,10 @@ class _Session:
 
     def _report_written(self, exc_type):
         ctx, out = self.ctx, self.out
-        from .context import _fmt_size
+        from .context import _fmt_size, memory_line
         summary = getattr(ctx, "memory_summary", None)
         if summary:
-            parts = [f"peak CPU RSS {_fmt_size(summary['cpu_peak_rss_bytes'])}"]
-            if "cuda_peak_allocated_bytes" in summary:
-                parts.append(f"peak CUDA allocated "
-                             f"{_fmt_size(summary['cuda_peak_allocated_bytes'])}")
-                parts.append(f"reserved {_fmt_size(summary['cuda_peak_reserved_bytes'])}")
-            out.info("memory: " + ", ".join(parts))
+            out.info("memory: " + memory_line(summary))
         for path in ctx.memory_paths:
             out.info(f"memory snapshot written to {path} (open it at "
                      "https://pytorch.org/memory_viz)")

@@ -64,6 +64,19 @@ def normalize_activities(activities):
     return _normalize(activities, default=DEFAULT_ACTIVITIES)
 
 
+def memory_line(s):
+    """The memory summary in words: peak resident set in the window (the process's peak when
+    the window's was not sampled), peak malloc'd bytes, peak CUDA allocated / reserved."""
+    rss = s.get("cpu_peak_rss_window_bytes", s.get("cpu_peak_rss_bytes", 0))
+    parts = [f"peak CPU RSS {_fmt_size(rss)}"]
+    if "cpu_peak_malloc_bytes" in s:
+        parts.append(f"peak malloc'd {_fmt_size(s['cpu_peak_malloc_bytes'])}")
+    if "cuda_peak_allocated_bytes" in s:
+        parts.append(f"peak CUDA allocated {_fmt_size(s['cuda_peak_allocated_bytes'])}")
+        parts.append(f"reserved {_fmt_size(s['cuda_peak_reserved_bytes'])}")
+    return ", ".join(parts)
+
+
 def _fmt_size(n):
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
@@ -242,14 +255,7 @@ class ProfilerContext:
             return
         self.memory_summary = mem.get("summary")
         if self.verbose and self.memory_summary:
-            s = self.memory_summary
-            parts = [f"peak CPU RSS {_fmt_size(s.get('cpu_peak_rss_window_bytes', s['cpu_peak_rss_bytes']))}"]
-            if "cpu_peak_malloc_bytes" in s:
-                parts.append(f"peak malloc'd {_fmt_size(s['cpu_peak_malloc_bytes'])}")
-            if "cuda_peak_allocated_bytes" in s:
-                parts.append(f"peak CUDA allocated {_fmt_size(s['cuda_peak_allocated_bytes'])}")
-                parts.append(f"reserved {_fmt_size(s['cuda_peak_reserved_bytes'])}")
-            print("cprof: memory: " + ", ".join(parts), flush=True)
+            print("cprof: memory: " + memory_line(self.memory_summary), flush=True)
         if mem.get("snapshot") is None:
             return
         rank, _, _ = rank_info()  # always ranked, as seed 000 names it (one process: rank0)

@@ -52,6 +52,7 @@ $PY -c "import setuptools, wheel" 2>/dev/null || pip_install setuptools wheel
 if [ "${1:-}" = "--test" ]; then
   $PY -c "import pytest" 2>/dev/null || pip_install pytest
   $PY -c "import numpy" 2>/dev/null || pip_install numpy
+  $PY -c "import pyflakes" 2>/dev/null || pip_install pyflakes  # tests/test_py_lint.py
   # Holistic Trace Analysis reads our traces in a test; installed without touching torch
   $PY -c "import hta" 2>/dev/null || bash scripts/install_hta.sh || echo "setup: HTA not installed; its test will skip"
 fi
