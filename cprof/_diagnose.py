@@ -141,6 +141,20 @@ def diagnose(r):
                     f"{_fmt_us(g['dur_us'])} while the CPU ran {cpu!r}.",
                     device=dev["device"], util_pct=dev["util_pct"],
                     largest_gap_us=g["dur_us"], cpu_during_gap=cpu))
+    for m in r.get("memory_track", []):
+        if m.get("grows_every_step"):
+            out.append(_d(
+                "memory_growth", f"{m['series'].split(' (')[0]} grows every step", "medium",
+                f"{m['series']} is higher at the start of each of {m['steps']} steps: "
+                f"+{_fmt_bytes(m['per_step_bytes'])} per step, {_fmt_bytes(m['start_bytes'])} "
+                f"to {_fmt_bytes(m['end_bytes'])} over the window. Memory that grows step "
+                "after step is a leak (tensors kept across steps: a loss appended to a list "
+                "without .item() or .detach(), outputs that hold their autograd graph, a "
+                "growing cache) or a cache still warming up; profile more steps, and if it "
+                "keeps growing, find what holds it (a CUDA memory snapshot with "
+                "profile_memory, or gc.get_referrers).",
+                series=m["series"], steps=m["steps"], per_step_bytes=round(m["per_step_bytes"]),
+                growth_bytes=m["growth_bytes"], peak_bytes=m["peak_bytes"]))
     if not r.get("devices"):
         out.append(_d("cpu_only", "No GPU activity in this trace", "info",
                       "The trace holds CPU ranges only (no GPU was used or collected); the "

@@ -571,9 +571,29 @@ def _gaps(rep, gpu):
 
 
 def _memory(rep, gpu):
+    track = _memory_track(rep.get("memory_track") or [])
     rows = rep.get("memory") or []
     if not rows:
-        return _empty("no memory operations" if gpu else NO_GPU)
+        return track + _empty("no memory operations" if gpu else NO_GPU)
+    return track + _memory_ops(rows)
+
+
+def _memory_track(rows):
+    """Memory over the window (counter tracks / torch's [memory] events), when the trace has
+    them: start, peak, end, growth and growth per step."""
+    if not rows:
+        return ""
+
+    def b(v):
+        return (fmt_bytes(v), _f(v))
+    return _table([("Series", False), ("Samples", True), ("Start", True), ("Peak", True),
+                   ("End", True), ("Growth", True), ("Per step", True), ("Steps growing", True)],
+                  [[esc(r.get("series")), _num(r.get("samples")), b(r.get("start_bytes")),
+                    b(r.get("peak_bytes")), b(r.get("end_bytes")), b(r.get("growth_bytes")),
+                    b(r.get("per_step_bytes")), _num(r.get("steps_growing"))] for r in rows])
+
+
+def _memory_ops(rows):
 
     def flag(v):
         if isinstance(v, bool):

@@ -235,6 +235,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         self._lifecycle_owner = self  # what ends the window at SIGTERM / exit (_lifecycle)
         self.traces_ready = 0
         self.memory = None         # memory snapshot of the last window (profile_memory + CUDA)
+        self._mem_sampling = False  # the CPU memory sampler runs for this window (_glue)
         self.action_map = self._build_action_map()
 
     _CONFIG_DEFAULTS = dict(wait=3, warmup=1, active=3, repeat=1, skip_first=0,
@@ -478,6 +479,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
     # -- steps --
     def _enter_step(self):
         if self.record_steps:
+            if self._mem_sampling:  # the memory track's exact value at each step's start
+                _C.mem_sampler_sample()
             # closed by identity (a user's range opened in the step may still be open)
             self._step_range = _C.open_range(f"ProfilerStep#{self.step_num}", _C.CAT_STEP)
 

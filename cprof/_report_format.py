@@ -19,6 +19,11 @@ TABLES = [
         ("kind", "Kind", "str"), ("count", "Count", "int"), ("bytes", "Total", "bytes"),
         ("total_us", "Time (us)", "f3"), ("gbps", "GB/s", "f3"),
         ("pageable", "Pageable", "int"), ("small", "Small (<64KB)", "int")]),
+    ("memory_track", "Memory Over the Window", [
+        ("series", "Series", "str"), ("samples", "Samples", "int"),
+        ("start_bytes", "Start", "bytes"), ("peak_bytes", "Peak", "bytes"),
+        ("end_bytes", "End", "bytes"), ("growth_bytes", "Growth", "bytes"),
+        ("per_step_bytes", "Per step", "bytes"), ("steps_growing", "Steps growing", "int")]),
     ("devices", "GPU Utilisation", [
         ("device", "Device", "int"), ("stream", "Stream", "str"), ("busy_us", "Busy (us)", "f3"),
         ("util_pct", "Util (%)", "pct"), ("idle_us", "Idle (us)", "f3"),

@@ -295,6 +295,9 @@ int cprof_memsamp_start(uint64_t interval_ns, size_t cap);
 /* Stops it, takes a last sample and hands the samples over. 0 or CPROF_E_STATE (not running). */
 int cprof_memsamp_stop(cprof_mem_samples *out);
 int cprof_memsamp_running(void);
+/* One sample now, from the calling thread (a step boundary, so each step's start value is
+ * exact whatever the interval). 0 or CPROF_E_STATE (not running). Caller holds the GIL. */
+int cprof_memsamp_sample_now(void);
 
 typedef struct cprof_trace_meta {
     int64_t pid;

@@ -1,6 +1,7 @@
 /* The CPU memory counter track of profile_memory: a sampler thread that reads the process's
  * resident set (/proc/self/statm) and malloc's bytes in use (mallinfo2) at a fixed interval.
- * start/stop are called with the GIL held (one sampler per process); the sampler thread touches
+ * start/stop/sample_now are called with the GIL held (one sampler per process); sample_now (a
+ * step boundary) takes the sampler's lock, which its thread holds but while waiting; the thread touches
  * no Python object and allocates nothing: its sample array is allocated at start. When the array
  * is full it halves itself (each pair keeps its larger sample) and doubles the interval, so a long
  * window keeps its whole timeline and its peaks in bounded memory. */
@@ -159,6 +160,15 @@ int cprof_memsamp_start(uint64_t interval_ns, size_t cap) {
 }
 
 int cprof_memsamp_running(void) { return g.running; }
+
+int cprof_memsamp_sample_now(void) {
+    if (!g.running) return CPROF_E_STATE;
+    /* the sampler thread holds the lock except while it waits: its array is ours meanwhile */
+    pthread_mutex_lock(&g.lock);
+    take_sample();
+    pthread_mutex_unlock(&g.lock);
+    return CPROF_OK;
+}
 
 int cprof_memsamp_stop(cprof_mem_samples *out) {
     if (!g.running) return CPROF_E_STATE;

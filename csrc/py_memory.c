@@ -47,6 +47,13 @@ static PyObject *mem_stop(PyObject *m, PyObject *unused) {
     return res;
 }
 
+/* mem_sampler_sample(): a sample now (at a step boundary); False when the sampler is off */
+static PyObject *mem_sample(PyObject *m, PyObject *unused) {
+    (void)m;
+    (void)unused;
+    return PyBool_FromLong(cprof_memsamp_sample_now() == CPROF_OK);
+}
+
 static PyObject *mem_running(PyObject *m, PyObject *unused) {
     (void)m;
     (void)unused;
@@ -58,6 +65,8 @@ static PyMethodDef memory_methods[] = {
      "mem_sampler_start(interval_us, cap): starts the CPU memory sampler thread."},
     {"mem_sampler_stop", (PyCFunction)mem_stop, METH_NOARGS,
      "mem_sampler_stop() -> (samples bytes, info): stops it and returns its samples."},
+    {"mem_sampler_sample", (PyCFunction)mem_sample, METH_NOARGS,
+     "mem_sampler_sample() -> bool: one sample now (a step boundary), if the sampler runs."},
     {"mem_sampler_running", (PyCFunction)mem_running, METH_NOARGS,
      "True while the CPU memory sampler runs."},
     {NULL, NULL, 0, NULL},

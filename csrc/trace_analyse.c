@@ -687,6 +687,14 @@ int cprof_report_build(const cprof_trace *t, const cprof_report_opts *opts, cons
         cJSON_AddNumberToObject(s, "gpu_us", us(a.steps[i].gpu));
         cJSON_AddNumberToObject(s, "kernels", (double)a.steps[i].kernels);
     }
+    {
+        int64_t *starts = malloc((a.nsteps ? a.nsteps : 1) * sizeof *starts);
+        if (!starts) goto out;
+        for (size_t i = 0; i < a.nsteps; i++) starts[i] = a.steps[i].start;
+        int mrc = cprof_memory_report(t, starts, a.nsteps, root);
+        free(starts);
+        if (mrc) goto out;
+    }
     cJSON *cr = cJSON_AddObjectToObject(root, "compiled");
     cJSON_AddNumberToObject(cr, "regions", (double)a.regions);
     cJSON_AddNumberToObject(cr, "nested", (double)a.nested);

@@ -196,6 +196,20 @@ static int args_object(cprof_js *ps, cprof_tev *e) {
             rc = int_value(ps, &e->external_id);
         } else if (KEY(k, kn, "bytes")) {
             rc = int_value(ps, &e->bytes);
+        } else if (KEY(k, kn, "malloc in use bytes") || KEY(k, kn, "allocated bytes") ||
+                   KEY(k, kn, "Total Allocated") ||
+                   (KEY(k, kn, "resident bytes") && e->bytes == CPROF_TEV_NONE)) {
+            /* memory counters (cprof's CPU / GPU memory tracks, torch's [memory] events):
+             * their value, for trace_memory.c; malloc'd bytes win over the resident set */
+            rc = int_value(ps, &e->bytes);
+        } else if (KEY(k, kn, "Device Id")) { /* torch's [memory] events */
+            v = -1;
+            rc = int_value(ps, &v);
+            e->device = (int32_t)v;
+        } else if (KEY(k, kn, "Device Type")) { /* 0 CPU, 1 CUDA: kept in stream */
+            v = -1;
+            rc = int_value(ps, &v);
+            e->stream = (int32_t)v;
         } else if (KEY(k, kn, "device")) {
             v = -1;
             rc = int_value(ps, &v);

@@ -41,13 +41,15 @@ typedef struct cprof_tev {
     int64_t pid, tid;           /* CPROF_TEV_NONE when absent */
     int64_t correlation;        /* args.correlation; CPROF_TEV_NONE when absent */
     int64_t external_id;        /* args["External id"] */
-    int64_t bytes;              /* args.bytes */
+    int64_t bytes;              /* args.bytes; memory counters ("C" CPU / GPU memory, torch's
+                                 * "[memory]"): the value in bytes (trace_memory.c) */
     int64_t flow_id;            /* "id" of a flow event (numeric only) */
     uint64_t raw_off;           /* the event's JSON text: buffer offset and length */
     uint32_t raw_len;
     uint32_t name, cat;         /* string ids (0: absent) */
     uint32_t arg_name;          /* metadata events: args.name / args.labels */
-    int32_t device, stream;     /* args.device / args.stream; -1 absent */
+    int32_t device, stream;     /* args.device / args.stream; -1 absent; torch's "[memory]":
+                                 * "Device Id" / "Device Type" */
     int32_t sort_index;         /* metadata sort_index; -1 absent */
     cprof_tspan pid_at, ts_at, id_at; /* where those values sit in the raw text (len 0: absent) */
     uint8_t ph;                 /* 'X', 'B', 'E', 'i', 'I', 's', 't', 'f', 'M', 'C', ... 0: none */
@@ -162,6 +164,13 @@ int cprof_gaps_report(const cprof_trace *t, const cprof_report_opts *o, int64_t 
 int cprof_trace_is_gpu_op(const cprof_tev *e);
 /* A CPU-side wait for the GPU: a CUPTI sync record or a *Synchronize API call. */
 int cprof_trace_is_sync(const cprof_trace *t, const cprof_tev *e);
+
+/* ---- trace_memory.c ---- */
+/* Adds "memory_track" to root: one row per memory series (cprof's CPU / CUPTI GPU counters,
+ * torch's "[memory]" events by device) with start, min, peak, end, growth, and the growth
+ * from step to step measured at the nsteps step_starts (any order). */
+int cprof_memory_report(const cprof_trace *t, const int64_t *step_starts, size_t nsteps,
+                        struct cJSON *root);
 
 /* ---- trace_merge.c ---- */
 /* Writes the traces of one job (already loaded with keep_text) as one trace through sink:

@@ -432,3 +432,98 @@ def test_merged_file_with_several_windows_per_rank_reports_each_rank_once(tmp_pa
     for x in doc["reports"]:
         assert x["kernels_total"]["instances"] == 24  # 2 windows x 6 steps x 2 kernels
         assert all(s["kernels"] == 2 for s in x["steps"])
+
+
+# ---- memory over the window ----
+
+def _memory_trace(path, values_by_step, steps_us=1000, name="CPU memory", ph="C",
+                  key="malloc in use bytes", pid=1, extra_args=None):
+    """A trace with ProfilerStep#N ranges and one memory sample inside each step."""
+    evs = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}}]
+    for i, v in enumerate(values_by_step):
+        t0 = 1000 + i * steps_us
+        evs.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1,
+                    "tid": 1, "ts": t0, "dur": steps_us - 10})
+        args = {key: v}
+        args.update(extra_args or {})
+        evs.append({"ph": ph, "name": name, "pid": pid, "tid": 0, "ts": t0 + steps_us / 2,
+                    "args": args})
+    with open(path, "w") as f:
+        json.dump({"traceEvents": evs}, f)
+    return path
+
+
+def _report(path):
+    doc = json.loads(cprof("report", path, "--format", "json").stdout)
+    return doc["reports"][0] if "reports" in doc else doc, doc
+
+
+def _diag_ids(doc):
+    r = doc["reports"][0] if "reports" in doc else doc
+    return [d["id"] for d in doc.get("diagnoses", r.get("diagnoses", []))]
+
+
+def test_memory_growing_every_step_is_diagnosed(tmp_path):
+    mib = 1 << 20
+    rep, doc = _report(_memory_trace(tmp_path / "leak.json", [100 * mib + i * 4 * mib
+                                                              for i in range(6)]))
+    (m,) = rep["memory_track"]
+    assert m["series"].startswith("CPU memory (cprof")
+    assert (m["samples"], m["start_bytes"], m["end_bytes"]) == (6, 100 * mib, 120 * mib)
+    assert m["peak_bytes"] == 120 * mib and m["growth_bytes"] == 20 * mib
+    # measured at each step's start: the value of the step before (the first step has none)
+    assert m["steps"] == 5 and m["steps_growing"] == 4 and m["per_step_bytes"] == 4 * mib
+    assert m["grows_every_step"] is True
+    assert "memory_growth" in _diag_ids(doc)
+    text = cprof("report", tmp_path / "leak.json").stdout
+    assert "Memory Over the Window" in text and "grows every step" in text
+
+
+@pytest.mark.parametrize("values", [
+    [100, 140, 100, 140, 100, 140, 100],   # allocated and freed each step: a sawtooth
+    [100, 101, 101, 101, 101, 101, 101],   # warmed up after the first step
+    [100, 100.1, 100.2, 100.3, 100.4, 100.5, 100.6],  # grows, but under 1 MiB in all
+])
+def test_memory_that_does_not_grow_every_step_is_not_diagnosed(tmp_path, values):
+    mib = 1 << 20
+    rep, doc = _report(_memory_trace(tmp_path / "ok.json", [int(v * mib) for v in values]))
+    assert rep["memory_track"][0]["grows_every_step"] is False
+    assert "memory_growth" not in _diag_ids(doc)
+
+
+def test_memory_series_of_torch_and_cuda_counters(tmp_path):
+    """torch.profiler's [memory] events (by device type and id) and cprof's CUPTI counter are
+    series of their own; a trace without memory data has an empty memory_track."""
+    mib = 1 << 20
+    rep, doc = _report(_memory_trace(
+        tmp_path / "torch.json", [i * 8 * mib for i in range(1, 7)], name="[memory]", ph="i",
+        key="Total Allocated", extra_args={"Device Type": 1, "Device Id": 0, "Bytes": 8 * mib}))
+    (m,) = rep["memory_track"]
+    assert m["series"] == "GPU memory (torch: allocated), GPU 0" and m["device"] == 0
+    assert m["grows_every_step"] is True
+    rep, _ = _report(_memory_trace(tmp_path / "cupti.json", [mib] * 6,
+                                   name="GPU memory (CUPTI)", key="allocated bytes", pid=0))
+    (m,) = rep["memory_track"]
+    assert m["series"] == "GPU memory (CUPTI: allocated), GPU 0" and m["growth_bytes"] == 0
+    rep, _ = _report(_memory_trace(tmp_path / "none.json", [1] * 3, name="something else"))
+    assert rep["memory_track"] == []
+
+
+def test_real_leak_in_a_cprof_and_a_torch_trace(tmp_path):
+    """End to end: a training-loop-like program that keeps 4 MiB per step, profiled by cprof
+    (profile_memory: the sampled CPU track) and by torch.profiler (its [memory] events)."""
+    torch = pytest.importorskip("torch")
+    import cprof as cp
+    keep = []
+    for prof_mod, act in ((cp, cp.ProfilerActivity.CPU),
+                          (torch.profiler, torch.profiler.ProfilerActivity.CPU)):
+        with prof_mod.profile(activities=[act], profile_memory=True, schedule=prof_mod.schedule(
+                wait=0, warmup=1, active=6, repeat=1)) as p:
+            for _ in range(8):
+                keep.append(torch.ones(1 << 20))
+                p.step()
+        path = str(tmp_path / f"{prof_mod.__name__.replace('.', '_')}.json")
+        p.export_chrome_trace(path)
+        rep, doc = _report(path)
+        assert any(m["grows_every_step"] for m in rep["memory_track"]), rep["memory_track"]
+        assert "memory_growth" in _diag_ids(doc)

@@ -837,6 +837,9 @@ def test_memory_track_only_with_profile_memory_and_one_per_window(tmp_path):
         # transition, just before ProfilerStep opens), not at the 3 ms warmup step discarded
         assert min(e["ts"] for e in steps) - 1500 <= track[0]["ts"]
         assert track[-1]["ts"] <= window["ts"] + window["dur"] + 1
+        # a sample at each step's start, whatever the interval: step-to-step growth is exact
+        for st in steps:
+            assert any(st["ts"] - 100 <= e["ts"] <= st["ts"] for e in track), st["name"]
     assert not _C.mem_sampler_running()
 
 
