@@ -222,7 +222,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         self.collected_activities, self._notes = (None, {})
         self._window = None        # the open window, if any
         self._last = None          # the last closed window, kept until the next one opens
-        self._prepared_at = None   # the step whose transition opened the current window
+        self._prepared_at = None   # the transition that opened the current window
+        self._transitions = 0      # transitions run (start, each step, stop)
         self._unsaved = None       # a window whose on_trace_ready raised, kept one cycle more
         self._warmup_window = False
         self._step_range = None
@@ -471,6 +472,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         of them, so the profiler stays consistent (the next window opens) and the window's
         data stays available for export_chrome_trace."""
         self._pending_error = None
+        self._transitions += 1
         self._transit(prev, cur)
         err, self._pending_error = self._pending_error, None
         if err is not None:
@@ -533,7 +535,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                               GpuUnavailableWarning, stacklevel=_outside_cprof())
         self._window = w
         self._warmup_window = True
-        self._prepared_at = self.step_num
+        self._prepared_at = self._transitions
         try:
             self._install_glue()
         except BaseException:
@@ -551,9 +553,10 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
     def _start_trace(self):
         if self._window is None:
             self._prepare_trace()
-        elif self._warmup_window and self._prepared_at != self.step_num:
+        elif self._warmup_window and self._prepared_at != self._transitions:
             # warmup collected into this window: discard it, keep collection running (not
-            # when it was prepared in this very transition: nothing to discard)
+            # when it was prepared in this very transition: nothing to discard; a stop() in
+            # the step that began the warmup has that step's work to discard)
             self._window.restart()
             self._window.config = self._config()
             if not self._window.gpu:
@@ -657,10 +660,12 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             f"cprof.profile: nothing to {what}: no window has finished"
             + (f" ({why})" if not self.enabled else ""))
 
-    def export_chrome_trace(self, path):
+    def export_chrome_trace(self, path, use_python_export=False):
         """Writes the last finished window as a Kineto-compatible Chrome trace; gzip when the
         path ends in .gz. An existing file at path is replaced (as torch.profiler does).
-        Returns the path written."""
+        Returns the path written. use_python_export is torch's switch between its C++ and
+        Python writers (torch.profiler.tensorboard_trace_handler passes it): cprof has one
+        writer, in C, and takes the argument so torch's handler works unchanged."""
         w = self._data("export")
         path = os.fspath(path)
         if not is_stream(path):  # /dev/null: written into, its directory need not be writable

@@ -9,6 +9,7 @@ import json
 from collections import namedtuple
 
 _CPU_CATS = {0: "user_annotation", 1: "cpu_op", 2: "python_function", 3: "user_annotation"}
+_CAT_STEP = 3  # ProfilerStep#N ranges (cprof.profile's steps)
 _GPU_WORK = ("kernel", "memcpy", "memset")
 _LAUNCH = ("runtime", "driver")
 _GPU_CATS = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset",
@@ -30,7 +31,7 @@ class ProfilerEvent:
     __slots__ = ("name", "category", "device_type", "thread", "start_us", "end_us", "depth",
                  "stream", "device", "correlation", "truncated", "self_cpu_time_total",
                  "device_time_total", "self_device_time_total", "input_shapes", "input_types",
-                 "stack", "_ns", "_parent", "cpu_parent", "cpu_children", "id")
+                 "stack", "_ns", "_parent", "cpu_parent", "cpu_children", "id", "step_name")
 
     def __init__(self, name, category, device_type, thread, start_us, end_us, depth=0,
                  stream=None, device=None, correlation=None, truncated=False,
@@ -46,6 +47,7 @@ class ProfilerEvent:
         self.device = device
         self.correlation = correlation
         self.truncated = truncated
+        self.step_name = None    # "ProfilerStep#N" of a step (its name is "ProfilerStep*")
         # record_shapes: torch.profiler's "Input Dims" / "Input type" of the call ([] if none)
         self.input_shapes = input_shapes if input_shapes is not None else []
         self.input_types = input_types if input_types is not None else []
@@ -99,9 +101,15 @@ def _build(window):
             if got is None:
                 got = parsed[frag] = _shapes_of(frag)
             shapes, types = got
+        step_name = None
+        if cat == _CAT_STEP and name.startswith("ProfilerStep#"):
+            # torch.profiler's events() and key_averages() name every step "ProfilerStep*"
+            # (one row of N calls); the number stays in step_name (the trace keeps "#N")
+            step_name, name = name, "ProfilerStep*"
         ev = ProfilerEvent(name, _CPU_CATS.get(cat, "user_annotation"), "CPU", tid,
                            begin / 1000.0 + off_us, end / 1000.0 + off_us, depth,
                            truncated=bool(trunc), input_shapes=shapes, input_types=types)
+        ev.step_name = step_name
         ev._ns = (begin, end)
         cpu.append(ev)
         by_thread.setdefault(tid, []).append(ev)

@@ -20,8 +20,7 @@ CPU = [cprof.ProfilerActivity.CPU]
 
 
 def steps_of(events):
-    return sorted(int(e.name.split("#")[1]) for e in events
-                  if e.name.startswith("ProfilerStep#"))
+    return sorted(int(e.step_name.split("#")[1]) for e in events if e.step_name)
 
 
 # ---- schedule semantics ----
@@ -453,6 +452,68 @@ def test_exception_in_profiled_code_keeps_the_window(tmp_path):
 
 
 # ---- results ----
+
+def test_steps_are_one_row_as_torch_names_them():
+    """torch.profiler's events() and key_averages() call every step "ProfilerStep*" (one row of
+    N calls); the trace keeps ProfilerStep#N, and cprof's events keep the number in
+    step_name."""
+    rows = {}
+    for mod in (cprof, tprof):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with mod.profile(activities=[mod.ProfilerActivity.CPU],
+                             schedule=mod.schedule(wait=0, warmup=1, active=3, repeat=1)) as p:
+                for i in range(5):
+                    with torch.profiler.record_function("fwd"):
+                        pass
+                    p.step()
+        rows[mod] = {r.key: r.count for r in p.key_averages()
+                     if r.key in ("ProfilerStep*", "fwd")}
+        assert not any("#" in e.name for e in p.events() if "ProfilerStep" in e.name)
+    assert rows[cprof] == rows[tprof] == {"ProfilerStep*": 3, "fwd": 3}
+    with cprof.profile(activities=CPU, schedule=cprof.schedule(wait=0, warmup=0, active=2,
+                                                               repeat=1)) as p:
+        for _ in range(2):
+            p.step()
+    assert [e.step_name for e in p.events() if e.name == "ProfilerStep*"] == [
+        "ProfilerStep#0", "ProfilerStep#1"]
+
+
+def test_stop_during_warmup_discards_it_as_torch_does():
+    """stop() (or the with-block's end) in a warmup step: torch starts and stops the trace,
+    so the last results are an empty window, never the warmup's data."""
+    names = {}
+    for mod in (cprof, tprof):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            p = mod.profile(activities=[mod.ProfilerActivity.CPU],
+                            schedule=mod.schedule(wait=1, warmup=1, active=1))
+            p.start()
+            for i in range(4):
+                with torch.profiler.record_function(f"s{i}"):
+                    pass
+                p.step()
+            with torch.profiler.record_function("tail_in_warmup"):
+                pass
+            p.stop()
+        names[mod] = [e.name for e in p.events()]
+    assert names[cprof] == names[tprof] == []
+
+
+def test_torch_tensorboard_handler_works_with_cprof(tmp_path):
+    """Only the import changed: torch's own tensorboard_trace_handler calls
+    export_chrome_trace(path, use_python_export=...)."""
+    with cprof.profile(activities=CPU, schedule=cprof.schedule(wait=0, warmup=0, active=1,
+                                                               repeat=1),
+                       on_trace_ready=tprof.tensorboard_trace_handler(str(tmp_path),
+                                                                      worker_name="w")) as p:
+        with cprof.range("x"):
+            pass
+        p.step()
+    (f,) = os.listdir(tmp_path)
+    assert f.startswith("w.") and f.endswith(".pt.trace.json")
+    assert "x" in {e["name"] for e in ranges_of(load_trace(tmp_path / f))}
+
 
 def test_key_averages_table():
     with cprof.profile(activities=CPU) as p:
