@@ -204,6 +204,9 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         self.record_ops = bool(record_ops) and "CPU" in self.activities
         self.buffer_size_mb = buffer_size_mb
         self.strict = bool(strict)
+        # acc_events: events() / key_averages() cover every window so far, as torch's do
+        self.acc_events = bool(acc_events)
+        self._acc = []              # the finished windows' events (acc_events)
         self.enabled = _rank_selected(ranks)
         self.ranks = ranks
         self._api = _api
@@ -589,6 +592,9 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         self._release_unsaved()
         self._release_last()
         self._last = w
+        if self.acc_events:  # parsed now: the window's data goes when the next one opens
+            from ._results import events_of
+            self._acc.extend(events_of(w))
 
     def _trace_ready(self):
         self.traces_ready += 1
@@ -699,7 +705,9 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         """Every event of the last finished window: CPU ranges and GPU activity, as
         cprof.ProfilerEvent objects (name, category, device_type, thread, start_us, end_us,
         duration_us, ...)."""
-        from ._results import events_of
+        from ._results import EventList, events_of
+        if self.acc_events and self._acc:
+            return EventList(self._acc)
         return events_of(self._data("list events"))
 
     def key_averages(self, group_by_input_shape=False, group_by_stack_n=0):
@@ -707,7 +715,9 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         .table(sort_by=..., row_limit=...) prints them as torch.profiler does.
         group_by_input_shape (record_shapes) and group_by_stack_n (with_stack) split the rows
         by input shapes and by the innermost Python frames, as torch.profiler's do."""
-        from ._results import key_averages
+        from ._results import EventList, key_averages
+        if self.acc_events and self._acc:
+            return EventList(self._acc).key_averages(group_by_input_shape, group_by_stack_n)
         return key_averages(self._data("average"), group_by_input_shape=group_by_input_shape,
                             group_by_stack_n=group_by_stack_n)
 

@@ -82,8 +82,9 @@ class ProfilerEvent:
 
 def events_of(window):
     """All events of a finished window, CPU ranges first (per thread, in begin order), then
-    GPU records; CPU events carry self CPU time and the CUDA time they launched."""
-    return _build(window)[0]
+    GPU records; CPU events carry self CPU time and the CUDA time they launched. An EventList
+    (table(), key_averages(), total_average()), as torch's events()."""
+    return EventList(_build(window)[0])
 
 
 def _build(window):
@@ -262,7 +263,8 @@ UNRECORDED_KEYS = ("cpu_memory_usage", "self_cpu_memory_usage", "cuda_memory_usa
 
 
 class EventList(list):
-    """A list of FunctionEventAvg with torch.profiler's table()."""
+    """A list of FunctionEventAvg (key_averages()) or of ProfilerEvent (events()) with
+    torch.profiler's table(), total_average() and, for events, key_averages()."""
 
     def table(self, sort_by=None, row_limit=100, max_name_column_width=55, header=None,
               top_level_events_only=False, max_src_column_width=75,
@@ -298,6 +300,20 @@ class EventList(list):
     def self_cpu_time_total(self):
         """Self CPU time of every row, microseconds (torch's EventList attribute)."""
         return sum(r.self_cpu_time_total for r in self)
+
+    def key_averages(self, group_by_input_shape=False, group_by_stack_n=0):
+        """Per-name averages of these events (a list events() returned), as torch's
+        EventList.key_averages."""
+        if (not isinstance(group_by_stack_n, int) or isinstance(group_by_stack_n, bool)
+                or group_by_stack_n < 0):
+            raise ValueError(f"cprof: group_by_stack_n must be an int >= 0, got "
+                             f"{group_by_stack_n!r}")
+        if any(isinstance(e, FunctionEventAvg) for e in self):
+            raise TypeError("cprof: these rows are averages already (key_averages() "
+                            "returned them); call key_averages() on events()")
+        cpu = [e for e in self if e.device_type == "CPU"]
+        gpu = [e for e in self if e.device_type != "CPU"]
+        return average(cpu, gpu, group_by_input_shape, group_by_stack_n)
 
     def total_average(self):
         """One FunctionEventAvg summing every row (key "Total"), as torch's."""
@@ -377,6 +393,11 @@ def key_averages(window, group_by_input_shape=False, group_by_stack_n=0):
         raise ValueError(f"cprof: group_by_stack_n must be an int >= 0, got "
                          f"{group_by_stack_n!r}")
     _, cpu, gpu = _build(window)
+    return average(cpu, gpu, group_by_input_shape, group_by_stack_n)
+
+
+def average(cpu, gpu, group_by_input_shape=False, group_by_stack_n=0):
+    """key_averages over lists of CPU events and GPU events (ProfilerEvent)."""
     groups = {}
 
     def add(device, name, cpu_total, self_cpu, dev_total, self_dev, shapes=None, stack=()):

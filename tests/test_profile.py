@@ -479,6 +479,42 @@ def test_steps_are_one_row_as_torch_names_them():
         "ProfilerStep#0", "ProfilerStep#1"]
 
 
+def test_acc_events_keeps_every_window_as_torch_does():
+    counts = {}
+    for mod in (cprof, tprof):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with mod.profile(activities=[mod.ProfilerActivity.CPU], acc_events=True,
+                             schedule=mod.schedule(wait=0, warmup=0, active=1, repeat=3)) as p:
+                for i in range(4):
+                    with torch.profiler.record_function("w"):
+                        pass
+                    p.step()
+        counts[mod] = ({r.key: r.count for r in p.key_averages()}.get("w"),
+                       sum(e.name == "w" for e in p.events()))
+    assert counts[cprof] == counts[tprof] == (3, 3)
+
+
+def test_events_is_an_event_list_as_torch_returns():
+    with cprof.profile(activities=CPU) as p:
+        for _ in range(3):
+            with cprof.range("a"):
+                with cprof.range("b"):
+                    pass
+    ev = p.events()
+    lines = ev.table(row_limit=10).splitlines()
+    rows = [ln.split()[0] for ln in lines[3:-2]]  # between the header's rules and the last
+    assert sorted(rows) == ["a", "a", "a", "b", "b", "b"]  # one row per event, as torch's
+    avg = {r.key: r for r in ev.key_averages()}
+    assert avg["a"].count == 3 and avg["b"].count == 3
+    assert avg["a"].cpu_time_total == pytest.approx(sum(e.duration_us for e in ev
+                                                        if e.name == "a"))
+    assert ev.total_average().count == 6
+    assert ev.self_cpu_time_total == pytest.approx(sum(e.self_cpu_time_total for e in ev))
+    with pytest.raises(TypeError, match="averages already"):
+        p.key_averages().key_averages()
+
+
 def test_stop_during_warmup_discards_it_as_torch_does():
     """stop() (or the with-block's end) in a warmup step: torch starts and stops the trace,
     so the last results are an empty window, never the warmup's data."""
