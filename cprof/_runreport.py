@@ -12,18 +12,49 @@ DOMAINS = {0: "model", 1: "engine"}
 
 
 def _ordered(avgs, order):
-    """Canonical buckets first, in their order, then every other bucket by name."""
+    """Canonical buckets first, in their order, then "others"."""
     keys = [b for b in order if b in avgs] + sorted(b for b in avgs if b not in order)
     return {k: avgs[k] for k in keys}
 
 
-def _bucket_avgs(owner, run_lo, run_hi, steps, kv_lo=-INF, kv_hi=INF):
+def canonical_bucket(domain, name):
+    """(domain, canonical name) of a timed bucket, as seed 003's profiler keys them: case and
+    surrounding space folded; a "model." / "engine." prefix names the domain when the rest is
+    one of its canonical buckets ("engine.prefill" -> engine "prefill"); a canonical name of
+    one domain only goes to that domain whatever timer recorded it ("decode" is the engine's).
+    Unknown names: (the timer's domain, None), compacted into "others"."""
     from .runprof import ENGINE_BUCKET_ORDER, MODEL_BUCKET_ORDER
-    model, engine = {}, {}
+    n = name.strip().lower()
+    for prefix, dom, order in (("model.", "model", MODEL_BUCKET_ORDER),
+                               ("engine.", "engine", ENGINE_BUCKET_ORDER)):
+        if n.startswith(prefix) and n[len(prefix):] in order and n not in order:
+            return dom, n[len(prefix):]
+    in_model, in_engine = n in MODEL_BUCKET_ORDER, n in ENGINE_BUCKET_ORDER
+    if in_model and in_engine:
+        return domain, n
+    if in_model:
+        return "model", n
+    if in_engine:
+        return "engine", n
+    return domain, None
+
+
+def _bucket_avgs(owner, run_lo, run_hi, steps, kv_lo=-INF, kv_hi=INF, others=None):
+    """Average ms per step of each canonical bucket, in canonical order, then "others" (the
+    unknown buckets summed, as seed 003 compacts them); others, if given, gets each unknown
+    bucket's own average by domain, so no name is lost."""
+    from .runprof import ENGINE_BUCKET_ORDER, MODEL_BUCKET_ORDER
+    avgs = {"model": {}, "engine": {}}
     for domain, name, total_ns, _ in _C.rs_buckets(owner, run_lo, run_hi, kv_lo, kv_hi):
+        dom, canon = canonical_bucket(DOMAINS[domain], name)
         avg = total_ns / steps / 1e6 if steps else None
-        (model if domain == 0 else engine)[name] = avg
-    return _ordered(model, MODEL_BUCKET_ORDER), _ordered(engine, ENGINE_BUCKET_ORDER)
+        key = canon if canon is not None else "others"
+        if canon is None and others is not None:
+            others[dom][name] = avg
+        prev = avgs[dom].get(key)
+        avgs[dom][key] = avg if prev is None else (prev + avg if avg is not None else prev)
+    return _ordered(avgs["model"], MODEL_BUCKET_ORDER), _ordered(avgs["engine"],
+                                                                 ENGINE_BUCKET_ORDER)
 
 
 def _stats(owner, run_lo, run_hi, kv_lo=-INF, kv_hi=INF):
@@ -64,7 +95,8 @@ def build_summary(prof):
     last = len(prof.runs)
     # measured runs are those at index >= warmup_runs: one contiguous selection
     stats = _stats(owner, first, last)
-    model, engine = _bucket_avgs(owner, first, last, stats["steps"])
+    others = {"model": {}, "engine": {}}
+    model, engine = _bucket_avgs(owner, first, last, stats["steps"], others=others)
     per_run = []
     for r in runs:
         rs = _stats(owner, r.index, r.index + 1)
@@ -114,6 +146,8 @@ def build_summary(prof):
             "runs_recorded": len(runs), "runs_measured": len(measured),
             "warmup_runs": cfg.warmup_runs, "num_total_runs": cfg.num_total_runs,
             "note": note,
+            # what the buckets' "others" holds: each unknown bucket's avg ms per step, by name
+            "buckets_others_ms": {dom: dict(sorted(v.items())) for dom, v in others.items()},
         },
         "stats": stats,
         "buckets_model_avg_ms": model,
@@ -135,7 +169,7 @@ def _pm(d, digits=3):
         f"{d['mean']:.{digits}f}"
 
 
-def _bucket_table(title, avgs, step_mean):
+def _bucket_table(title, avgs, step_mean, others=None):
     lines = [f"## {title}", ""]
     if not avgs:
         return lines + ["No bucket was timed (enable the domain's profiling and time regions "
@@ -147,6 +181,9 @@ def _bucket_table(title, avgs, step_mean):
     total = sum(v for v in avgs.values() if v is not None)
     share = f"{100 * total / step_mean:.1f}%" if step_mean else "—"
     lines += [f"| **total** | {_f(total)} | {share} |", ""]
+    if others:
+        lines += ["`others` holds buckets outside the canonical list: " + ", ".join(
+            f"`{n}` {_f(v)} ms" for n, v in others.items()) + ".", ""]
     return lines
 
 
@@ -167,8 +204,11 @@ def render_markdown(s):
               f"{_f(st['p90_ms'])} | {_f(st['p99_ms'])} | {_f(st['tok_per_s'], 1)} | "
               f"{st['tokens']} | {_f(st['time_ms'])} |", "",
               f"Percentiles: {m['percentile_method']}.", ""]
-    lines += _bucket_table("Model buckets", s["buckets_model_avg_ms"], st["mean_ms"])
-    lines += _bucket_table("Engine buckets", s["buckets_engine_avg_ms"], st["mean_ms"])
+    others = m.get("buckets_others_ms") or {}
+    lines += _bucket_table("Model buckets", s["buckets_model_avg_ms"], st["mean_ms"],
+                           others.get("model"))
+    lines += _bucket_table("Engine buckets", s["buckets_engine_avg_ms"], st["mean_ms"],
+                           others.get("engine"))
     lines += ["## Per-run overview", "",
               "| Run | Label | Bsz | Warmup | Steps | Tokens | Mean ms | P90 ms | Tok/s |",
               "|---:|---|---:|---|---:|---:|---:|---:|---:|"]

@@ -225,26 +225,46 @@ def test_across_run_sample_std(tmp_path):
 def test_gating(tmp_path):
     prof = make(tmp_path, warmup_runs=1, model_profiling=True, engine_profiling=False)
     # outside any step: nothing recorded
-    with cprof.cuda_bucket_timer("outside"):
+    with cprof.cuda_bucket_timer("norm"):
         pass
-    run_steps(prof, [0.1], buckets=["in.warmup"])   # warmup run: timers gated
-    run_steps(prof, [0.1], buckets=["measured"])
+    run_steps(prof, [0.1], buckets=["lm_head"])   # warmup run: timers gated
+    run_steps(prof, [0.1], buckets=["embed"])
     prof.begin_run()
     with prof.step_timing_ctx():
-        with cprof.cpu_bucket_timer("engine.off"):  # engine domain off
+        with cprof.cpu_bucket_timer("prefill"):  # engine domain off
             pass
     prof.end_run()
     s = prof.summary()
-    assert list(s["buckets_model_avg_ms"]) == ["measured"]
+    assert list(s["buckets_model_avg_ms"]) == ["embed"]
     assert s["buckets_engine_avg_ms"] == {}
     assert C.timers_counts()["pending"] == 0
 
 
-def test_unknown_buckets_kept_after_canonical(tmp_path):
+def test_unknown_buckets_compacted_into_others_after_canonical(tmp_path):
+    """Seed 003: buckets are canonicalised and aggregated by domain, unknown keys compacted
+    into "others" after the canonical ones; what "others" holds is kept by name apart."""
     prof = make(tmp_path, warmup_runs=0, model_profiling=True)
     run_steps(prof, [0.1], buckets=["zzz.custom", "mlp.down_proj", "embed", "aaa.custom"])
-    assert list(prof.summary()["buckets_model_avg_ms"]) == ["embed", "mlp.down_proj",
-                                                             "aaa.custom", "zzz.custom"]
+    s = prof.summary()
+    assert list(s["buckets_model_avg_ms"]) == ["embed", "mlp.down_proj", "others"]
+    detail = s["meta"]["buckets_others_ms"]["model"]
+    assert list(detail) == ["aaa.custom", "zzz.custom"]
+    assert s["buckets_model_avg_ms"]["others"] == pytest.approx(sum(detail.values()))
+    assert list(s["runs"][0]["buckets_model_avg_ms"]) == ["embed", "mlp.down_proj", "others"]
+    assert "others" in s["runs_aggregate"]["buckets_model_avg_ms"]
+
+
+def test_bucket_names_are_canonicalised_by_domain():
+    from cprof._runreport import canonical_bucket
+    assert canonical_bucket("model", " ATTN.QKV_PROJ ") == ("model", "attn.qkv_proj")
+    assert canonical_bucket("engine", "engine.prefill") == ("engine", "prefill")
+    assert canonical_bucket("model", "engine.decode") == ("engine", "decode")
+    assert canonical_bucket("model", "model.embed") == ("model", "embed")
+    assert canonical_bucket("engine", "engine.sampling") == ("engine", "engine.sampling")
+    assert canonical_bucket("model", "decode") == ("engine", "decode")  # the engine's only
+    assert canonical_bucket("engine", "communication") == ("engine", "communication")  # both
+    assert canonical_bucket("model", "communication") == ("model", "communication")
+    assert canonical_bucket("model", "my.custom") == ("model", None)
 
 
 def test_two_profilers_keep_their_steps_apart(tmp_path):
