@@ -8,7 +8,7 @@ Configurations, interleaved over rounds (the order rotates each round), medians 
 
   none            no profiler
   cprof:ops       cprof.profile(activities=[CPU], record_ops=True)
-  cprof:no_ops    cprof.profile(activities=[CPU]) (the default: no operators)
+  cprof:no_ops    cprof.profile(activities=[CPU], record_ops=False) (no operators)
   torch           torch.profiler.profile(activities=[CPU])
 
 Only the loop is timed (not opening, closing or exporting). cprof must be imported before
@@ -44,7 +44,7 @@ def run(torch, config, n, a, b):
         elif config == "cprof:ops":
             prof = cprof.profile(activities=["CPU"], record_ops=True)
         elif config == "cprof:no_ops":
-            prof = cprof.profile(activities=["CPU"])
+            prof = cprof.profile(activities=["CPU"], record_ops=False)
         else:
             prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
         with warnings.catch_warnings():

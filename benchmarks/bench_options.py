@@ -10,7 +10,8 @@ Configurations (cprof.profile vs torch.profiler.profile with the same option):
   none            no profiler
   base            activities only (CPU, + CUDA on cuda); torch.profiler records its operators
   ops             cprof: base + record_ops=True, torch's operators as torch.profiler records
-                  them (torch.profiler has no switch: its column repeats base)
+                  them: cprof.profile's default (torch.profiler has no switch: its column
+                  repeats base)
   stack           + with_stack
   modules         + with_modules
   shapes          + record_shapes (cprof: module calls with shapes)
@@ -44,14 +45,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 clock = time.perf_counter
 
+# cprof rows other than "ops" pass record_ops=False (cprof.profile's default records torch's
+# operators, as torch.profiler does; ProfilerContext's does not), so each row adds one option
 OPTIONS = {
-    "base": {},
+    "base": {"record_ops": False},
     "ops": {"record_ops": True},
-    "stack": {"with_stack": True},
-    "modules": {"with_modules": True},
-    "shapes": {"record_shapes": True},
-    "memory": {"profile_memory": True},
-    "defaults": {"with_stack": True, "record_shapes": True},
+    "stack": {"with_stack": True, "record_ops": False},
+    "modules": {"with_modules": True, "record_ops": False},
+    "shapes": {"record_shapes": True, "record_ops": False},
+    "memory": {"profile_memory": True, "record_ops": False},
+    "defaults": {"with_stack": True, "record_shapes": True, "record_ops": False},
 }
 
 

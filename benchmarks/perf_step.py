@@ -60,6 +60,7 @@ def main(argv=None):
         kw = dict(kw)
         acts = kw.pop("activities", ["CPU", "GPU"] if a.device == "cuda" else ["CPU"])
         # a schedule-less window; a large buffer so that nothing is dropped over the run
+        kw.setdefault("record_ops", False)  # one option at a time (ops: CONFIGS says so)
         prof = cprof.profile(activities=acts, buffer_size_mb=2048, **kw)
         prof.start()
     n = 0

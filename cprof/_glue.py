@@ -242,7 +242,7 @@ def _warn_ops_once(note):
 
 
 def install(with_stack=False, with_modules=False, record_shapes=False, c_calls=True,
-            min_duration_us=0.0, ops=False):
+            min_duration_us=0.0, ops=False, ops_asked=True):
     """Installs the captures asked for; the window must be open. Returns a handle whose
     remove() takes them all away."""
     patch_torch()
@@ -253,7 +253,7 @@ def install(with_stack=False, with_modules=False, record_shapes=False, c_calls=T
             part, handle.ops = _ops.install()
             if part is not None:
                 handle.parts.append(part)
-            else:
+            elif ops_asked:  # by default (not asked for), the trace's cprof.ops says why
                 _warn_ops_once(handle.ops)
         if with_modules or record_shapes:
             if sys.modules.get("torch") is not None:

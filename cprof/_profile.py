@@ -152,7 +152,10 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
     the CPU range buffers), ``gpu_buffer_mb`` (cap of CUPTI's activity buffer pool, default
     128 MiB or ``CPROF_GPU_BUFFER_MB``; GPU records beyond it are lost, counted and warned
     about), ``strict`` (a CUPTI held by another tool is an error rather than a warning and
-    CPU-only collection).
+    CPU-only collection), ``record_ops`` (torch's operators as cpu_op ranges, as
+    torch.profiler records them: None, the default, records them unless with_modules is on,
+    whose kernels then link to the innermost module; where they cannot be attached, the
+    trace's cprof.ops says why, with a warning only when record_ops=True was asked for).
 
     SIGTERM and interpreter exit while started stop it as an exception would: the window is
     closed marked partial and on_trace_ready runs (see cprof/_lifecycle.py)."""
@@ -162,7 +165,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                  with_modules=False, experimental_config=None, execution_trace_observer=None,
                  acc_events=False, use_cuda=None, custom_trace_id_callback=None,
                  min_duration_us=0.0, c_calls=True, ranks=None, buffer_size_mb=None,
-                 strict=True, record_ops=False, gpu_buffer_mb=None, _api="profile"):
+                 strict=True, record_ops=None, gpu_buffer_mb=None, _api="profile"):
         if use_cuda is not None:
             warnings.warn("cprof.profile: use_cuda is deprecated in torch.profiler; pass "
                           "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]",
@@ -199,8 +202,12 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         self.with_modules = bool(with_modules)
         self.min_duration_us = min_duration_us
         self.c_calls = bool(c_calls)
-        # torch's operators (aten::*) as cpu_op ranges, as torch.profiler records them with CPU;
-        # opt-in: kernels then link to the op, not to the innermost user range or module
+        # torch's operators (aten::*) as cpu_op ranges, as torch.profiler records them with CPU.
+        # None (the default): on, as torch.profiler's default, except with with_modules, whose
+        # kernels link to the innermost module (with ops they link to the op inside it)
+        self._ops_asked = record_ops is not None and bool(record_ops)
+        if record_ops is None:
+            record_ops = not self.with_modules
         self.record_ops = bool(record_ops) and "CPU" in self.activities
         self.buffer_size_mb = buffer_size_mb
         self.strict = bool(strict)
@@ -620,7 +627,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                                        record_shapes=self.record_shapes,
                                        c_calls=self.c_calls,
                                        min_duration_us=self.min_duration_us,
-                                       ops=self.record_ops)
+                                       ops=self.record_ops,
+                                       ops_asked=self._ops_asked)
 
     def _uninstall_glue(self):
         g, self._glue = self._glue, None

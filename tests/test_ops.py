@@ -182,7 +182,10 @@ def test_torch_imported_first_without_symbols_gives_no_ops_and_says_why(tmp_path
     assert "import cprof first" in out["meta"]["reason"]
 
 
-def test_record_ops_is_opt_in(tmp_path):
+def test_record_ops_defaults(tmp_path):
+    """cprof.profile records torch's operators by default, as torch.profiler does (a drop-in:
+    seed 001's tables are of operators), except with with_modules (kernels then link to the
+    innermost module); ProfilerContext keeps them opt-in (its overhead target)."""
     out = run_py(HELPERS + """
 import cprof
 import torch
@@ -192,6 +195,9 @@ t = load(p, "t.json")
 with cprof.profile(activities=["CPU"]) as p0:  # the default
     torch.add(torch.ones(2), 1)
 t0 = load(p0, "t0.json")
+with cprof.profile(activities=["CPU"], with_modules=True) as pm:
+    torch.add(torch.ones(2), 1)
+tm = load(pm, "tm.json")
 import gzip
 ops = {}
 for flag in (False, True):
@@ -201,10 +207,12 @@ for flag in (False, True):
     with gzip.open(pc.trace_path, "rt") as f:
         ops[str(flag)] = sorted({e["name"] for e in X(json.load(f)) if e["cat"] == "cpu_op"})
 print(json.dumps({"off": [e["name"] for e in X(t)], "off_meta": t["cprof"].get("ops"),
-                  "default": [e["name"] for e in X(t0)], "pc": ops}))
+                  "default": [e["name"] for e in X(t0)],
+                  "modules": [e["name"] for e in X(tm)], "pc": ops}))
 """, tmp_path)
     assert out["off"] == [] and out["off_meta"] is None
-    assert out["default"] == []  # opt-in
+    assert "aten::add" in out["default"] and "aten::ones" in out["default"]
+    assert not any(n.startswith("aten::") for n in out["modules"])
     assert out["pc"]["False"] == [] and "aten::add" in out["pc"]["True"]
 
 
