@@ -140,6 +140,12 @@ def _rank_selected(ranks):
     return rank in set(ranks)
 
 
+class NoResultsError(_C.WindowStateError, AssertionError):
+    """Results asked for before any window finished: a WindowStateError (a RuntimeError), and
+    an AssertionError, which is what torch.profiler raises then ("Profiler must be
+    initialized before getting the events"), so code written against torch keeps working."""
+
+
 class profile:  # noqa: N801 -- the torch.profiler name, on purpose
     """Profiles like torch.profiler.profile, on cprof's engine.
 
@@ -164,8 +170,13 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                  record_shapes=False, profile_memory=False, with_stack=False, with_flops=False,
                  with_modules=False, experimental_config=None, execution_trace_observer=None,
                  acc_events=False, use_cuda=None, custom_trace_id_callback=None,
-                 min_duration_us=0.0, c_calls=True, ranks=None, buffer_size_mb=None,
+                 post_processing_timeout_s=None, min_duration_us=0.0, c_calls=True, ranks=None, buffer_size_mb=None,
                  strict=True, record_ops=None, gpu_buffer_mb=None, _api="profile"):
+        # post_processing_timeout_s bounds torch's post-processing of its events; cprof's
+        # results are read from C when asked for: nothing to bound (accepted, as torch's)
+        if post_processing_timeout_s is not None and not post_processing_timeout_s > 0:
+            raise ValueError("cprof.profile: post_processing_timeout_s must be a positive "
+                             "number of seconds or None")
         if use_cuda is not None:
             warnings.warn("cprof.profile: use_cuda is deprecated in torch.profiler; pass "
                           "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]",
@@ -670,7 +681,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                 f"cprof.profile: {what} needs a finished window; the profiler is still "
                 "recording (call it after stop() / the with block, or from on_trace_ready)")
         why = getattr(self, "_disabled_why", None) or "this rank is not profiled: see ranks="
-        raise _C.WindowStateError(
+        raise NoResultsError(
             f"cprof.profile: nothing to {what}: no window has finished"
             + (f" ({why})" if not self.enabled else ""))
 
@@ -718,11 +729,14 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             return EventList(self._acc)
         return events_of(self._data("list events"))
 
-    def key_averages(self, group_by_input_shape=False, group_by_stack_n=0):
+    def key_averages(self, group_by_input_shape=False, group_by_stack_n=0,
+                     group_by_overload_name=False):
         """Per-name averages of the last finished window, with CPU and CUDA self/total times;
         .table(sort_by=..., row_limit=...) prints them as torch.profiler does.
         group_by_input_shape (record_shapes) and group_by_stack_n (with_stack) split the rows
-        by input shapes and by the innermost Python frames, as torch.profiler's do."""
+        by input shapes and by the innermost Python frames, as torch.profiler's do.
+        group_by_overload_name is accepted: cprof's operator names carry no overload (torch's
+        ITT hooks pass "aten::add", not its overload), so rows are the same either way."""
         from ._results import EventList, key_averages
         if self.acc_events and self._acc:
             return EventList(self._acc).key_averages(group_by_input_shape, group_by_stack_n)

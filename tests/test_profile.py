@@ -515,6 +515,24 @@ def test_events_is_an_event_list_as_torch_returns():
         p.key_averages().key_averages()
 
 
+def test_torch_213_arguments_are_accepted():
+    with cprof.profile(activities=CPU, post_processing_timeout_s=5.0) as p:
+        with cprof.range("x"):
+            pass
+    assert [r.key for r in p.key_averages(group_by_overload_name=True)] == ["x"]
+    with pytest.raises(ValueError, match="post_processing_timeout_s"):
+        cprof.profile(activities=CPU, post_processing_timeout_s=0)
+
+
+def test_results_before_any_window_raise_what_torch_raises():
+    p = cprof.profile(activities=CPU)
+    for call in (p.events, p.key_averages, lambda: p.export_chrome_trace("/dev/null")):
+        with pytest.raises(AssertionError, match="no window has finished"):
+            call()
+        with pytest.raises(cprof.WindowStateError):  # and cprof's own error, a RuntimeError
+            call()
+
+
 def test_stop_during_warmup_discards_it_as_torch_does():
     """stop() (or the with-block's end) in a warmup step: torch starts and stops the trace,
     so the last results are an empty window, never the warmup's data."""
