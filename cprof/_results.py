@@ -170,10 +170,32 @@ def _build(window):
             ev.cpu_parent = ev._parent
             ev._parent.cpu_children.append(ev)
         ev._ns = ev._parent = None
+    cpu = _remove_dup_nodes(cpu)
     everything = cpu + gpu_events
     for i, ev in enumerate(everything):
         ev.id = i
     return everything, cpu, gpu_events
+
+
+def _remove_dup_nodes(cpu):
+    """torch's EventList._remove_dup_nodes: an operator whose only child has its own name (an
+    op that redispatches to its overload: aten::sum > aten::sum) is one event; the child goes,
+    its children, self times and launched GPU time go to the parent. The trace keeps both."""
+    gone = set()
+    for ev in cpu:
+        p = ev.cpu_parent
+        if p is None or p.name != ev.name or len(p.cpu_children) != 1:
+            continue
+        # the parent may itself be a duplicate already merged upward: merge into the survivor
+        p.cpu_children = ev.cpu_children
+        for ch in ev.cpu_children:
+            ch.cpu_parent = p
+        p.self_cpu_time_total += ev.self_cpu_time_total
+        p.self_device_time_total += ev.self_device_time_total
+        gone.add(id(ev))
+    if not gone:
+        return cpu
+    return [ev for ev in cpu if id(ev) not in gone]
 
 
 def export_stacks(window, path, metric):

@@ -515,6 +515,26 @@ def test_events_is_an_event_list_as_torch_returns():
         p.key_averages().key_averages()
 
 
+def test_operator_redispatch_is_one_event_as_torch_shows_it():
+    """aten::sum redispatches to its overload, another aten::sum: torch's events() show one
+    (EventList._remove_dup_nodes); cprof's too, with the child's children and time."""
+    x = torch.ones(10)
+    got = {}
+    for mod in (cprof, tprof):
+        with mod.profile(activities=[mod.ProfilerActivity.CPU]) as p:
+            x.sum()
+        ev = [e for e in p.events() if e.name.startswith("aten::")]
+        got[mod] = sorted((e.name, e.cpu_parent.name if e.cpu_parent else None) for e in ev)
+    if not any(n == "aten::sum" for n, _ in got[cprof]):
+        pytest.skip("torch's operators are not recorded in this process")
+    assert got[cprof] == got[tprof]
+    with cprof.profile(activities=CPU) as p:
+        x.sum()
+    (s,) = [e for e in p.events() if e.name == "aten::sum"]
+    kids = sum(c.cpu_time_total for c in s.cpu_children)
+    assert s.self_cpu_time_total == pytest.approx(s.cpu_time_total - kids, abs=0.01)
+
+
 def test_torch_213_arguments_are_accepted():
     with cprof.profile(activities=CPU, post_processing_timeout_s=5.0) as p:
         with cprof.range("x"):
