@@ -57,3 +57,16 @@ def test_same_shape_as_torch_profiler_cpu_trace(tmp_path):
     keys_ref = set(d_ref["events"][0])
     assert keys_ref <= set(d["events"][0])
     assert count(d_ref, name="forward", cat="user_annotation") == 1
+
+
+def test_trace_with_memory_counters_loads_in_hta(tmp_path):
+    """profile_memory's "CPU memory" counter events ("ph": "C") next to the ranges."""
+    import time
+    with cprof.ProfilerContext(output_dir=tmp_path, profile_name="mem", verbose=False,
+                               activities=["CPU", "MEM"]) as p:
+        for i in range(3):
+            with cprof.range(f"ProfilerStep#{i}"):
+                time.sleep(0.002)
+    ok, d = load_with_hta(str(p.trace_path))
+    assert ok, d.get("error")
+    assert count(d, name="ProfilerStep#1") == 1
