@@ -128,6 +128,12 @@ int cprof_memsamp_start(uint64_t interval_ns, size_t cap) {
     g.page_bytes = sysconf(_SC_PAGESIZE);
     if (g.page_bytes <= 0) g.page_bytes = 4096;
     g.mallinfo2 = (mallinfo2_fn)dlsym(RTLD_DEFAULT, "mallinfo2");
+    if (g.mallinfo2) {
+        /* a malloc that is not glibc's (ASan's, jemalloc preloaded) may answer all zeros:
+         * then there is no malloc'd-bytes series, only the resident set */
+        struct mallinfo2_compat mi = g.mallinfo2();
+        if (mi.arena == 0 && mi.hblkhd == 0 && mi.uordblks == 0) g.mallinfo2 = NULL;
+    }
     g.s = s;
     g.n = 0;
     g.cap = cap;
