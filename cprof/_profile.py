@@ -77,10 +77,25 @@ def normalize_activities(activities, default=None):
     valid ones for an unknown or empty list."""
     if activities is None:
         return list(default) if default is not None else _default_activities()
-    if isinstance(activities, (str, enum.Enum)) or not hasattr(activities, "__iter__"):
+    if isinstance(activities, (str, enum.Enum, dict)) or not hasattr(activities, "__iter__"):
         activities = [activities]
     out = []
+    flat = []
     for a in activities:
+        if isinstance(a, dict):
+            # torch 2.13: {ProfilerActivity.CUDA: ["GPU_MEMCPY", ...]} collects a subset of the
+            # group's activity types; [] collects nothing of it. cprof collects a group whole.
+            for key, types in a.items():
+                types = list(types)
+                if not types:
+                    continue
+                warnings.warn(f"cprof: activity {getattr(key, 'name', key)} with the types "
+                              f"{types}: cprof collects every type of an activity; the filter "
+                              "is not applied", RuntimeWarning, stacklevel=3)
+                flat.append(key)
+        else:
+            flat.append(a)
+    for a in flat:
         name = getattr(a, "name", a)
         canon = _ACTIVITY_ALIASES.get(name.upper()) if isinstance(name, str) else None
         if canon is None and type(a).__name__ == "ProfilerActivity" and isinstance(name, str):

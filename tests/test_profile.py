@@ -535,6 +535,18 @@ def test_operator_redispatch_is_one_event_as_torch_shows_it():
     assert s.self_cpu_time_total == pytest.approx(s.cpu_time_total - kids, abs=0.01)
 
 
+def test_activity_filters_of_torch_213():
+    """torch 2.13 takes {ProfilerActivity.CUDA: [types]} items: [] collects nothing of that
+    group; a non-empty subset is collected whole by cprof, with a warning saying so."""
+    from cprof._profile import normalize_activities
+    PA = tprof.ProfilerActivity
+    assert normalize_activities([PA.CPU, {PA.CUDA: []}]) == ["CPU"]
+    with pytest.warns(RuntimeWarning, match="filter is not applied"):
+        assert normalize_activities([PA.CPU, {PA.CUDA: ["KERNEL"]}]) == ["CPU", "GPU"]
+    with pytest.raises(ValueError, match="empty"):
+        normalize_activities([{PA.CUDA: []}])
+
+
 def test_torch_213_arguments_are_accepted():
     with cprof.profile(activities=CPU, post_processing_timeout_s=5.0) as p:
         with cprof.range("x"):
