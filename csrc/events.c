@@ -299,17 +299,24 @@ int cprof_events_push(uint32_t name_id, uint8_t cat) {
 
 #define DETACHED_BIT (1ull << 63) /* in a token: a range plain pops pass over */
 
-/* The innermost range that is not detached, below detached ones (NVTX range_start). */
-static CPROF_NOINLINE int pop_under_detached(tstate *t, uint64_t now) {
-    uint32_t i = t->depth;
-    while (i > 0 && (t->seq[i - 1] & DETACHED_BIT)) i--;
-    if (i == 0) return CPROF_E_EMPTY;
+/* Ends the range at stack entry i - 1 and takes the entry out. Ranges opened inside it stay
+ * open: they end later, overlapping its end, as torch records a ProfilerStep that ends inside
+ * a user's record_function. */
+static void close_entry(tstate *t, uint32_t i, uint64_t now) {
     cprof_record *r = t->stack[i - 1];
     if (r) r->end_ns = now;
     uint32_t above = t->depth - i;
     memmove(&t->stack[i - 1], &t->stack[i], above * sizeof *t->stack);
     memmove(&t->seq[i - 1], &t->seq[i], above * sizeof *t->seq);
     t->depth--;
+}
+
+/* The innermost range that is not detached, below detached ones (NVTX range_start). */
+static CPROF_NOINLINE int pop_under_detached(tstate *t, uint64_t now) {
+    uint32_t i = t->depth;
+    while (i > 0 && (t->seq[i - 1] & DETACHED_BIT)) i--;
+    if (i == 0) return CPROF_E_EMPTY;
+    close_entry(t, i, now);
     return CPROF_OK;
 }
 
@@ -332,20 +339,20 @@ int cprof_events_pop_point(void) {
     return CPROF_OK;
 }
 
-int cprof_events_push_token(uint32_t name_id, uint8_t cat, uint64_t *token) {
+static int push_with_token(uint32_t name_id, uint8_t cat, uint64_t *token, uint64_t bits) {
     int rc = cprof_events_push(name_id, cat);
     if (rc) return rc;
     tstate *t = tls;
-    *token = t->seq[t->depth - 1] = ++t->next_seq;
+    *token = t->seq[t->depth - 1] = ++t->next_seq | bits;
     return CPROF_OK;
 }
 
+int cprof_events_push_token(uint32_t name_id, uint8_t cat, uint64_t *token) {
+    return push_with_token(name_id, cat, token, 0);
+}
+
 int cprof_events_push_detached(uint32_t name_id, uint8_t cat, uint64_t *token) {
-    int rc = cprof_events_push(name_id, cat);
-    if (rc) return rc;
-    tstate *t = tls;
-    *token = t->seq[t->depth - 1] = ++t->next_seq | DETACHED_BIT;
-    return CPROF_OK;
+    return push_with_token(name_id, cat, token, DETACHED_BIT);
 }
 
 static int pop_token_in(tstate *t, uint64_t token, uint64_t now) {
@@ -353,14 +360,7 @@ static int pop_token_in(tstate *t, uint64_t token, uint64_t now) {
     uint32_t i = t->depth;
     while (i > 0 && t->seq[i - 1] != token) i--;
     if (i == 0) return CPROF_E_EMPTY; /* closed already (a plain pop took it) */
-    cprof_record *r = t->stack[i - 1];
-    if (r) r->end_ns = now;
-    /* ranges opened inside it stay open: they end later, overlapping its end, as torch
-     * records a ProfilerStep that ends inside a user's record_function */
-    uint32_t above = t->depth - i;
-    memmove(&t->stack[i - 1], &t->stack[i], above * sizeof *t->stack);
-    memmove(&t->seq[i - 1], &t->seq[i], above * sizeof *t->seq);
-    t->depth--;
+    close_entry(t, i, now);
     return CPROF_OK;
 }
 
