@@ -23,6 +23,9 @@ os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else 
 PY=$(find_py) || { echo "test_py312: no Python 3.12+ with headers here: skipped"; exit 0; }
 echo "test_py312: $("$PY" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
 "$PY" -m pytest --version >/dev/null 2>&1 || "$PY" -m pip install -q pytest || exit 1
+# Python 3.12 ships no setuptools: setup.py needs it (and pyflakes for tests/test_py_lint.py)
+"$PY" -c "import setuptools" >/dev/null 2>&1 || "$PY" -m pip install -q setuptools || exit 1
+"$PY" -c "import pyflakes" >/dev/null 2>&1 || "$PY" -m pip install -q pyflakes || true
 "$PY" setup.py build_ext --inplace >/tmp/cprof_build_py312.log 2>&1 \
   || { tail -n 30 /tmp/cprof_build_py312.log; exit 1; }
 exec "$PY" -m pytest -q -p no:cacheprovider tests
