@@ -205,6 +205,20 @@ def test_tensorboard_trace_handler_names(tmp_path):
     load_trace(d2 / f)
 
 
+def test_tensorboard_handler_default_worker_names_the_rank_under_torchrun(tmp_path,
+                                                                           monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with cprof.profile(activities=CPU, schedule=cprof.schedule(wait=0, warmup=0, active=1,
+                                                               repeat=1),
+                       on_trace_ready=cprof.tensorboard_trace_handler(str(tmp_path))) as p:
+        p.step()
+    (f,) = os.listdir(tmp_path)
+    assert re.fullmatch(rf"{re.escape(socket.gethostname())}_{os.getpid()}_rank1\.\d+"
+                        r"\.pt\.trace\.json", f)
+    assert load_trace(tmp_path / f)["distributedInfo"]["rank"] == 1
+
+
 def test_tensorboard_handler_bad_directory_fails_early(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
