@@ -13,7 +13,8 @@ def _activity(value):
 def add_profiler_args(parser):
     """Adds --profile, --profile-dir, --profile-name, --profile-activities,
     --profile-with-stack / --no-profile-with-stack, --profile-record-shapes /
-    --no-profile-record-shapes and --track-memory to an argparse parser (or group).
+    --no-profile-record-shapes, --profile-record-ops / --no-profile-record-ops and
+    --track-memory to an argparse parser (or group).
     A flag the parser already has (a program's own --track-memory, say) is left as it is and
     create_profiler_from_args reads the program's value. Returns the parser."""
     group = parser.add_argument_group("cprof profiling") if hasattr(
@@ -38,6 +39,9 @@ def add_profiler_args(parser):
         help="record Python stacks (default: on)")
     add("--profile-record-shapes", action=argparse.BooleanOptionalAction, default=True,
         help="record tensor shapes (default: on)")
+    add("--profile-record-ops", action=argparse.BooleanOptionalAction, default=False,
+        help="record torch's operators (aten::mm, autograd nodes) as cpu_op ranges, as "
+             "torch.profiler's CPU activity does (default: off; kernels then link to them)")
     add("--track-memory", action="store_true", default=False,
         help="track memory (adds MEM to the activities)")
     return parser
@@ -62,4 +66,5 @@ def create_profiler_from_args(args, profile_name=None):
         profile_name=profile_name or getattr(args, "profile_name", None),
         with_stack=getattr(args, "profile_with_stack", True),
         record_shapes=getattr(args, "profile_record_shapes", True),
+        record_ops=bool(getattr(args, "profile_record_ops", False)),
     )

@@ -141,6 +141,7 @@ class ProfilerContext:
         self.with_stack = bool(with_stack)
         self.record_shapes = bool(record_shapes)
         self.with_modules = bool(with_modules)
+        self.record_ops = bool(record_ops)
         self.gzip = bool(gzip)
         self.verbose = bool(verbose)
         self.strict = bool(strict)

@@ -17,18 +17,19 @@ def test_defaults():
     assert a.profile is False and a.profile_dir is None and a.profile_name is None
     assert a.profile_activities == ["CPU", "GPU"]
     assert a.profile_with_stack is True and a.profile_record_shapes is True
-    assert a.track_memory is False
-    assert cprof.create_profiler_from_args(a).enabled is False
+    assert a.track_memory is False and a.profile_record_ops is False
+    p = cprof.create_profiler_from_args(a)
+    assert p.enabled is False and p.record_ops is False
 
 
 def test_all_flags(tmp_path):
     a = parse(["--profile", "--profile-dir", str(tmp_path), "--profile-name", "n",
                "--profile-activities", "cpu", "GPU", "mem", "--no-profile-with-stack",
-               "--no-profile-record-shapes", "--track-memory"])
+               "--no-profile-record-shapes", "--track-memory", "--profile-record-ops"])
     assert a.profile_activities == ["CPU", "GPU", "MEM"]
     p = cprof.create_profiler_from_args(a)
     assert p.enabled and p.output_dir == str(tmp_path) and p.profile_name == "n"
-    assert p.with_stack is False and p.record_shapes is False
+    assert p.with_stack is False and p.record_shapes is False and p.record_ops is True
     assert p.activities == ["CPU", "GPU", "MEM"]
 
 
@@ -74,3 +75,21 @@ def test_runs_end_to_end(tmp_path):
         with cprof.range("x"):
             pass
     assert p.trace_path == tmp_path / "e2e.trace.json.gz" and p.trace_path.exists()
+
+
+def test_record_ops_flag_puts_torch_operators_in_the_trace(tmp_path):
+    torch = pytest.importorskip("torch")
+    a = parse(["--profile", "--profile-dir", str(tmp_path), "--profile-name", "ops",
+               "--profile-activities", "CPU", "--profile-record-ops",
+               "--no-profile-with-stack"])
+    p = cprof.create_profiler_from_args(a)
+    p.verbose = False
+    x = torch.randn(16, 16)
+    with p:
+        torch.mm(x, x)
+    import gzip
+    import json
+    with gzip.open(p.trace_path) as f:
+        events = json.load(f)["traceEvents"]
+    ops = {e["name"] for e in events if e.get("cat") == "cpu_op"}
+    assert "aten::mm" in ops, ops
