@@ -1,5 +1,7 @@
 """ProfilerContext and profile_function: the seed-000 API on cprof's C engine."""
+import contextlib
 import functools
+import inspect
 import os
 import pathlib
 import time
@@ -128,6 +130,9 @@ class ProfilerContext:
         record_ops=False,
         gpu_buffer_mb=None,
     ):
+        if isinstance(enabled, (str, bytes)):
+            raise TypeError(f"cprof: ProfilerContext(enabled=...) takes a bool, got {enabled!r}; "
+                            "parse it first (e.g. an argparse store_true flag)")
         self.enabled = bool(enabled)
         self.output_dir = None
         self.trace_path = None
@@ -333,19 +338,31 @@ def profile_function(
     call). The name defaults to the function's. If a cprof window is already open (a profiled
     function called from another, recursion, a call inside a ProfilerContext or cprof.profile,
     or another thread's window opened first), the call is recorded as a range in that window
-    instead of opening a second one."""
+    instead of opening a second one. ``async def`` functions are profiled until their result
+    is ready, generator functions until they are exhausted or closed (the window spans the
+    consumer's code between items too). Used bare (``@profile_function``), it takes the
+    defaults."""
+    if callable(enabled) and not isinstance(enabled, bool):
+        # @cprof.profile_function without parentheses: the function came as `enabled`
+        return profile_function()(enabled)
+    if isinstance(enabled, (str, bytes)):
+        raise TypeError(f"cprof.profile_function: enabled must be a bool, got {enabled!r}")
 
     def decorator(fn):
+        if not callable(fn):
+            raise TypeError(f"cprof.profile_function decorates a function, got {fn!r}")
         name = profile_name or getattr(fn, "__name__", "function")
         marker = _C.range(name)
 
-        @functools.wraps(fn)
-        def wrapper(*args, **kw):
+        @contextlib.contextmanager
+        def window():
             if not enabled:
-                return fn(*args, **kw)
+                yield
+                return
             if _C.active():
                 with marker:
-                    return fn(*args, **kw)
+                    yield
+                return
             ctx = ProfilerContext(
                 enabled=True,
                 activities=activities,
@@ -361,15 +378,43 @@ def profile_function(
                 if not _C.active():
                     raise
                 with marker:  # another thread opened a window since the check above
-                    return fn(*args, **kw)
+                    yield
+                return
             try:
                 with marker:
-                    result = fn(*args, **kw)
+                    yield
+            except GeneratorExit:  # a generator closed before its end: a normal finish
+                ctx.__exit__(None, None, None)
+                raise
             except BaseException as exc:
                 ctx.__exit__(type(exc), exc, exc.__traceback__)
                 raise
             ctx.__exit__(None, None, None)
-            return result
+
+        if inspect.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def async_wrapper(*args, **kw):
+                with window():
+                    return await fn(*args, **kw)
+            return async_wrapper
+        if inspect.isgeneratorfunction(fn):
+            @functools.wraps(fn)
+            def gen_wrapper(*args, **kw):
+                with window():
+                    return (yield from fn(*args, **kw))
+            return gen_wrapper
+        if inspect.isasyncgenfunction(fn):
+            @functools.wraps(fn)
+            async def agen_wrapper(*args, **kw):
+                with window():
+                    async for item in fn(*args, **kw):
+                        yield item
+            return agen_wrapper
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kw):
+            with window():
+                return fn(*args, **kw)
 
         return wrapper
 

@@ -302,6 +302,57 @@ def test_profile_function_custom_name_and_disabled(outdir):
     assert not (outdir / "no").exists()
 
 
+def test_profile_function_bare_decorator_profiles_the_call(outdir, monkeypatch):
+    monkeypatch.setenv("CPROF_PROFILER_DIR", str(outdir))
+
+    @cprof.profile_function
+    def add_one(x):
+        with cprof.range("body"):
+            return x + 1
+
+    assert add_one(1) == 2  # not a decorator returned by mistake
+    names = [e["name"] for e in ranges_of(load_trace(outdir / "add_one.trace.json.gz"))]
+    assert names == ["add_one", "body"]
+
+
+def test_profile_function_async_and_generator_cover_their_bodies(outdir):
+    import asyncio
+
+    @cprof.profile_function(output_dir=outdir, verbose=False, activities=["CPU"])
+    async def fetch():
+        with cprof.range("awaited"):
+            await asyncio.sleep(0.02)
+        return 7
+
+    @cprof.profile_function(output_dir=outdir, verbose=False, activities=["CPU"])
+    def items(n):
+        for i in range(n):
+            with cprof.range("item"):
+                time.sleep(0.005)
+            yield i
+        return "done"
+
+    assert asyncio.run(fetch()) == 7
+    assert list(items(3)) == [0, 1, 2]
+    rs = {e["name"]: e for e in ranges_of(load_trace(outdir / "fetch.trace.json.gz"))}
+    assert rs["awaited"]["dur"] >= 15_000 and rs["fetch"]["dur"] >= rs["awaited"]["dur"]
+    names = [e["name"] for e in ranges_of(load_trace(outdir / "items.trace.json.gz"))]
+    assert names == ["items", "item", "item", "item"]
+    # closed early: the window ends with the generator, the trace is written
+    g = items(5)
+    next(g)
+    g.close()
+    assert not cprof._C.active()
+    assert (outdir / "items-1.trace.json.gz").exists()
+
+
+def test_profile_function_and_context_reject_a_string_enabled(outdir):
+    with pytest.raises(TypeError, match="bool"):
+        cprof.ProfilerContext(enabled="yes", output_dir=outdir)
+    with pytest.raises(TypeError, match="bool"):
+        cprof.profile_function(enabled="no")
+
+
 def test_profiled_function_calling_profiled_function_nests(outdir):
     @cprof.profile_function(output_dir=outdir, verbose=False)
     def inner():
