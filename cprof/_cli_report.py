@@ -13,6 +13,7 @@ message says which file, where and what to do); 2 bad arguments.
 import argparse
 import glob
 import json
+import math
 import os
 import sys
 
@@ -43,8 +44,15 @@ def _nonneg_float(text):
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return v
+
+
+def _byte_count(text):
+    v = _nonneg_float(text)
+    if v >= 2 ** 62:
+        raise argparse.ArgumentTypeError(f"must be a byte count below 2^62, got {text!r}")
     return v
 
 
@@ -65,7 +73,7 @@ def add_parsers(sub):
     p.add_argument("-o", "--output", metavar="FILE", help="write the report here, not stdout")
     p.add_argument("--short-gap-us", type=_nonneg_float, default=10.0,
                    help="idle gaps shorter than this are 'short gaps between kernels' (10)")
-    p.add_argument("--small-copy-bytes", type=_nonneg_float, default=65536,
+    p.add_argument("--small-copy-bytes", type=_byte_count, default=65536,
                    help="copies below this size count as small (65536)")
     p.add_argument("--step-range", metavar="NAME",
                    help="ranges of this name are the steps (default: torch's ProfilerStep#N)")

@@ -191,9 +191,12 @@ def test_bad_input_exit_codes(tmp_path):
     notjson.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
     r = cprof("report", notjson, check=False)
     assert r.returncode == 1 and "cprof report: error:" in r.stderr
-    for args in (["--top", "0"], ["--format", "xml"], []):
+    for args in (["--top", "0"], ["--format", "xml"], [], ["--small-copy-bytes", "nan"],
+                 ["--small-copy-bytes", "inf"], ["--small-copy-bytes", "1e30"],
+                 ["--short-gap-us", "nan"], ["--short-gap-us", "-1"]):
         r = cprof("report", *args, *([notjson] if args else []), check=False)
         assert r.returncode == 2, args
+        assert "Traceback" not in r.stderr, args
     r = cprof("report", bad, "--tables", "nope", check=False)
     assert r.returncode == 1 and "unknown table" in r.stderr
 
