@@ -46,14 +46,21 @@ _ENGINE_METHODS = {
 }
 
 
-def bucket_for(qualname, module, use_gated_lora=False):
+_CONTAINERS = ("ModuleDict", "ModuleList", "ParameterDict", "ParameterList")
+
+
+def bucket_for(qualname, module, use_gated_lora=False, parent=None):
     """The model bucket of a module, by its name (the last part of its qualified path) and
-    type; None if it is not a known phase. LoRA adapter modules (names containing 'lora') map
-    to '<parent bucket>.lora' when use_gated_lora, else are left alone."""
+    type; None if it is not a known phase. LoRA adapter modules (names containing 'lora', or
+    the adapters PEFT keeps by adapter name in a ModuleDict such as `q_proj.lora_A.default`;
+    parent is the module holding this one) map to '<parent bucket>.lora' when
+    use_gated_lora, else are left alone."""
     parts = qualname.split(".")
     leaf = parts[-1].lower() if parts else ""
-    if "lora" in leaf:
-        if not use_gated_lora:
+    peft = (len(parts) >= 2 and "lora" in parts[-2].lower() and parent is not None
+            and type(parent).__name__ in _CONTAINERS)
+    if "lora" in leaf or peft:
+        if not use_gated_lora or type(module).__name__ in _CONTAINERS:
             return None
         for p in reversed(parts[:-1]):
             parent = _match_name(p.lower(), parts)
@@ -105,10 +112,12 @@ def attach_model(model, use_gated_lora=False):
     torch.distributed collectives into communication buckets. Returns {qualname: bucket} of
     the modules wrapped by this call (empty when already attached)."""
     wrapped = {}
-    for qualname, module in model.named_modules():
+    by_name = dict(model.named_modules())
+    for qualname, module in by_name.items():
         if not qualname:
             continue
-        bucket = bucket_for(qualname, module, use_gated_lora)
+        bucket = bucket_for(qualname, module, use_gated_lora,
+                            by_name.get(qualname.rpartition(".")[0]))
         if bucket and _wrap_forward(module, bucket):
             wrapped[qualname] = bucket
     _wrap_collectives()

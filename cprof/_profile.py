@@ -140,7 +140,8 @@ def resolve_gpu(activities):
             notes["gpu_unavailable"] = reason
             warnings.warn(
                 f"cprof: GPU activity was asked for but is not collected: {reason}. "
-                "Recording CPU activity only.", GpuUnavailableWarning, stacklevel=4)
+                "Recording CPU activity only.", GpuUnavailableWarning,
+                stacklevel=_outside_cprof())
     if "CPU" not in collected:
         collected.insert(0, "CPU")
     return collected, notes
@@ -149,9 +150,19 @@ def resolve_gpu(activities):
 def _rank_selected(ranks):
     if ranks is None:
         return True
-    rank, _, _ = rank_info()
+    bad = TypeError(f"cprof: ranks must be a rank number or a list of them (ranks=[0, 1]), "
+                    f"got {ranks!r}")
+    if isinstance(ranks, bool) or isinstance(ranks, (str, bytes)):
+        raise bad
     if isinstance(ranks, int):
         ranks = [ranks]
+    try:
+        ranks = list(ranks)
+    except TypeError:
+        raise bad from None
+    if any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in ranks):
+        raise bad
+    rank, _, _ = rank_info()
     return rank in set(ranks)
 
 

@@ -68,6 +68,10 @@ def _stats(owner, run_lo, run_hi, kv_lo=-INF, kv_hi=INF):
 def _bins(owner, cfg, run_lo, run_hi):
     edges = list(cfg.kv_bins)
     out = []
+    if edges[0] > 0:  # lengths below the first edge get a bin of their own when there are any
+        s = _stats(owner, run_lo, run_hi, 0.0, edges[0])
+        if s["steps"]:
+            out.append({"lo": 0, "hi": edges[0], "label": f"[0, {edges[0]})", **s})
     for i, lo in enumerate(edges):
         hi = edges[i + 1] if i + 1 < len(edges) else None
         s = _stats(owner, run_lo, run_hi, lo, hi if hi is not None else INF)
@@ -92,7 +96,8 @@ def build_summary(prof):
     runs = [r for r in prof.runs if r.end_time is not None]
     measured = [r for r in runs if not r.warmup]
     first = cfg.warmup_runs
-    last = len(prof.runs)
+    # a run still open (always the last) is not reported, nor are its steps
+    last = len(prof.runs) - (1 if prof._run is not None else 0)
     # measured runs are those at index >= warmup_runs: one contiguous selection
     stats = _stats(owner, first, last)
     others = {"model": {}, "engine": {}}
@@ -124,6 +129,9 @@ def build_summary(prof):
             for n in names}
     if not prof.runs:
         note = "no runs were recorded (begin_run was never called)"
+    elif not runs:
+        note = (f"run {prof._run.index} is still open and no run has ended: nothing is "
+                "reported; call end_run() before save_all()")
     elif not measured:
         note = (f"every run was a warmup run ({len(runs)} run(s), warmup_runs="
                 f"{cfg.warmup_runs}): nothing is aggregated; record more runs or lower "

@@ -76,6 +76,8 @@ def memory_line(s):
     if "cuda_peak_allocated_bytes" in s:
         parts.append(f"peak CUDA allocated {_fmt_size(s['cuda_peak_allocated_bytes'])}")
         parts.append(f"reserved {_fmt_size(s['cuda_peak_reserved_bytes'])}")
+    elif "cuda" in s:  # why there is no CUDA memory snapshot / peak
+        parts.append(f"CUDA memory {s['cuda']} (no memory snapshot)")
     return ", ".join(parts)
 
 
@@ -158,6 +160,7 @@ class ProfilerContext:
                 else ([activities] if activities else list(DEFAULT_ACTIVITIES))
             return
         self.activities = normalize_activities(activities)
+        self._dir_given = output_dir is not None
         self.output_dir = OutputDir(os.path.expanduser(os.fspath(output_dir))
                                     if output_dir is not None else default_output_dir())
         if profile_name is None:
@@ -188,6 +191,15 @@ class ProfilerContext:
         self._prof._lifecycle_owner = self
 
     # -- paths --
+    def _dir_fix(self):
+        """What the user can change when the output directory is unusable: where it came from."""
+        if self._dir_given:
+            return "pass another output_dir (--profile-dir)"
+        for var in (ENV_DIR, ENV_DIR_ALIAS):
+            if os.environ.get(var):
+                return f"it comes from ${var}: set it to a writable directory or pass output_dir"
+        return f"pass output_dir (--profile-dir) or set ${ENV_DIR}"
+
     def _stem_suffix(self):
         rank, world, _ = rank_info()
         name = self.profile_name if world <= 1 else f"{self.profile_name}-rank{rank}"
@@ -198,7 +210,8 @@ class ProfilerContext:
     def __enter__(self):
         if not self.enabled:
             return self
-        check_output_dir(self.output_dir)  # before the window opens: nothing to lose yet
+        # before the window opens: nothing to lose yet
+        check_output_dir(self.output_dir, self._dir_fix())
         stem, suffix = self._stem_suffix()
         self.trace_path = pathlib.Path(stem + suffix)
         _lifecycle.enter_critical()  # a SIGTERM now is acted on once the window is set up

@@ -4,7 +4,9 @@ model / engine bucket timers, and summary.json + report.md.
 The timing hot path (bucket timers, step records, statistics) is in cprof._C
 (cuda_timers.c, runstats.c); this module holds the run lifecycle, gating, hooks and the
 presentation of the numbers."""
+import collections.abc
 import dataclasses
+import operator
 import datetime
 import json
 import math
@@ -19,6 +21,7 @@ from typing import List, Optional
 
 from . import _C
 from ._dist import rank_info
+from ._window import check_output_dir
 
 MODEL_BUCKET_ORDER = [
     "embed",
@@ -84,34 +87,64 @@ class ProfilerConfig:
     kv_bins: List[int] = field(default_factory=lambda: [0, 512, 1024, 2048, 4096, 8192, 16384])
 
     def __post_init__(self):
+        for name in ("collect_on_rank0_only", "strict_sync", "dist_barrier", "model_profiling",
+                     "engine_profiling", "print_per_run"):
+            v = getattr(self, name)
+            if not isinstance(v, bool):
+                if isinstance(v, int) and v in (0, 1):
+                    setattr(self, name, bool(v))
+                else:
+                    raise TypeError(f"cprof: ProfilerConfig.{name} must be True or False, got "
+                                    f"{v!r}; with argparse use action='store_true' (or "
+                                    "BooleanOptionalAction)")
+        for name in ("num_total_runs", "warmup_runs"):
+            v = getattr(self, name)
+            if isinstance(v, str) and v.strip().lstrip("+-").isdigit():
+                v = int(v)  # argparse without type=int hands strings over
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"cprof: ProfilerConfig.{name} must be a whole number, got "
+                                f"{v!r}; with argparse use type=int")
+            if v < 0:
+                raise ValueError(f"cprof: ProfilerConfig.{name} must be 0 or more, got {v}")
+            setattr(self, name, v)
+        try:
+            self.output_dir = os.fspath(self.output_dir)
+        except TypeError:
+            raise TypeError(f"cprof: ProfilerConfig.output_dir must be a path, got "
+                            f"{self.output_dir!r}") from None
+        if self.run_name is not None and (not isinstance(self.run_name, str) or not self.run_name
+                                          or "/" in self.run_name):
+            raise ValueError(f"cprof: ProfilerConfig.run_name must be a non-empty name without "
+                             f"'/', or None for a generated one; got {self.run_name!r}")
         if self.kv_len_reduce not in KV_REDUCTIONS:
             raise ValueError(f"cprof: kv_len_reduce={self.kv_len_reduce!r} is not one of "
                              f"{', '.join(KV_REDUCTIONS)}")
+        bad_bins = ValueError("cprof: kv_bins must be a non-empty list of finite numbers >= 0, "
+                              f"e.g. [0, 512, 1024]; got {self.kv_bins!r}")
+        if isinstance(self.kv_bins, (str, bytes)) or not hasattr(self.kv_bins, "__iter__"):
+            raise bad_bins
         bins = list(self.kv_bins)
-        if not bins or any(not isinstance(b, (int, float)) or isinstance(b, bool) for b in bins):
-            raise ValueError("cprof: kv_bins must be a non-empty list of numbers, e.g. "
-                             "[0, 512, 1024]")
+        if not bins or any(not isinstance(b, (int, float)) or isinstance(b, bool)
+                           or not math.isfinite(b) or b < 0 for b in bins):
+            raise bad_bins
         if any(b >= c for b, c in zip(bins, bins[1:])):
             raise ValueError(f"cprof: kv_bins must be strictly increasing, got {bins}; "
                              "sort them and remove duplicates")
         self.kv_bins = bins
-        if int(self.warmup_runs) < 0:
-            raise ValueError("cprof: warmup_runs must be 0 or more")
-        if int(self.num_total_runs) < 0:
-            raise ValueError("cprof: num_total_runs must be 0 or more")
 
     @classmethod
     def from_args(cls, args, prefix="prof_"):
         """Per field: args.<prefix><field>, then (engine_profiling) args.backend_profiling,
         then args.<field>, then the default. An attribute set to None counts as absent."""
         values = {}
+        mapping = isinstance(args, collections.abc.Mapping)  # a dict of settings works too
         for f in dataclasses.fields(cls):
             candidates = [prefix + f.name]
             if f.name == "engine_profiling":
                 candidates.append("backend_profiling")
             candidates.append(f.name)
             for name in candidates:
-                v = getattr(args, name, None)
+                v = args.get(name) if mapping else getattr(args, name, None)
                 if v is not None:
                     values[f.name] = v
                     break
@@ -177,6 +210,33 @@ def _barrier():
         dist.barrier()
 
 
+def _as_length(v):
+    """One KV length of a list: a number (a string is a mistake, not a length)."""
+    if isinstance(v, (str, bytes, bool)) or v is None:
+        raise TypeError(f"a KV length is a number, got {v!r}")
+    return float(v)
+
+
+def _whole_tokens(n):
+    """set_step_tokens' count as an int: ints, numpy / 0-d tensor integers and integral floats;
+    strings, bools and fractions are errors (a count is never silently truncated)."""
+    if isinstance(n, (str, bytes, bool)) or n is None:
+        raise TypeError(f"cprof: set_step_tokens takes a whole number of tokens, got {n!r}")
+    try:
+        return operator.index(n)
+    except TypeError:
+        pass
+    try:
+        f = float(n)
+    except (TypeError, ValueError):
+        raise TypeError(f"cprof: set_step_tokens takes a whole number of tokens, got "
+                        f"{type(n).__name__}") from None
+    if not math.isfinite(f) or not f.is_integer():
+        raise ValueError(f"cprof: set_step_tokens got {n!r}; the accepted token count is a "
+                         "whole number")
+    return int(f)
+
+
 def _finite(v):
     return v if isinstance(v, (int, float)) and math.isfinite(v) else None
 
@@ -224,8 +284,11 @@ class Profiler:
             cfg = ProfilerConfig.from_args(args) if args is not None else ProfilerConfig()
             if overrides:
                 cfg = dataclasses.replace(cfg, **overrides)
-            self.runner_args = dict(vars(args)) if args is not None and hasattr(
-                args, "__dict__") else {}
+            if isinstance(args, collections.abc.Mapping):
+                self.runner_args = dict(args)
+            else:
+                self.runner_args = dict(vars(args)) if args is not None and hasattr(
+                    args, "__dict__") else {}
         self.cfg = cfg
         self.rank, self.world_size, _ = rank_info()
         self.enabled = not (cfg.collect_on_rank0_only and self.rank != 0)
@@ -248,7 +311,8 @@ class Profiler:
         self._owner = _C.rs_new_owner()
         weakref.finalize(self, _C.rs_release, self._owner)
         if self.enabled:
-            os.makedirs(self.output_dir, exist_ok=True)
+            check_output_dir(self.output_dir, "pass another output_dir (ProfilerConfig."
+                             "output_dir / --prof_output_dir)")
 
     @property
     def disabled(self):
@@ -417,11 +481,7 @@ class Profiler:
         done)."""
         if not self.enabled:
             return
-        if isinstance(n, bool) or not isinstance(n, int):
-            try:
-                n = int(n)
-            except (TypeError, ValueError):
-                raise TypeError(f"cprof: set_step_tokens takes an int, got {type(n).__name__}")
+        n = _whole_tokens(n)
         if n < 0:
             raise ValueError(f"cprof: set_step_tokens got {n}; accepted tokens cannot be "
                              "negative")
@@ -446,8 +506,11 @@ class Profiler:
             raise ProfilerStateError("cprof: set_step_seq_len outside a run; call "
                                      "begin_run() first, then set it inside (or just before) "
                                      "step_timing_ctx()")
+        if isinstance(x, (str, bytes, bool)) or x is None:
+            raise TypeError(f"cprof: set_step_seq_len takes an int, a list, an array or a "
+                            f"tensor of KV lengths, got {x!r}")
         v = self._reduce(x)
-        if isinstance(v, float) and (math.isnan(v) or v < 0):
+        if isinstance(v, float) and (not math.isfinite(v) or v < 0):
             raise ValueError(f"cprof: set_step_seq_len got {x!r}; a KV length is a number "
                              ">= 0")
         if self._step is not None:
@@ -481,10 +544,10 @@ class Profiler:
             except (TypeError, ValueError):
                 pass
         try:
-            values = [float(v) for v in (x.tolist() if hasattr(x, "tolist") else x)]
-        except TypeError:
+            values = [_as_length(v) for v in (x.tolist() if hasattr(x, "tolist") else x)]
+        except (TypeError, ValueError) as exc:
             raise TypeError(f"cprof: set_step_seq_len takes an int, a list, an array or a "
-                            f"tensor, got {type(x).__name__}") from None
+                            f"tensor of KV lengths, got {type(x).__name__} ({exc})") from None
         if not values:
             return None
         values.sort()
@@ -518,12 +581,18 @@ class Profiler:
         from ._runreport import build_summary
         return build_summary(self)
 
-    def save_config(self):
-        """Writes {output_dir}/{run_name}/config.json: the config and the runner's arguments.
-        Returns the path (None on a gated rank)."""
+    def _target_dir(self, output_dir, what):
+        d = self.output_dir if output_dir is None else os.fspath(output_dir)
+        check_output_dir(d, f"pass {what}(output_dir=...) to write elsewhere (nothing "
+                            "recorded is lost: prof.summary() still has it)")
+        return d
+
+    def save_config(self, output_dir=None):
+        """Writes {output_dir}/{run_name}/config.json (or output_dir/config.json when given):
+        the config and the runner's arguments. Returns the path (None on a gated rank)."""
         if not self.enabled:
             return None
-        os.makedirs(self.output_dir, exist_ok=True)
+        d = self._target_dir(output_dir, "save_config")
         doc = {
             "config": dataclasses.asdict(self.cfg),
             "runner_args": _jsonable(self.runner_args),
@@ -531,24 +600,25 @@ class Profiler:
                      "run_name": self.run_name, "cprof_version": _C.__version__,
                      "created": _iso(time.time())},
         }
-        path = os.path.join(self.output_dir, "config.json")
+        path = os.path.join(d, "config.json")
         _write_text(path, json.dumps(doc, indent=2, allow_nan=False) + "\n")
         return path
 
-    def save_all(self):
-        """Writes summary.json and report.md under {output_dir}/{run_name}/. Returns their
-        paths (None on a gated rank)."""
+    def save_all(self, output_dir=None):
+        """Writes summary.json and report.md under {output_dir}/{run_name}/ (or in output_dir
+        when given). Returns their paths (None on a gated rank). A run still open is left out
+        of both (its steps too) with a warning."""
         if not self.enabled:
             return None
         if self._run is not None:
             warnings.warn(f"cprof: save_all with run {self._run.index} still open: it is not "
                           "in the report; call end_run() first", RuntimeWarning, stacklevel=2)
         from ._runreport import render_markdown
-        os.makedirs(self.output_dir, exist_ok=True)
+        d = self._target_dir(output_dir, "save_all")
         summary = self.summary()
-        sp = os.path.join(self.output_dir, "summary.json")
+        sp = os.path.join(d, "summary.json")
         _write_text(sp, json.dumps(summary, indent=2, allow_nan=False) + "\n")
-        rp = os.path.join(self.output_dir, "report.md")
+        rp = os.path.join(d, "report.md")
         _write_text(rp, render_markdown(summary))
         return sp, rp
 
@@ -697,6 +767,15 @@ def _jsonable(obj):
 
 def _write_text(path, text):
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise _C.TraceWriteError(exc.errno or 5, f"cprof: {path!r} cannot be written "
+                                 f"({exc.strerror}); pass save_all(output_dir=...) to write "
+                                 "elsewhere (prof.summary() still has everything)") from None

@@ -175,6 +175,7 @@ def test_gpu_unavailable_warns_and_records_cpu(outdir):
         with cprof.ProfilerContext(output_dir=outdir, profile_name="g2", verbose=False):
             pass
     assert all(isinstance(w.message, cprof.GpuUnavailableWarning) for w in rec)
+    assert {w.filename for w in rec} == {__file__}  # points at the user's line, not cprof's
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
         with cprof.profile(activities=["CPU", "CUDA"],
@@ -191,6 +192,16 @@ def test_uncreatable_output_dir_fails_before_window(tmp_path):
         with cprof.ProfilerContext(output_dir=blocker / "sub", profile_name="n"):
             raise AssertionError("the body must not run")
     assert "output" in str(e.value) and not cprof._C.active()
+    assert "pass another output_dir" in str(e.value)
+
+
+def test_unusable_default_dir_names_the_variable_it_came_from(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setenv("CPROF_PROFILER_DIR", str(blocker / "sub"))
+    with pytest.raises(cprof.TraceWriteError, match=r"comes from \$CPROF_PROFILER_DIR"):
+        with cprof.ProfilerContext(profile_name="n"):
+            raise AssertionError("the body must not run")
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
@@ -416,3 +427,12 @@ def test_bad_profile_names_fail_before_the_window(tmp_path):
         with pytest.raises(ValueError, match="profile_name"):
             cprof.ProfilerContext(output_dir=tmp_path, profile_name=name)
     assert not cprof._C.active()
+
+
+def test_mem_without_cuda_says_there_is_no_snapshot(outdir, capsys):
+    with cprof.ProfilerContext(activities=["CPU", "MEM"], output_dir=outdir,
+                               profile_name="m") as p:
+        pass
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("cprof: memory:")]
+    assert len(line) == 1 and "no memory snapshot" in line[0] and "peak CPU RSS" in line[0]
+    assert p.memory_paths == [] and p.memory_summary["cuda"].startswith("not tracked")

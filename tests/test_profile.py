@@ -1103,3 +1103,6 @@ def test_ranks_gate_profiling(monkeypatch, tmp_path):
     assert not os.listdir(tmp_path) if os.path.exists(tmp_path) else True
     with cprof.profile(activities=CPU, ranks=[1]) as p:
         assert _C.active()
+    for bad in ("1", [1, "2"], True, 1.0, [-1]):  # "1" used to profile no rank, silently
+        with pytest.raises(TypeError, match=r"ranks=\[0, 1\]"):
+            cprof.ProfilerContext(activities=["CPU"], output_dir=tmp_path, ranks=bad)

@@ -73,10 +73,33 @@ def test_from_args_precedence():
     ({"kv_bins": [0, 0, 1]}, "strictly increasing"),
     ({"kv_bins": []}, "non-empty"),
     ({"warmup_runs": -1}, "warmup_runs"),
+    ({"kv_bins": [0, float("inf")]}, "finite"),
+    ({"run_name": "a/b"}, "without '/'"),
 ])
 def test_bad_config_names_the_fix(kw, needle):
     with pytest.raises(ValueError, match=needle):
         cprof.ProfilerConfig(**kw)
+
+
+@pytest.mark.parametrize("kw,needle", [
+    ({"warmup_runs": "one"}, "type=int"),
+    ({"num_total_runs": 2.5}, "type=int"),
+    ({"kv_bins": None}, "kv_bins"),
+    ({"strict_sync": "no"}, "store_true"),
+])
+def test_wrong_config_types_fail_at_construction(kw, needle):
+    with pytest.raises((TypeError, ValueError), match=needle):
+        cprof.ProfilerConfig(**kw)
+
+
+def test_config_takes_argparse_strings_and_dicts(tmp_path):
+    assert cprof.ProfilerConfig(warmup_runs="2").warmup_runs == 2  # argparse without type=int
+    c = cprof.ProfilerConfig.from_args({"prof_warmup_runs": 3, "output_dir": str(tmp_path)})
+    assert c.warmup_runs == 3 and c.output_dir == str(tmp_path)
+    prof = cprof.Profiler({"warmup_runs": 0, "output_dir": str(tmp_path), "run_name": "d",
+                           "print_per_run": False}, timing="host")
+    assert prof.cfg.warmup_runs == 0 and prof.output_dir == str(tmp_path / "d")
+    assert prof.runner_args["run_name"] == "d"
 
 
 def test_seed_end_to_end_example(tmp_path):
@@ -192,6 +215,19 @@ def test_bad_calls_are_clear_errors(tmp_path):
     prof.end_run()
     with pytest.raises(cprof.ProfilerStateError, match="begin_run"):
         prof.set_step_seq_len(10)  # outside any run
+    prof.begin_run()
+    with prof.step_timing_ctx():
+        for bad in ("3", 1.5, True, None):
+            with pytest.raises((TypeError, ValueError), match="whole number"):
+                prof.set_step_tokens(bad)
+        prof.set_step_tokens(4.0)  # integral: taken
+        for bad in ("abc", ["1", "x"], None):
+            with pytest.raises(TypeError, match="KV length"):
+                prof.set_step_seq_len(bad)
+        with pytest.raises(ValueError, match=">= 0"):
+            prof.set_step_seq_len(float("inf"))
+    prof.end_run()
+    assert prof.summary()["stats"]["tokens"] == 4
     assert isinstance(cprof.ProfilerStateError("x"), cprof.CprofError)
 
 
@@ -207,6 +243,51 @@ def test_all_warmup_and_no_runs_give_valid_reports(tmp_path):
     sp2, rp2 = empty.save_all()
     s2 = json.load(open(sp2))
     assert s2["runs"] == [] and "no runs were recorded" in s2["meta"]["note"]
+
+
+def test_save_all_with_a_run_open_reports_only_ended_runs(tmp_path):
+    prof = make(tmp_path, warmup_runs=0, run_name="open")
+    prof.begin_run()
+    with prof.step_timing_ctx():
+        prof.set_step_tokens(1)
+    with pytest.warns(RuntimeWarning, match="still open"):
+        sp, _ = prof.save_all()
+    s = json.load(open(sp))
+    assert s["runs"] == [] and s["stats"]["steps"] == 0 and s["stats"]["tokens"] == 0
+    assert "still open" in s["meta"]["note"] and "warmup" not in s["meta"]["note"]
+    prof.end_run()
+    run_steps(prof, [0.1])
+    prof.begin_run()
+    with prof.step_timing_ctx():
+        pass
+    with pytest.warns(RuntimeWarning):
+        s = json.load(open(prof.save_all()[0]))
+    assert len(s["runs"]) == 2 and s["stats"]["steps"] == 2 and s["meta"]["note"] is None
+
+
+def test_unwritable_output_names_the_fix_and_save_all_elsewhere(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(cprof.CprofError, match="another output_dir"):
+        make(blocker)
+    prof = make(tmp_path, warmup_runs=0, run_name="r")
+    run_steps(prof, [0.1])
+    os.rmdir(prof.output_dir)
+    (tmp_path / "r").write_text("now a file")  # the run directory went away
+    with pytest.raises(cprof.CprofError, match=r"save_all\(output_dir=\.\.\.\)"):
+        prof.save_all()
+    sp, rp = prof.save_all(output_dir=tmp_path / "elsewhere")
+    assert json.load(open(sp))["stats"]["steps"] == 1 and os.path.exists(rp)
+    assert prof.save_config(output_dir=tmp_path / "elsewhere").endswith("config.json")
+
+
+def test_kv_lengths_below_the_first_edge_get_a_bin(tmp_path):
+    prof = make(tmp_path, warmup_runs=0, kv_bins=[128, 512])
+    run_steps(prof, [0.1, 0.1], kv=[10, 20])
+    bins = prof.summary()["decode_length_buckets"]
+    assert bins[0]["label"] == "[0, 128)" and bins[0]["steps"] == 2
+    assert [b["label"] for b in make(tmp_path, run_name="u", kv_bins=[128, 512]).summary()[
+        "decode_length_buckets"]] == ["[128, 512)", "[512, inf)"]
 
 
 def test_across_run_sample_std(tmp_path):
@@ -461,6 +542,46 @@ def test_attach_model_buckets_and_idempotent(tmp_path):
     assert list(got)[:3] == ["embed", "attn.qkv_proj", "attn.o_proj"]
     import torch.distributed as dist
     assert getattr(dist.all_reduce, "_cprof_bucket") == "communication.all_reduce"
+
+
+def test_peft_style_lora_adapters_get_lora_buckets(tmp_path):
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    class LoraLinear(nn.Module):  # PEFT's layout: adapters by name in ModuleDicts
+        def __init__(self):
+            super().__init__()
+            self.base_layer = nn.Linear(8, 8)
+            self.lora_A = nn.ModuleDict({"default": nn.Linear(8, 2)})
+            self.lora_B = nn.ModuleDict({"default": nn.Linear(2, 8)})
+
+        def forward(self, x):
+            return self.base_layer(x) + self.lora_B["default"](self.lora_A["default"](x))
+
+    class Attn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q_proj = LoraLinear()
+            self.o_proj = LoraLinear()
+
+        def forward(self, x):
+            return self.o_proj(self.q_proj(x))
+
+    model = Attn()
+    prof = make(tmp_path, warmup_runs=0, model_profiling=True)
+    wrapped = prof.attach_model(model, use_gated_lora=True)
+    assert wrapped == {"q_proj": "attn.qkv_proj", "q_proj.lora_A.default": "attn.qkv_proj.lora",
+                       "q_proj.lora_B.default": "attn.qkv_proj.lora", "o_proj": "attn.o_proj",
+                       "o_proj.lora_A.default": "attn.o_proj.lora",
+                       "o_proj.lora_B.default": "attn.o_proj.lora"}
+    prof.begin_run()
+    with prof.step_timing_ctx():
+        model(torch.randn(2, 8))
+    prof.end_run()
+    assert {"attn.qkv_proj.lora", "attn.o_proj.lora"} <= set(
+        prof.summary()["buckets_model_avg_ms"])
+    plain = make(tmp_path, run_name="plain", model_profiling=True)
+    assert all(not b.endswith(".lora") for b in plain.attach_model(Attn()).values())
 
 
 def test_attach_engine(tmp_path):
