@@ -1,5 +1,4 @@
 """ProfilerContext and profile_function: the seed-000 API on cprof's C engine."""
-import contextlib
 import functools
 import inspect
 import os
@@ -338,6 +337,42 @@ class ProfilerContext:
         return self.result is not None
 
 
+class _CallWindow:
+    """One call of a profile_function-decorated function: its own ProfilerContext, or a range
+    in the window already open. A class, not a contextlib generator: with_stack traces every
+    frame outside cprof's own files, and contextlib's would appear in the user's trace."""
+
+    __slots__ = ("enabled", "marker", "kwargs", "ctx")
+
+    def __init__(self, enabled, marker, kwargs):
+        self.enabled, self.marker, self.kwargs, self.ctx = enabled, marker, kwargs, None
+
+    def __enter__(self):
+        if not self.enabled:
+            return self
+        if not _C.active():
+            ctx = ProfilerContext(**self.kwargs)
+            try:
+                ctx.__enter__()
+                self.ctx = ctx
+            except _C.WindowStateError:
+                if not _C.active():
+                    raise
+                # another thread opened a window since the check above: a range in it
+        self.marker.__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if not self.enabled:
+            return False
+        self.marker.__exit__(exc_type, exc, tb)
+        if self.ctx is not None:
+            if exc_type is GeneratorExit:  # a generator closed before its end: a normal finish
+                exc_type = exc = tb = None
+            self.ctx.__exit__(exc_type, exc, tb)
+        return False
+
+
 def profile_function(
     enabled=True,
     activities=None,
@@ -367,42 +402,10 @@ def profile_function(
         name = profile_name or getattr(fn, "__name__", "function")
         marker = _C.range(name)
 
-        @contextlib.contextmanager
         def window():
-            if not enabled:
-                yield
-                return
-            if _C.active():
-                with marker:
-                    yield
-                return
-            ctx = ProfilerContext(
-                enabled=True,
-                activities=activities,
-                output_dir=output_dir,
-                profile_name=name,
-                with_stack=with_stack,
-                record_shapes=record_shapes,
-                **kwargs,
-            )
-            try:
-                ctx.__enter__()
-            except _C.WindowStateError:
-                if not _C.active():
-                    raise
-                with marker:  # another thread opened a window since the check above
-                    yield
-                return
-            try:
-                with marker:
-                    yield
-            except GeneratorExit:  # a generator closed before its end: a normal finish
-                ctx.__exit__(None, None, None)
-                raise
-            except BaseException as exc:
-                ctx.__exit__(type(exc), exc, exc.__traceback__)
-                raise
-            ctx.__exit__(None, None, None)
+            return _CallWindow(enabled, marker, dict(
+                enabled=True, activities=activities, output_dir=output_dir, profile_name=name,
+                with_stack=with_stack, record_shapes=record_shapes, **kwargs))
 
         if inspect.iscoroutinefunction(fn):
             @functools.wraps(fn)

@@ -106,8 +106,12 @@ static void thread_meta(writer *w, const cprof_trace_meta *m, const cprof_thread
     meta_event(w, "thread_sort_index", m->pid, t->tid, "sort_index", num, nb.len);
 }
 
+/* py_parent: for a python_function, the Python id of the python_function enclosing it on its
+ * thread (0: none); ignored for other categories. A python_function's Python id is its
+ * External id (unique in the trace), as torch.profiler gives each Python event an id. */
 static void range_event(writer *w, const cprof_trace_meta *m, const cprof_snapshot *snap,
-                        const cprof_thread_data *t, const cprof_record *r, uint64_t external_id) {
+                        const cprof_thread_data *t, const cprof_record *r, uint64_t external_id,
+                        uint64_t py_parent) {
     cprof_buf *b = &w->b;
     int64_t to_base = snap->unix_offset_ns - m->base_time_ns;
     uint64_t end = r->end_ns ? r->end_ns : snap->stop_ns;
@@ -125,6 +129,12 @@ static void range_event(writer *w, const cprof_trace_meta *m, const cprof_snapsh
     cprof_buf_us3(b, end >= r->begin_ns ? (int64_t)(end - r->begin_ns) : 0);
     cprof_buf_puts(b, ",\"args\":{\"External id\":");
     cprof_buf_u64(b, external_id);
+    if (r->cat == CPROF_CAT_PYTHON_FUNCTION) {
+        cprof_buf_puts(b, ",\"Python id\":");
+        cprof_buf_u64(b, external_id);
+        cprof_buf_puts(b, ",\"Python parent id\":");
+        cprof_buf_u64(b, py_parent);
+    }
     for (uint32_t i = 0; i < r->nargs && i < 2; i++) {
         cprof_buf_puts(b, ",");
         put_name(w, r->arg_key[i]);
@@ -209,14 +219,42 @@ int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap, const cprof_
 
     for (size_t i = 0; i < snap->nthreads && !w.err; i++) thread_meta(&w, m, &snap->threads[i]);
 
-    /* External ids are given here, in write order: ranges need no counter on the hot path */
+    /* External ids are given here, in write order: ranges need no counter on the hot path.
+     * A thread's records are in begin order (pushed as they open), so the python_function
+     * enclosing the next one is the innermost of those still open at its begin: a stack of
+     * (end, id) popped by end gives torch's "Python parent id" without a pass of its own. */
     uint64_t external_id = 0;
+    struct py_open { uint64_t end, id; } *pys = NULL;
+    size_t npy = 0, cap_py = 0;
     for (size_t i = 0; i < snap->nthreads && !w.err; i++) {
         const cprof_thread_data *t = &snap->threads[i];
+        npy = 0;
         for (const cprof_chunk *c = t->chunks; c && !w.err; c = c->next)
-            for (uint32_t k = 0; k < c->count && !w.err; k++)
-                range_event(&w, m, snap, t, &c->rec[k], ++external_id);
+            for (uint32_t k = 0; k < c->count && !w.err; k++) {
+                const cprof_record *r = &c->rec[k];
+                uint64_t parent = 0;
+                ++external_id;
+                if (r->cat == CPROF_CAT_PYTHON_FUNCTION) {
+                    while (npy && pys[npy - 1].end <= r->begin_ns) npy--;
+                    if (npy) parent = pys[npy - 1].id;
+                    if (npy == cap_py) {
+                        size_t nc = cap_py ? cap_py * 2 : 64;
+                        struct py_open *np = realloc(pys, nc * sizeof *np);
+                        if (!np) {
+                            w.err = CPROF_E_NOMEM;
+                            break;
+                        }
+                        pys = np;
+                        cap_py = nc;
+                    }
+                    pys[npy].end = r->end_ns ? r->end_ns : snap->stop_ns;
+                    pys[npy].id = external_id;
+                    npy++;
+                }
+                range_event(&w, m, snap, t, r, external_id, parent);
+            }
     }
+    free(pys);
 
     if (gpu && !w.err) gpu_section(&w, m, snap, gpu);
 

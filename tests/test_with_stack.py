@@ -1113,3 +1113,53 @@ def test_own_frames_of_another_thread_running_at_start(own):
     (lf,) = named(recs, leaf)
     assert lf.tid == tids[0]
     assert named(recs, waiter) == [] and named(recs, user_thread) == []
+
+
+def _leaf():
+    return 1
+
+
+def _mid():
+    return _leaf() + _leaf()
+
+
+def _top():
+    return _mid()
+
+
+def test_python_ids_give_each_function_its_caller(tmp_path):
+    """TRACE_FORMAT.md: python_function events carry "Python id" and "Python parent id" (the
+    id of the enclosing python_function on the thread; 0 for none), as torch.profiler."""
+    with cprof.profile(activities=["CPU"], with_stack=True, record_ops=False) as p:
+        _top()
+        t = threading.Thread(target=_mid)
+        t.start()
+        t.join()
+    p.export_chrome_trace(str(tmp_path / "t.json"))
+    ev = [e for e in load_trace(tmp_path / "t.json")["traceEvents"]
+          if e.get("cat") == "python_function"]
+    ids = [e["args"]["Python id"] for e in ev]
+    assert len(set(ids)) == len(ids) and 0 not in ids
+    by_id = {e["args"]["Python id"]: e for e in ev}
+    names = {pyname(f): f.__name__ for f in (_leaf, _mid, _top)}
+
+    def caller(e):
+        par = e["args"]["Python parent id"]
+        return None if par == 0 else by_id[par]
+
+    main_tid = next(e["tid"] for e in ev if names.get(e["name"]) == "_top")
+    seen = collections.Counter()
+    for e in ev:
+        if e["name"] not in names:
+            continue
+        short = names[e["name"]]
+        par = caller(e)
+        seen[short] += 1
+        if short == "_leaf":
+            assert names.get(par["name"]) == "_mid"
+        if short == "_mid" and e["tid"] == main_tid:
+            assert names.get(par["name"]) == "_top"
+        if par is not None:  # a parent encloses its child, on the same thread
+            assert par["tid"] == e["tid"] and par["ts"] <= e["ts"]
+            assert e["ts"] + e["dur"] <= par["ts"] + par["dur"] + 0.001
+    assert seen["_leaf"] == 4 and seen["_mid"] == 2 and seen["_top"] == 1
