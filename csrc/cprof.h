@@ -321,6 +321,15 @@ typedef struct cprof_write_stats {
     size_t replaced_chars;       /* invalid UTF-8 sequences replaced in names */
 } cprof_write_stats;
 
+/* ---- fwdbwd.c: forward op -> its autograd backward node (torch's "fwdbwd" flows) ---- */
+typedef struct cprof_fwdbwd {
+    uint64_t fwd_tid, bwd_tid; /* OS thread ids of the two ranges */
+    uint64_t fwd_ns, bwd_ns;   /* their begin times, cprof clock */
+} cprof_fwdbwd;
+/* Pairs each backward node (cpu_op "XxxBackward<N>") with the forward op that made it, by name
+ * (see fwdbwd.c). *out is malloc'd (free()), NULL when *n is 0. 0 or CPROF_E_NOMEM. */
+int cprof_fwdbwd_build(const cprof_snapshot *snap, cprof_fwdbwd **out, size_t *n);
+
 struct cprof_gpu_snapshot; /* gpu.h */
 /* Streams the snapshot as a trace into sink, with the GPU activity of the same window when gpu
  * is not NULL (linked to the ranges here). Pure C: call with the GIL released. */

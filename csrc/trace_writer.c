@@ -159,6 +159,31 @@ static void range_event(writer *w, const cprof_trace_meta *m, const cprof_snapsh
 static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapshot *snap,
                         const cprof_gpu_snapshot *gpu);
 
+/* One end of a flow arrow (ph "s" or "f"), as Kineto writes them: cat "ac2g" (launch -> GPU
+ * work) or "fwdbwd" (forward op -> backward node), named as its category; the finish binds to
+ * the enclosing slice ("bp":"e"). ts: base-relative ns. */
+static void flow(writer *w, const char *cat, const char *ph, uint64_t id, int64_t pid,
+                 uint64_t tid, int64_t ts) {
+    cprof_buf *b = &w->b;
+    cprof_buf_puts(b, "{\"ph\":\"");
+    cprof_buf_puts(b, ph);
+    cprof_buf_puts(b, "\",\"id\":");
+    cprof_buf_u64(b, id);
+    cprof_buf_puts(b, ",\"pid\":");
+    cprof_buf_i64(b, pid);
+    cprof_buf_puts(b, ",\"tid\":");
+    cprof_buf_u64(b, tid);
+    cprof_buf_puts(b, ",\"ts\":");
+    cprof_buf_us3(b, ts);
+    cprof_buf_puts(b, ",\"cat\":\"");
+    cprof_buf_puts(b, cat);
+    cprof_buf_puts(b, "\",\"name\":\"");
+    cprof_buf_puts(b, cat);
+    cprof_buf_puts(b, ph[0] == 'f' ? "\",\"bp\":\"e\"},\n" : "\"},\n");
+    w->events++;
+    maybe_flush(w);
+}
+
 int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap, const cprof_gpu_snapshot *gpu,
                       const cprof_trace_meta *m, cprof_write_stats *stats) {
     if (!sink || !snap || !m) return CPROF_E_ARG;
@@ -256,6 +281,20 @@ int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap, const cprof_
     }
     free(pys);
 
+    /* forward op -> backward node, as torch.profiler's "fwdbwd" flows (fwdbwd.c) */
+    if (!w.err) {
+        cprof_fwdbwd *fb = NULL;
+        size_t nfb = 0;
+        int frc = cprof_fwdbwd_build(snap, &fb, &nfb);
+        if (frc) w.err = frc;
+        int64_t to_base = snap->unix_offset_ns - m->base_time_ns;
+        for (size_t i = 0; i < nfb && !w.err; i++) {
+            flow(&w, "fwdbwd", "s", i + 1, m->pid, fb[i].fwd_tid, (int64_t)fb[i].fwd_ns + to_base);
+            flow(&w, "fwdbwd", "f", i + 1, m->pid, fb[i].bwd_tid, (int64_t)fb[i].bwd_ns + to_base);
+        }
+        free(fb);
+    }
+
     if (gpu && !w.err) gpu_section(&w, m, snap, gpu);
 
     /* profile_memory's CPU memory counter track (mem_sampler.c) */
@@ -349,24 +388,6 @@ static void event_head(writer *w, const char *cat, uint32_t name_id, int64_t pid
 
 static void event_tail(writer *w) {
     cprof_buf_puts(&w->b, "}},\n");
-    w->events++;
-    maybe_flush(w);
-}
-
-static void flow(writer *w, const char *ph, uint64_t id, int64_t pid, uint64_t tid, int64_t ts) {
-    cprof_buf *b = &w->b;
-    cprof_buf_puts(b, "{\"ph\":\"");
-    cprof_buf_puts(b, ph);
-    cprof_buf_puts(b, "\",\"id\":");
-    cprof_buf_u64(b, id);
-    cprof_buf_puts(b, ",\"pid\":");
-    cprof_buf_i64(b, pid);
-    cprof_buf_puts(b, ",\"tid\":");
-    cprof_buf_u64(b, tid);
-    cprof_buf_puts(b, ",\"ts\":");
-    cprof_buf_us3(b, ts);
-    cprof_buf_puts(b, ph[0] == 'f' ? ",\"cat\":\"ac2g\",\"name\":\"ac2g\",\"bp\":\"e\"},\n"
-                                   : ",\"cat\":\"ac2g\",\"name\":\"ac2g\"},\n");
     w->events++;
     maybe_flush(w);
 }
@@ -663,8 +684,8 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
             size_t li = links.launch_of[idx] - 1;
             uint64_t id = flow_used[li] ? extra_flow_id++ : r->correlation;
             flow_used[li] = 1;
-            flow(w, "s", id, m->pid, launch->tid, (int64_t)launch->start_ns + to_base);
-            flow(w, "f", id, r->device, r->stream, ts);
+            flow(w, "ac2g", "s", id, m->pid, launch->tid, (int64_t)launch->start_ns + to_base);
+            flow(w, "ac2g", "f", id, r->device, r->stream, ts);
         }
         if (is_gpu_work(r) && ext && ext <= snap->nrecords && user_of[ext])
             spans[nspans++] = (span){user_of[ext], r->device, r->stream, r->start_ns, r->end_ns};

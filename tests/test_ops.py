@@ -358,3 +358,56 @@ print(json.dumps({"n": len(ks), "names": sorted({e["name"] for e in linked if e}
 """, tmp_path)
     assert out["n"] >= 2 and out["all_linked"] and out["inside"]
     assert all(n.startswith("aten::") for n in out["names"]), out["names"]
+
+
+def test_forward_backward_links_match_torch_profiler(tmp_path):
+    """Seed 001: a fwd-bwd link joins each forward op to its backward node (CompiledFunction ->
+    CompiledFunctionBackward). cprof pairs them by name (csrc/fwdbwd.c); the pairs, in order of
+    the backward nodes, must be torch.profiler's, on eager and on a compiled training step."""
+    out = run_py(HELPERS + """
+import cprof
+import torch
+import warnings
+warnings.simplefilter("ignore")
+
+def pairs(trace):
+    ops = [e for e in X(trace) if e["cat"] == "cpu_op"]
+    def at(f):  # the innermost op starting at the flow's point
+        c = [e for e in ops if e["tid"] == f["tid"] and abs(e["ts"] - f["ts"]) < 0.0015]
+        return min(c, key=lambda e: e["dur"])["name"] if c else None
+    ends = {}
+    for f in trace["traceEvents"]:
+        if f.get("cat") == "fwdbwd":
+            ends.setdefault(f["id"], {})[f["ph"]] = f
+    got = []
+    for v in ends.values():
+        assert v["s"]["ts"] < v["f"]["ts"] and v["f"].get("bp") == "e"
+        got.append((v["f"]["ts"], at(v["s"]), at(v["f"])))
+    return [(a, b) for _, a, b in sorted(got)]
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2 = torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)
+        self.ln = torch.nn.LayerNorm(16)
+    def forward(self, x):
+        return torch.softmax(self.l2(torch.relu(self.ln(self.l1(x)))), -1)
+
+x = torch.randn(8, 16)
+eager = Net()
+compiled = torch.compile(Net(), backend="aot_eager")
+compiled(x).sum().backward()
+res = {}
+for label, model in (("eager", eager), ("compiled", compiled)):
+    for name, P in (("torch", torch.profiler), ("cprof", cprof)):
+        with P.profile(activities=[P.ProfilerActivity.CPU]) as p:
+            for _ in range(2):
+                model(x).sum().backward()
+        res[label + "_" + name] = pairs(load(p, f"{label}_{name}.json"))
+print(json.dumps(res))
+""", tmp_path)
+    for label in ("eager", "compiled"):
+        assert out[f"{label}_cprof"] == out[f"{label}_torch"], label
+    assert ["CompiledFunction", "CompiledFunctionBackward"] in out["compiled_cprof"]
+    assert ["aten::addmm", "AddmmBackward0"] in out["eager_cprof"]
+    assert len(out["eager_cprof"]) >= 12

@@ -1,0 +1,187 @@
+/* Forward -> backward links ("fwdbwd" flows): each autograd backward node to the forward
+ * operator that created it, found by name at write time.
+ *
+ * torch.profiler links them by the sequence number RecordFunction carries; torch's ITT hooks
+ * (ops_itt.c) pass names only. The names carry the same pairing: a backward node is named after
+ * the forward that made it (aten::addmm -> AddmmBackward0, aten::clamp_min -> ClampMinBackward0,
+ * an autograd.Function such as torch.compile's CompiledFunction -> CompiledFunctionBackward),
+ * and autograd runs the nodes of one graph in reverse order of their creation. So per name key
+ * (lower case, underscores dropped, "aten::" and the trailing "Backward<N>" removed) a backward
+ * pairs with the latest unpaired forward begun before it, a stack. A forward nested in a
+ * forward of the same key (aten::softmax calling aten::_softmax) replaces it: the node belongs
+ * to the innermost op, as in torch's traces. Measured against torch.profiler's links on eager
+ * and compiled training steps (tests/test_ops.py). Cross-thread pairs (the autograd engine's
+ * device threads) are found the same way: the order is global, by begin time.
+ *
+ * Runs once per write, on the snapshot, GIL released; no cost while collecting. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cprof.h"
+
+enum { K_UNKNOWN = 0, K_NONE, K_FWD, K_BWD };
+
+typedef struct {
+    uint64_t key;
+    uint64_t begin, end;
+    uint64_t tid;
+    uint8_t bwd;
+} cand;
+
+static uint64_t fnv_norm(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '_') continue;
+        if (c >= 'A' && c <= 'Z') c = (unsigned char)(c - 'A' + 'a');
+        h = (h ^ c) * 1099511628211ull;
+    }
+    return h ? h : 1;
+}
+
+static int ident_chars(const char *s, size_t n) {
+    if (!n) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_'))
+            return 0;
+    }
+    return 1;
+}
+
+/* K_BWD / K_FWD with *key, or K_NONE */
+static int classify(const char *s, size_t n, uint64_t *key) {
+    static const char BW[] = "Backward";
+    const size_t bw = sizeof BW - 1;
+    if (!ident_chars(s, n) && !(n > 6 && memcmp(s, "aten::", 6) == 0 && ident_chars(s + 6, n - 6)))
+        return K_NONE;
+    if (n > 6 && memcmp(s, "aten::", 6) == 0) {
+        *key = fnv_norm(s + 6, n - 6);
+        return K_FWD;
+    }
+    size_t m = n;
+    while (m && s[m - 1] >= '0' && s[m - 1] <= '9') m--;
+    if (m > bw && memcmp(s + m - bw, BW, bw) == 0) {
+        *key = fnv_norm(s, m - bw);
+        return K_BWD;
+    }
+    *key = fnv_norm(s, n); /* an autograd.Function's forward (its class name) */
+    return K_FWD;
+}
+
+static int cmp_key(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int cmp_cand(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->bwd != y->bwd) return x->bwd ? 1 : -1;  /* a forward before a backward at one time */
+    if (x->end != y->end) return x->end > y->end ? -1 : 1; /* the enclosing forward first */
+    return 0;
+}
+
+int cprof_fwdbwd_build(const cprof_snapshot *snap, cprof_fwdbwd **out, size_t *nout) {
+    *out = NULL;
+    *nout = 0;
+    if (!snap) return CPROF_E_ARG;
+    uint32_t nnames = cprof_names_count();
+    uint8_t *kind = calloc(nnames ? nnames : 1, 1);
+    uint64_t *keyof = calloc(nnames ? nnames : 1, sizeof *keyof);
+    uint64_t *bkeys = NULL;
+    cand *c = NULL;
+    cprof_fwdbwd *pairs = NULL;
+    size_t *stack = NULL;
+    int rc = CPROF_E_NOMEM;
+    if (!kind || !keyof) goto done;
+
+    /* pass 1: name kinds, and the keys some backward node has */
+    size_t nb = 0, capb = 0;
+    for (size_t i = 0; i < snap->nthreads; i++)
+        for (const cprof_chunk *ch = snap->threads[i].chunks; ch; ch = ch->next)
+            for (uint32_t k = 0; k < ch->count; k++) {
+                const cprof_record *r = &ch->rec[k];
+                if (r->cat != CPROF_CAT_CPU_OP || r->name_id >= nnames) continue;
+                if (kind[r->name_id] == K_UNKNOWN) {
+                    size_t len;
+                    const char *s = cprof_names_get(r->name_id, &len);
+                    kind[r->name_id] = (uint8_t)classify(s, len, &keyof[r->name_id]);
+                }
+                if (kind[r->name_id] != K_BWD) continue;
+                if (nb == capb) {
+                    size_t ncap = capb ? capb * 2 : 64;
+                    uint64_t *p = realloc(bkeys, ncap * sizeof *p);
+                    if (!p) goto done;
+                    bkeys = p;
+                    capb = ncap;
+                }
+                bkeys[nb++] = keyof[r->name_id];
+            }
+    if (!nb) {
+        rc = 0;
+        goto done;
+    }
+    qsort(bkeys, nb, sizeof *bkeys, cmp_key);
+
+    /* pass 2: backward nodes and the forwards that could own one */
+    size_t nc = 0, capc = 0;
+    for (size_t i = 0; i < snap->nthreads; i++) {
+        const cprof_thread_data *t = &snap->threads[i];
+        for (const cprof_chunk *ch = t->chunks; ch; ch = ch->next)
+            for (uint32_t k = 0; k < ch->count; k++) {
+                const cprof_record *r = &ch->rec[k];
+                if (r->cat != CPROF_CAT_CPU_OP || r->name_id >= nnames) continue;
+                uint8_t kd = kind[r->name_id];
+                if (kd != K_FWD && kd != K_BWD) continue;
+                uint64_t key = keyof[r->name_id];
+                if (kd == K_FWD && !bsearch(&key, bkeys, nb, sizeof *bkeys, cmp_key)) continue;
+                if (nc == capc) {
+                    size_t ncap = capc ? capc * 2 : 256;
+                    cand *p = realloc(c, ncap * sizeof *p);
+                    if (!p) goto done;
+                    c = p;
+                    capc = ncap;
+                }
+                c[nc++] = (cand){key, r->begin_ns, r->end_ns ? r->end_ns : snap->stop_ns, t->tid,
+                                 kd == K_BWD};
+            }
+    }
+    qsort(c, nc, sizeof *c, cmp_cand);
+
+    pairs = malloc(nb * sizeof *pairs);
+    stack = malloc(nc * sizeof *stack);
+    if (!pairs || !stack) goto done;
+    size_t np = 0;
+    for (size_t g = 0; g < nc;) {
+        size_t e = g, top = 0;
+        while (e < nc && c[e].key == c[g].key) e++;
+        for (size_t i = g; i < e; i++) {
+            if (!c[i].bwd) {
+                const cand *o = top ? &c[stack[top - 1]] : NULL;
+                if (o && o->tid == c[i].tid && o->begin <= c[i].begin && o->end >= c[i].end)
+                    stack[top - 1] = i; /* the innermost of nested same-key forwards owns it */
+                else
+                    stack[top++] = i;
+            } else if (top) {
+                const cand *f = &c[stack[--top]];
+                pairs[np++] = (cprof_fwdbwd){f->tid, c[i].tid, f->begin, c[i].begin};
+            }
+        }
+        g = e;
+    }
+    *out = pairs;
+    *nout = np;
+    pairs = NULL;
+    rc = 0;
+done:
+    free(kind);
+    free(keyof);
+    free(bkeys);
+    free(c);
+    free(stack);
+    free(pairs);
+    return rc;
+}
