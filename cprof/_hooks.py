@@ -95,7 +95,10 @@ def _wrap_forward(module, bucket, domain=0):
         return False
     forward = module.forward
     timer_name = bucket
-    timer = _C.engine_timer if domain == 1 else _C.cuda_bucket_timer
+    if domain == 1:
+        from .runprof import cpu_bucket_timer as timer  # strict_sync's device sync included
+    else:
+        timer = _C.cuda_bucket_timer
 
     @functools.wraps(forward)
     def timed_forward(*args, **kwargs):
@@ -151,7 +154,9 @@ def _wrap_collectives():
 
 def attach_engine(engine):
     """Wraps the engine's public phase methods (prefill, decode, sample, postprocess, draft,
-    verify, KV operations) into engine buckets (host clock). Returns {method: bucket}."""
+    verify, KV operations) into engine buckets (host clock; under strict_sync with CUDA the
+    device is synchronised around them, as cpu_bucket_timer). Returns {method: bucket}."""
+    from .runprof import cpu_bucket_timer
     wrapped = {}
     for method, bucket in _ENGINE_METHODS.items():
         fn = getattr(engine, method, None)
@@ -161,7 +166,7 @@ def attach_engine(engine):
         def make(fn=fn, bucket=bucket):
             @functools.wraps(fn)
             def timed(*args, **kwargs):
-                with _C.engine_timer(bucket):
+                with cpu_bucket_timer(bucket):
                     return fn(*args, **kwargs)
 
             setattr(timed, _MARK, bucket)

@@ -432,6 +432,8 @@ class Profiler:
         self._kv, self._pending_kv = self._pending_kv, None
         stream = _current_stream() if self._cuda else 0
         measured = not run.warmup
+        _StepSync.engine = bool(strict and measured and self.cfg.engine_profiling
+                                and _cuda_ready())
         # model buckets time on the GPU (CUDA events) when possible; engine buckets on the host
         _C.timers_gate(measured and self.cfg.model_profiling,
                        measured and self.cfg.engine_profiling, bool(self._cuda), False, stream,
@@ -459,6 +461,7 @@ class Profiler:
         if ctx.region is None:
             latency = t1 - ctx.t0
         _C.timers_gate(False, False, False, False, 0, 0)
+        _StepSync.engine = False
         if ctx.range is not None:
             ctx.range.__exit__(None, None, None)
         self._step = None
@@ -718,10 +721,20 @@ def release_active_profiler():
 cuda_bucket_timer = _C.cuda_bucket_timer
 
 
-def cpu_bucket_timer(bucket, sync=False):
-    """Engine-domain timer on the host clock; sync=True synchronises the device around it."""
+class _StepSync:
+    """Whether engine (CPU) timers synchronise the device in the step now open: seed 003's
+    strict_sync "synchronises CUDA at step boundaries (and for CPU timers)". Set per step."""
+    engine = False
+
+
+def cpu_bucket_timer(bucket, sync=None):
+    """Engine-domain timer on the host clock. The device is synchronised around it when sync
+    is True, or (sync=None, the default) when the step it times runs under strict_sync with
+    CUDA in use and engine profiling on, as seed 003 says; sync=False never synchronises."""
     t = _C.engine_timer(bucket)
-    return _SyncedTimer(t) if sync else t
+    if sync or (sync is None and _StepSync.engine):
+        return _SyncedTimer(t)
+    return t
 
 
 def attention_compute_timer():

@@ -727,3 +727,34 @@ def test_bucket_name_must_be_a_str():
                  lambda: cprof.cuda_bucket_timer(name="a")):
         with pytest.raises(TypeError, match="takes one argument, the bucket name"):
             call()
+
+
+@pytest.mark.parametrize("strict,sync,expected", [(True, None, 2), (True, False, 0),
+                                                  (False, None, 0), (False, True, 2)])
+def test_cpu_timers_synchronise_under_strict_sync(tmp_path, monkeypatch, strict, sync, expected):
+    """Seed 003: with strict_sync, CUDA is synchronised at step boundaries "and for CPU
+    timers". Counted through a stand-in for torch.cuda.synchronize (no GPU here)."""
+    torch = pytest.importorskip("torch")
+    from cprof import runprof
+    calls = []
+    monkeypatch.setattr(runprof, "_cuda_ready", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: calls.append(1))
+    prof = make(tmp_path, warmup_runs=0, engine_profiling=True, strict_sync=strict)
+    engine = SimpleNamespace(decode=lambda: 1)
+    prof.attach_engine(engine)
+    prof.begin_run()
+    with prof.step_timing_ctx():
+        base = len(calls)  # the step boundary's own sync
+        with cprof.cpu_bucket_timer("engine.sampling", sync=sync):
+            pass
+        timer_syncs = len(calls) - base
+        before = len(calls)
+        engine.decode()
+        hook_syncs = len(calls) - before
+    prof.end_run()
+    assert timer_syncs == expected
+    assert hook_syncs == (2 if strict else 0)
+    calls.clear()
+    with cprof.cpu_bucket_timer("engine.sampling"):  # outside a step: never
+        pass
+    assert calls == []
