@@ -257,6 +257,9 @@ typedef struct cprof_buf {
 void cprof_buf_init(cprof_buf *b);
 void cprof_buf_free(cprof_buf *b);
 int cprof_buf_reserve(cprof_buf *b, size_t extra);
+/* Doubles an array of elem-byte items (*cap 0: to first items); *arr and *cap change only on
+ * success. 0 or CPROF_E_NOMEM. For the writer-side passes' growing lists. */
+int cprof_array_grow(void **arr, size_t *cap, size_t elem, size_t first);
 void cprof_buf_put(cprof_buf *b, const void *data, size_t len);
 void cprof_buf_puts(cprof_buf *b, const char *s);
 void cprof_buf_u64(cprof_buf *b, uint64_t v);

@@ -111,13 +111,8 @@ int cprof_fwdbwd_build(const cprof_snapshot *snap, cprof_fwdbwd **out, size_t *n
                     kind[r->name_id] = (uint8_t)classify(s, len, &keyof[r->name_id]);
                 }
                 if (kind[r->name_id] != K_BWD) continue;
-                if (nb == capb) {
-                    size_t ncap = capb ? capb * 2 : 64;
-                    uint64_t *p = realloc(bkeys, ncap * sizeof *p);
-                    if (!p) goto done;
-                    bkeys = p;
-                    capb = ncap;
-                }
+                if (nb == capb && cprof_array_grow((void **)&bkeys, &capb, sizeof *bkeys, 64))
+                    goto done;
                 bkeys[nb++] = keyof[r->name_id];
             }
     if (!nb) {
@@ -138,13 +133,7 @@ int cprof_fwdbwd_build(const cprof_snapshot *snap, cprof_fwdbwd **out, size_t *n
                 if (kd != K_FWD && kd != K_BWD) continue;
                 uint64_t key = keyof[r->name_id];
                 if (kd == K_FWD && !bsearch(&key, bkeys, nb, sizeof *bkeys, cmp_key)) continue;
-                if (nc == capc) {
-                    size_t ncap = capc ? capc * 2 : 256;
-                    cand *p = realloc(c, ncap * sizeof *p);
-                    if (!p) goto done;
-                    c = p;
-                    capc = ncap;
-                }
+                if (nc == capc && cprof_array_grow((void **)&c, &capc, sizeof *c, 256)) goto done;
                 c[nc++] = (cand){key, r->begin_ns, r->end_ns ? r->end_ns : snap->stop_ns, t->tid,
                                  kd == K_BWD};
             }

@@ -14,6 +14,16 @@ void cprof_buf_free(cprof_buf *b) {
     memset(b, 0, sizeof *b);
 }
 
+int cprof_array_grow(void **arr, size_t *cap, size_t elem, size_t first) {
+    size_t ncap = *cap ? *cap * 2 : first;
+    if (ncap < *cap || ncap > SIZE_MAX / elem) return CPROF_E_NOMEM;
+    void *n = realloc(*arr, ncap * elem);
+    if (!n) return CPROF_E_NOMEM;
+    *arr = n;
+    *cap = ncap;
+    return CPROF_OK;
+}
+
 int cprof_buf_reserve(cprof_buf *b, size_t extra) {
     if (b->oom) return CPROF_E_NOMEM;
     if (b->cap - b->len >= extra) return CPROF_OK;

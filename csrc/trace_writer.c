@@ -262,15 +262,10 @@ int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap, const cprof_
                 if (r->cat == CPROF_CAT_PYTHON_FUNCTION) {
                     while (npy && pys[npy - 1].end <= r->begin_ns) npy--;
                     if (npy) parent = pys[npy - 1].id;
-                    if (npy == cap_py) {
-                        size_t nc = cap_py ? cap_py * 2 : 64;
-                        struct py_open *np = realloc(pys, nc * sizeof *np);
-                        if (!np) {
-                            w.err = CPROF_E_NOMEM;
-                            break;
-                        }
-                        pys = np;
-                        cap_py = nc;
+                    if (npy == cap_py &&
+                        cprof_array_grow((void **)&pys, &cap_py, sizeof *pys, 64)) {
+                        w.err = CPROF_E_NOMEM;
+                        break;
                     }
                     pys[npy].end = r->end_ns ? r->end_ns : snap->stop_ns;
                     pys[npy].id = external_id;
