@@ -741,6 +741,8 @@ def _catch_up_torch(session, torch):
     from . import _glue
     _glue._patch_record_function(torch)  # records only while a window is open: always safe
     _glue._patched["record_function"] = True
+    _glue._patch_dist(torch)  # the backend outlives the program's destroy_process_group
+    _glue._patched["dist"] = True
     # Not blocking here: the timer thread may hold the lock while opening the window and wait
     # for this import to finish (the module capture imports torch.nn); that window then sets
     # itself up with torch, which is in sys.modules already.

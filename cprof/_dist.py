@@ -15,6 +15,21 @@ def _env_int(name, default):
         return default
 
 
+_remembered = {"backend": None}
+
+
+def remember_backend():
+    """Notes the initialised process group's backend (called just before the group is
+    destroyed, by cprof's wrapper of destroy_process_group): a trace written after it, as
+    `cprof run` writes at exit, still names the backend in distributedInfo."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            _remembered["backend"] = str(dist.get_backend())
+    except Exception:  # a group without a backend name (or a test double)
+        pass
+
+
 def rank_info():
     """Returns (rank, world_size, backend or None): the initialised process group's, else
     RANK (or LOCAL_RANK when RANK is unset) and WORLD_SIZE from the environment. A rank with no
@@ -28,6 +43,8 @@ def rank_info():
                     backend = dist.get_backend()
                 except Exception:  # a group without a backend name (or a test double)
                     backend = None
+                if backend:
+                    _remembered["backend"] = str(backend)
                 return rank, max(world, 1), str(backend) if backend else None
         except Exception:  # a half-initialised process group: fall back to the environment
             pass
@@ -41,4 +58,5 @@ def rank_info():
         world = rank + 1
     if rank >= world:  # inconsistent environment: trust the rank, widen the world
         world = rank + 1
-    return rank, world, None
+    # the group this job had (destroyed by now): its backend, in a multi-rank job only
+    return rank, world, _remembered["backend"] if world > 1 else None

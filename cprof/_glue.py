@@ -17,7 +17,7 @@ import warnings
 
 from . import _C
 
-_patched = {"record_function": False, "nvtx": False}
+_patched = {"record_function": False, "nvtx": False, "dist": False}
 _nvtx_local = threading.local()
 
 
@@ -49,6 +49,25 @@ def _patch_record_function(torch):
     rf.__enter__, rf.__exit__ = __enter__, __exit__
     rf._cprof_patched = True
     rf._cprof_original = (orig_enter, orig_exit)
+
+
+def _patch_dist(torch):
+    """destroy_process_group notes the backend first (_dist.remember_backend): the program
+    often ends its group before cprof writes the trace at exit."""
+    dist = getattr(torch, "distributed", None)
+    destroy = getattr(dist, "destroy_process_group", None)
+    if destroy is None or getattr(destroy, "_cprof_patched", False):
+        return
+    from ._dist import remember_backend
+
+    def destroy_process_group(*args, **kwargs):
+        remember_backend()
+        return destroy(*args, **kwargs)
+
+    destroy_process_group.__wrapped__ = destroy
+    destroy_process_group.__doc__ = destroy.__doc__
+    destroy_process_group._cprof_patched = True
+    dist.destroy_process_group = destroy_process_group
 
 
 def _nvtx_flags():
@@ -170,6 +189,9 @@ def patch_torch():
     if not _patched["nvtx"]:
         _patch_nvtx(torch)
         _patched["nvtx"] = True
+    if not _patched["dist"]:
+        _patch_dist(torch)
+        _patched["dist"] = True
 
 
 def python_nvtx_installed():
