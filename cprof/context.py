@@ -3,6 +3,7 @@ import functools
 import inspect
 import os
 import pathlib
+import threading
 import time
 import warnings
 
@@ -131,9 +132,10 @@ class ProfilerContext:
         record_ops=False,
         gpu_buffer_mb=None,
     ):
-        if isinstance(enabled, (str, bytes)):
+        if not _is_flag(enabled):
             raise TypeError(f"cprof: ProfilerContext(enabled=...) takes a bool, got {enabled!r}; "
-                            "parse it first (e.g. an argparse store_true flag)")
+                            "parse it first (e.g. an argparse store_true flag), and pass the "
+                            "other arguments by keyword (output_dir=...)")
         self.enabled = bool(enabled)
         self.output_dir = None
         self.trace_path = None
@@ -337,15 +339,25 @@ class ProfilerContext:
         return self.result is not None
 
 
+def _is_flag(v):
+    """True for what an `enabled` argument can be: a bool, an int, numpy's bool_, None (off)."""
+    return v is None or isinstance(v, (bool, int)) or type(v).__name__ == "bool_"
+
+
 class _CallWindow:
     """One call of a profile_function-decorated function: its own ProfilerContext, or a range
     in the window already open. A class, not a contextlib generator: with_stack traces every
-    frame outside cprof's own files, and contextlib's would appear in the user's trace."""
+    frame outside cprof's own files, and contextlib's would appear in the user's trace.
+    suspends: the call is a generator or coroutine, which other code runs between the parts
+    of: its range is then a detached one closed by its token on the thread that opened it (a
+    plain pop closes the innermost range of the thread it runs on, which, after a yield or an
+    await, can be another call's or on another thread)."""
 
-    __slots__ = ("enabled", "marker", "kwargs", "ctx")
+    __slots__ = ("enabled", "marker", "name", "suspends", "kwargs", "ctx", "token", "ident")
 
-    def __init__(self, enabled, marker, kwargs):
-        self.enabled, self.marker, self.kwargs, self.ctx = enabled, marker, kwargs, None
+    def __init__(self, enabled, marker, name, suspends, kwargs):
+        self.enabled, self.marker, self.name, self.suspends = enabled, marker, name, suspends
+        self.kwargs, self.ctx, self.token, self.ident = kwargs, None, None, None
 
     def __enter__(self):
         if not self.enabled:
@@ -359,18 +371,70 @@ class _CallWindow:
                 if not _C.active():
                     raise
                 # another thread opened a window since the check above: a range in it
-        self.marker.__enter__()
+        if self.suspends:
+            self.token = _C.open_range(self.name, _C.CAT_USER_ANNOTATION, True)
+            self.ident = threading.get_ident()
+        else:
+            self.marker.__enter__()
         return self
 
     def __exit__(self, exc_type, exc, tb):
         if not self.enabled:
             return False
-        self.marker.__exit__(exc_type, exc, tb)
-        if self.ctx is not None:
-            if exc_type is GeneratorExit:  # a generator closed before its end: a normal finish
-                exc_type = exc = tb = None
-            self.ctx.__exit__(exc_type, exc, tb)
+        try:
+            if self.token is not None:
+                try:
+                    _C.close_range(self.token, self.ident)
+                except _C.NoOpenRangeError:  # its window ended first, or its thread did
+                    pass
+            elif not self.suspends:
+                self.marker.__exit__(exc_type, exc, tb)
+        finally:
+            if self.ctx is not None:
+                if exc_type is GeneratorExit:  # a generator closed before its end: normal
+                    exc_type = exc = tb = None
+                self.ctx.__exit__(exc_type, exc, tb)
         return False
+
+
+def _async_gen_wrapper(fn, window):
+    """fn's async generator inside a call window, doing what `yield from` does for a generator:
+    asend values, athrow exceptions and aclose reach fn's; its finally runs. The wrapper stays
+    an async generator function (inspect.isasyncgenfunction) as fn is."""
+
+    @functools.wraps(fn)
+    async def agen_wrapper(*args, **kw):
+        inner = fn(*args, **kw)
+        call = window(suspends=True)
+        call.__enter__()
+        exc_info = (None, None, None)
+        try:
+            to_send, to_throw = None, None
+            while True:
+                try:
+                    if to_throw is not None:
+                        item = await inner.athrow(to_throw)
+                    else:
+                        item = await inner.asend(to_send)
+                except StopAsyncIteration:
+                    return
+                to_send, to_throw = None, None
+                try:
+                    to_send = yield item
+                except GeneratorExit:
+                    raise
+                except BaseException as err:  # athrow(): into inner
+                    to_throw = err
+        except BaseException as err:
+            exc_info = (type(err), err, err.__traceback__)
+            raise
+        finally:
+            try:
+                await inner.aclose()
+            finally:
+                call.__exit__(*exc_info)
+
+    return agen_wrapper
 
 
 def profile_function(
@@ -393,8 +457,9 @@ def profile_function(
     if callable(enabled) and not isinstance(enabled, bool):
         # @cprof.profile_function without parentheses: the function came as `enabled`
         return profile_function()(enabled)
-    if isinstance(enabled, (str, bytes)):
-        raise TypeError(f"cprof.profile_function: enabled must be a bool, got {enabled!r}")
+    if not _is_flag(enabled):
+        raise TypeError(f"cprof.profile_function: enabled (the first argument) must be a bool, "
+                        f"got {enabled!r}; pass the others by keyword (output_dir=...)")
 
     def decorator(fn):
         if not callable(fn):
@@ -402,30 +467,25 @@ def profile_function(
         name = profile_name or getattr(fn, "__name__", "function")
         marker = _C.range(name)
 
-        def window():
-            return _CallWindow(enabled, marker, dict(
+        def window(suspends=False):
+            return _CallWindow(enabled, marker, name, suspends, dict(
                 enabled=True, activities=activities, output_dir=output_dir, profile_name=name,
                 with_stack=with_stack, record_shapes=record_shapes, **kwargs))
 
         if inspect.iscoroutinefunction(fn):
             @functools.wraps(fn)
             async def async_wrapper(*args, **kw):
-                with window():
+                with window(suspends=True):
                     return await fn(*args, **kw)
             return async_wrapper
         if inspect.isgeneratorfunction(fn):
             @functools.wraps(fn)
             def gen_wrapper(*args, **kw):
-                with window():
+                with window(suspends=True):
                     return (yield from fn(*args, **kw))
             return gen_wrapper
         if inspect.isasyncgenfunction(fn):
-            @functools.wraps(fn)
-            async def agen_wrapper(*args, **kw):
-                with window():
-                    async for item in fn(*args, **kw):
-                        yield item
-            return agen_wrapper
+            return _async_gen_wrapper(fn, window)
 
         @functools.wraps(fn)
         def wrapper(*args, **kw):

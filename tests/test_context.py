@@ -362,6 +362,8 @@ def test_profile_function_and_context_reject_a_string_enabled(outdir):
         cprof.ProfilerContext(enabled="yes", output_dir=outdir)
     with pytest.raises(TypeError, match="bool"):
         cprof.profile_function(enabled="no")
+    with pytest.raises(TypeError, match="by keyword"):
+        cprof.profile_function(outdir)  # the directory given where enabled goes
 
 
 def test_profiled_function_calling_profiled_function_nests(outdir):
@@ -436,3 +438,83 @@ def test_mem_without_cuda_says_there_is_no_snapshot(outdir, capsys):
     line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("cprof: memory:")]
     assert len(line) == 1 and "no memory snapshot" in line[0] and "peak CPU RSS" in line[0]
     assert p.memory_paths == [] and p.memory_summary["cuda"].startswith("not tracked")
+
+
+def test_profile_function_suspended_calls_keep_their_own_ranges(outdir):
+    """Coroutines and generators run interleaved with other code: each call's range is its own
+    (closed by token), whoever runs in between, and a generator may finish on another thread."""
+    import asyncio
+    import threading
+
+    @cprof.profile_function(output_dir=outdir, activities=["CPU"], verbose=False)
+    async def fast():
+        await asyncio.sleep(0.02)
+
+    @cprof.profile_function(output_dir=outdir, activities=["CPU"], verbose=False)
+    async def slow():
+        await asyncio.sleep(0.1)
+
+    async def both():
+        await asyncio.gather(fast(), slow())
+
+    with cprof.ProfilerContext(output_dir=outdir, profile_name="gather", verbose=False) as p:
+        asyncio.run(both())
+    rs = {e["name"]: e["dur"] for e in ranges_of(load_trace(p.trace_path))}
+    assert 15_000 <= rs["fast"] < 60_000 and rs["slow"] >= 90_000, rs
+
+    @cprof.profile_function(output_dir=outdir, activities=["CPU"], verbose=False)
+    def items():
+        for i in range(3):
+            time.sleep(0.01)
+            yield i
+
+    with cprof.ProfilerContext(output_dir=outdir, profile_name="gen", verbose=False) as p:
+        with cprof.range("A"):
+            g = items()
+            next(g)
+        rest = list(g)
+    assert rest == [1, 2]
+    rs = {e["name"]: e["dur"] for e in ranges_of(load_trace(p.trace_path))}
+    assert rs["A"] < 15_000 and rs["items"] >= 25_000, rs
+
+    g = items()  # its own window, finished on another thread
+    next(g)
+    out = {}
+    t = threading.Thread(target=lambda: out.update(rest=list(g)))
+    t.start()
+    t.join()
+    assert out["rest"] == [1, 2] and not cprof._C.active()
+    with cprof.ProfilerContext(output_dir=outdir, profile_name="after", verbose=False):
+        pass  # the window was closed: a new one opens
+
+
+def test_profile_function_async_generator_keeps_asend_athrow_aclose(outdir):
+    import asyncio
+    import inspect
+
+    log = []
+
+    async def agen():
+        try:
+            while True:
+                try:
+                    got = yield len(log)
+                    log.append(f"got {got!r}")
+                except ValueError:
+                    log.append("caught ValueError")
+        finally:
+            log.append("cleanup")
+
+    wrapped = cprof.profile_function(output_dir=outdir, activities=["CPU"], verbose=False)(agen)
+    assert inspect.isasyncgenfunction(wrapped)
+
+    async def drive(gen):
+        await gen.asend(None)
+        await gen.asend("hello")
+        await gen.athrow(ValueError("x"))
+        await gen.aclose()
+
+    asyncio.run(drive(wrapped()))
+    assert log == ["got 'hello'", "caught ValueError", "cleanup"]
+    assert not cprof._C.active()
+    assert (outdir / "agen.trace.json.gz").exists()
