@@ -6,6 +6,7 @@ ready = on_trace_ready(prof)). The window's data stays in memory until the next 
 so export_chrome_trace, key_averages and events work after each cycle and after stop()."""
 import enum
 import json
+import operator
 import os
 import socket
 import sys
@@ -154,13 +155,22 @@ def _rank_selected(ranks):
                     f"got {ranks!r}")
     if isinstance(ranks, bool) or isinstance(ranks, (str, bytes)):
         raise bad
-    if isinstance(ranks, int):
-        ranks = [ranks]
+    if not hasattr(ranks, "__iter__"):
+        try:
+            ranks = [operator.index(ranks)]  # one rank: an int, a numpy integer
+        except TypeError:
+            raise bad from None
     try:
         ranks = list(ranks)
     except TypeError:
         raise bad from None
-    if any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in ranks):
+    if any(isinstance(r, bool) for r in ranks):
+        raise bad
+    try:
+        ranks = [operator.index(r) for r in ranks]  # numpy integers too
+    except TypeError:
+        raise bad from None
+    if any(r < 0 for r in ranks):
         raise bad
     rank, _, _ = rank_info()
     return rank in set(ranks)

@@ -341,7 +341,8 @@ class ProfilerContext:
 
 def _is_flag(v):
     """True for what an `enabled` argument can be: a bool, an int, numpy's bool_, None (off)."""
-    return v is None or isinstance(v, (bool, int)) or type(v).__name__ == "bool_"
+    return (v is None or isinstance(v, (bool, int))
+            or (type(v).__module__ == "numpy" and type(v).__name__ in ("bool_", "bool")))
 
 
 class _CallWindow:

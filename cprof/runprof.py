@@ -87,45 +87,51 @@ class ProfilerConfig:
     kv_bins: List[int] = field(default_factory=lambda: [0, 512, 1024, 2048, 4096, 8192, 16384])
 
     def __post_init__(self):
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
         for name in ("collect_on_rank0_only", "strict_sync", "dist_barrier", "model_profiling",
                      "engine_profiling", "print_per_run"):
             v = getattr(self, name)
-            if not isinstance(v, bool):
-                if isinstance(v, int) and v in (0, 1):
-                    setattr(self, name, bool(v))
-                else:
+            if v is None:
+                v = defaults[name]  # None counts as absent, as in from_args
+            elif not isinstance(v, bool):
+                try:
+                    i = None if isinstance(v, (str, bytes)) else operator.index(v)
+                except TypeError:  # numpy.bool_ has no __index__
+                    i = int(bool(v)) if _is_numpy_bool(v) else None
+                if i not in (0, 1):
                     raise TypeError(f"cprof: ProfilerConfig.{name} must be True or False, got "
                                     f"{v!r}; with argparse use action='store_true' (or "
                                     "BooleanOptionalAction)")
+                v = bool(i)
+            setattr(self, name, v)
         for name in ("num_total_runs", "warmup_runs"):
             v = getattr(self, name)
-            if isinstance(v, str) and v.strip().lstrip("+-").isdigit():
-                v = int(v)  # argparse without type=int hands strings over
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise TypeError(f"cprof: ProfilerConfig.{name} must be a whole number, got "
-                                f"{v!r}; with argparse use type=int")
-            if v < 0:
-                raise ValueError(f"cprof: ProfilerConfig.{name} must be 0 or more, got {v}")
-            setattr(self, name, v)
+            setattr(self, name, _whole(v, f"ProfilerConfig.{name}", "with argparse use type=int"))
         try:
             self.output_dir = os.fspath(self.output_dir)
         except TypeError:
             raise TypeError(f"cprof: ProfilerConfig.output_dir must be a path, got "
                             f"{self.output_dir!r}") from None
-        if self.run_name is not None and (not isinstance(self.run_name, str) or not self.run_name
-                                          or "/" in self.run_name):
-            raise ValueError(f"cprof: ProfilerConfig.run_name must be a non-empty name without "
-                             f"'/', or None for a generated one; got {self.run_name!r}")
+        if self.run_name is not None and (
+                not isinstance(self.run_name, str) or self.run_name in ("", ".", "..")
+                or "/" in self.run_name or "\\" in self.run_name or "\0" in self.run_name):
+            raise ValueError(f"cprof: ProfilerConfig.run_name must be a directory name (no '/', "
+                             f"not '.' or '..'), or None for a generated one; got "
+                             f"{self.run_name!r}")
         if self.kv_len_reduce not in KV_REDUCTIONS:
             raise ValueError(f"cprof: kv_len_reduce={self.kv_len_reduce!r} is not one of "
                              f"{', '.join(KV_REDUCTIONS)}")
-        bad_bins = ValueError("cprof: kv_bins must be a non-empty list of finite numbers >= 0, "
+        bad_bins = ValueError("cprof: kv_bins must be a non-empty list of finite numbers, "
                               f"e.g. [0, 512, 1024]; got {self.kv_bins!r}")
         if isinstance(self.kv_bins, (str, bytes)) or not hasattr(self.kv_bins, "__iter__"):
             raise bad_bins
         bins = list(self.kv_bins)
-        if not bins or any(not isinstance(b, (int, float)) or isinstance(b, bool)
-                           or not math.isfinite(b) or b < 0 for b in bins):
+        try:
+            bins = [b if isinstance(b, (int, float)) else float(operator.index(b))
+                    for b in bins]
+        except TypeError:
+            raise bad_bins from None
+        if not bins or any(isinstance(b, bool) or not math.isfinite(b) for b in bins):
             raise bad_bins
         if any(b >= c for b, c in zip(bins, bins[1:])):
             raise ValueError(f"cprof: kv_bins must be strictly increasing, got {bins}; "
@@ -217,24 +223,43 @@ def _as_length(v):
     return float(v)
 
 
+def _is_numpy_bool(v):
+    t = type(v)
+    return t.__module__ == "numpy" and t.__name__ in ("bool_", "bool")
+
+
+def _whole(n, what, hint, digits_ok=True):
+    """n as an int >= 0: ints, numpy / 0-d tensor integers, integral floats and (digits_ok)
+    strings of digits, as argparse hands over without type=int; bools, other strings and
+    fractions are errors naming what and the hint (a count is never silently truncated)."""
+    v = None
+    if isinstance(n, (str, bytes)):
+        text = n.decode() if isinstance(n, bytes) else n
+        if digits_ok and text.strip().isdecimal() and text.strip().isascii():
+            v = int(text)
+    elif not isinstance(n, bool) and n is not None:
+        try:
+            v = operator.index(n)
+        except TypeError:
+            try:
+                f = float(n)
+            except (TypeError, ValueError):
+                f = None
+            if f is not None and math.isfinite(f) and f.is_integer():
+                v = int(f)
+    if v is None:
+        raise TypeError(f"cprof: {what} must be a whole number, got {n!r}; {hint}")
+    if v < 0:
+        raise ValueError(f"cprof: {what} must be 0 or more (not negative), got {v}")
+    if v >= 2 ** 63:
+        raise ValueError(f"cprof: {what} is {v}, beyond what a step can count (2^63 - 1)")
+    return v
+
+
 def _whole_tokens(n):
-    """set_step_tokens' count as an int: ints, numpy / 0-d tensor integers and integral floats;
-    strings, bools and fractions are errors (a count is never silently truncated)."""
-    if isinstance(n, (str, bytes, bool)) or n is None:
-        raise TypeError(f"cprof: set_step_tokens takes a whole number of tokens, got {n!r}")
-    try:
-        return operator.index(n)
-    except TypeError:
-        pass
-    try:
-        f = float(n)
-    except (TypeError, ValueError):
-        raise TypeError(f"cprof: set_step_tokens takes a whole number of tokens, got "
-                        f"{type(n).__name__}") from None
-    if not math.isfinite(f) or not f.is_integer():
-        raise ValueError(f"cprof: set_step_tokens got {n!r}; the accepted token count is a "
-                         "whole number")
-    return int(f)
+    """set_step_tokens' count (see _whole)."""
+    return _whole(n, "set_step_tokens' count", "pass the number of accepted tokens",
+                  digits_ok=False)
 
 
 def _finite(v):
@@ -432,8 +457,6 @@ class Profiler:
         self._kv, self._pending_kv = self._pending_kv, None
         stream = _current_stream() if self._cuda else 0
         measured = not run.warmup
-        _StepSync.engine = bool(strict and measured and self.cfg.engine_profiling
-                                and _cuda_ready())
         # model buckets time on the GPU (CUDA events) when possible; engine buckets on the host
         _C.timers_gate(measured and self.cfg.model_profiling,
                        measured and self.cfg.engine_profiling, bool(self._cuda), False, stream,
@@ -444,6 +467,9 @@ class Profiler:
         ctx.region = None
         if self._cuda and not strict:
             ctx.region = (_C.timer_begin(True, stream), stream)
+        # last, after everything that can raise: a step that failed to start leaves it off
+        _StepSync.engine = bool(strict and measured and self.cfg.engine_profiling
+                                and _cuda_ready())
         ctx.t0 = _C.now_ns()
 
     def _step_exit(self, ctx, exc_type):
@@ -790,5 +816,6 @@ def _write_text(path, text):
         except OSError:
             pass
         raise _C.TraceWriteError(exc.errno or 5, f"cprof: {path!r} cannot be written "
-                                 f"({exc.strerror}); pass save_all(output_dir=...) to write "
-                                 "elsewhere (prof.summary() still has everything)") from None
+                                 f"({exc.strerror}); pass output_dir=... to save_all() / "
+                                 "save_config() to write elsewhere (prof.summary() still has "
+                                 "everything)") from None

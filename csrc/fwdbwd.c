@@ -1,17 +1,21 @@
-/* Forward -> backward links ("fwdbwd" flows): each autograd backward node to the forward
- * operator that created it, found by name at write time.
+/* Forward -> backward links ("fwdbwd" flows): each autograd.Function's backward node to the
+ * forward call that created it, found by name at write time.
  *
- * torch.profiler links them by the sequence number RecordFunction carries; torch's ITT hooks
- * (ops_itt.c) pass names only. The names carry the same pairing: a backward node is named after
- * the forward that made it (aten::addmm -> AddmmBackward0, aten::clamp_min -> ClampMinBackward0,
- * an autograd.Function such as torch.compile's CompiledFunction -> CompiledFunctionBackward),
- * and autograd runs the nodes of one graph in reverse order of their creation. So per name key
- * (lower case, underscores dropped, "aten::" and the trailing "Backward<N>" removed) a backward
- * pairs with the latest unpaired forward begun before it, a stack. A forward nested in a
- * forward of the same key (aten::softmax calling aten::_softmax) replaces it: the node belongs
- * to the innermost op, as in torch's traces. Measured against torch.profiler's links on eager
- * and compiled training steps (tests/test_ops.py). Cross-thread pairs (the autograd engine's
- * device threads) are found the same way: the order is global, by begin time.
+ * torch.profiler links every forward op to its node by the sequence number RecordFunction
+ * carries; torch's ITT hooks (ops_itt.c) pass names only. An autograd.Function's names carry
+ * the pairing: its forward is recorded under its class name (torch.compile's CompiledFunction,
+ * a user's Function) and its node as "<class>Backward", and autograd runs one graph's nodes in
+ * reverse order of their creation. So per class a backward pairs with the latest unpaired
+ * forward begun before it, a stack over all threads in time order (backward runs on the
+ * autograd engine's device threads on a GPU). A forward inside a backward node (reentrant
+ * activation checkpointing recomputes under grad) is a candidate like any other. A Function
+ * called under no_grad makes no node yet looks like a forward: its later calls' nodes can then
+ * pair one call off (reentrant checkpointing's first, no-grad forward does this).
+ *
+ * aten ops are left out on purpose. Their names pair too (aten::addmm -> AddmmBackward0), but
+ * an op on tensors that need no grad makes no node and still looks like a forward, and a
+ * backward node runs ops of the same names (MmBackward0 runs aten::mm): by name alone those
+ * links come out wrong in real models, and a wrong link is worse than none (decision 80).
  *
  * Runs once per write, on the snapshot, GIL released; no cost while collecting. */
 #include <stdlib.h>
@@ -50,16 +54,12 @@ static int ident_chars(const char *s, size_t n) {
     return 1;
 }
 
-/* K_BWD / K_FWD with *key, or K_NONE */
+/* K_BWD / K_FWD with *key, or K_NONE. Only bare identifiers: class names; aten::, prim::
+ * and "autograd::engine::evaluate_function: ..." are not. */
 static int classify(const char *s, size_t n, uint64_t *key) {
     static const char BW[] = "Backward";
     const size_t bw = sizeof BW - 1;
-    if (!ident_chars(s, n) && !(n > 6 && memcmp(s, "aten::", 6) == 0 && ident_chars(s + 6, n - 6)))
-        return K_NONE;
-    if (n > 6 && memcmp(s, "aten::", 6) == 0) {
-        *key = fnv_norm(s + 6, n - 6);
-        return K_FWD;
-    }
+    if (!ident_chars(s, n)) return K_NONE;
     size_t m = n;
     while (m && s[m - 1] >= '0' && s[m - 1] <= '9') m--;
     if (m > bw && memcmp(s + m - bw, BW, bw) == 0) {
@@ -132,10 +132,10 @@ int cprof_fwdbwd_build(const cprof_snapshot *snap, cprof_fwdbwd **out, size_t *n
                 uint8_t kd = kind[r->name_id];
                 if (kd != K_FWD && kd != K_BWD) continue;
                 uint64_t key = keyof[r->name_id];
+                uint64_t end = r->end_ns ? r->end_ns : snap->stop_ns;
                 if (kd == K_FWD && !bsearch(&key, bkeys, nb, sizeof *bkeys, cmp_key)) continue;
                 if (nc == capc && cprof_array_grow((void **)&c, &capc, sizeof *c, 256)) goto done;
-                c[nc++] = (cand){key, r->begin_ns, r->end_ns ? r->end_ns : snap->stop_ns, t->tid,
-                                 kd == K_BWD};
+                c[nc++] = (cand){key, r->begin_ns, end, t->tid, kd == K_BWD};
             }
     }
     qsort(c, nc, sizeof *c, cmp_cand);

@@ -74,7 +74,8 @@ def test_from_args_precedence():
     ({"kv_bins": []}, "non-empty"),
     ({"warmup_runs": -1}, "warmup_runs"),
     ({"kv_bins": [0, float("inf")]}, "finite"),
-    ({"run_name": "a/b"}, "without '/'"),
+    ({"run_name": "a/b"}, "no '/'"),
+    ({"run_name": ".."}, "directory name"),
 ])
 def test_bad_config_names_the_fix(kw, needle):
     with pytest.raises(ValueError, match=needle):
@@ -94,6 +95,14 @@ def test_wrong_config_types_fail_at_construction(kw, needle):
 
 def test_config_takes_argparse_strings_and_dicts(tmp_path):
     assert cprof.ProfilerConfig(warmup_runs="2").warmup_runs == 2  # argparse without type=int
+    # what worked before the checks still works: numpy / tensor integers, integral floats,
+    # None for a flag (its default), negative bin edges
+    np = pytest.importorskip("numpy")
+    c = cprof.ProfilerConfig(warmup_runs=np.int64(1), num_total_runs=10.0, strict_sync=np.True_,
+                             print_per_run=None, kv_bins=[-1, 0, 512])
+    assert (c.warmup_runs, c.num_total_runs, c.strict_sync, c.print_per_run) == (1, 10, True,
+                                                                                 True)
+    assert c.kv_bins == [-1, 0, 512] and type(c.warmup_runs) is int
     c = cprof.ProfilerConfig.from_args({"prof_warmup_runs": 3, "output_dir": str(tmp_path)})
     assert c.warmup_runs == 3 and c.output_dir == str(tmp_path)
     prof = cprof.Profiler({"warmup_runs": 0, "output_dir": str(tmp_path), "run_name": "d",
