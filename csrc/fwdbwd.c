@@ -7,10 +7,11 @@
  * a user's Function) and its node as "<class>Backward", and autograd runs one graph's nodes in
  * reverse order of their creation. So per class a backward pairs with the latest unpaired
  * forward begun before it, a stack over all threads in time order (backward runs on the
- * autograd engine's device threads on a GPU). A forward inside a backward node (reentrant
- * activation checkpointing recomputes under grad) is a candidate like any other. A Function
- * called under no_grad makes no node yet looks like a forward: its later calls' nodes can then
- * pair one call off (reentrant checkpointing's first, no-grad forward does this).
+ * autograd engine's device threads on a GPU). A Function's forward runs with grad off, so a
+ * Function called inside another's forward makes no node and is no candidate (reentrant
+ * activation checkpointing's first forward); one called inside a backward node is (the
+ * recomputation runs with grad on). A Function called under no_grad elsewhere still looks like
+ * a forward and can shift its class's later pairs by one call.
  *
  * aten ops are left out on purpose. Their names pair too (aten::addmm -> AddmmBackward0), but
  * an op on tensors that need no grad makes no node and still looks like a forward, and a
@@ -80,7 +81,6 @@ static int cmp_cand(const void *a, const void *b) {
     if (x->key != y->key) return x->key < y->key ? -1 : 1;
     if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
     if (x->bwd != y->bwd) return x->bwd ? 1 : -1;  /* a forward before a backward at one time */
-    if (x->end != y->end) return x->end > y->end ? -1 : 1; /* the enclosing forward first */
     return 0;
 }
 
@@ -121,10 +121,13 @@ int cprof_fwdbwd_build(const cprof_snapshot *snap, cprof_fwdbwd **out, size_t *n
     }
     qsort(bkeys, nb, sizeof *bkeys, cmp_key);
 
-    /* pass 2: backward nodes and the forwards that could own one */
+    /* pass 2: backward nodes and the forwards that could own one; a thread's records are in
+     * begin order, so a forward beginning before the latest candidate forward's end is inside
+     * that Function's forward (grad off: no node) */
     size_t nc = 0, capc = 0;
     for (size_t i = 0; i < snap->nthreads; i++) {
         const cprof_thread_data *t = &snap->threads[i];
+        uint64_t in_fwd_until = 0;
         for (const cprof_chunk *ch = t->chunks; ch; ch = ch->next)
             for (uint32_t k = 0; k < ch->count; k++) {
                 const cprof_record *r = &ch->rec[k];
@@ -133,7 +136,11 @@ int cprof_fwdbwd_build(const cprof_snapshot *snap, cprof_fwdbwd **out, size_t *n
                 if (kd != K_FWD && kd != K_BWD) continue;
                 uint64_t key = keyof[r->name_id];
                 uint64_t end = r->end_ns ? r->end_ns : snap->stop_ns;
-                if (kd == K_FWD && !bsearch(&key, bkeys, nb, sizeof *bkeys, cmp_key)) continue;
+                if (kd == K_FWD) {
+                    if (!bsearch(&key, bkeys, nb, sizeof *bkeys, cmp_key)) continue;
+                    if (r->begin_ns < in_fwd_until) continue;
+                    in_fwd_until = end;
+                }
                 if (nc == capc && cprof_array_grow((void **)&c, &capc, sizeof *c, 256)) goto done;
                 c[nc++] = (cand){key, r->begin_ns, end, t->tid, kd == K_BWD};
             }
@@ -149,11 +156,7 @@ int cprof_fwdbwd_build(const cprof_snapshot *snap, cprof_fwdbwd **out, size_t *n
         while (e < nc && c[e].key == c[g].key) e++;
         for (size_t i = g; i < e; i++) {
             if (!c[i].bwd) {
-                const cand *o = top ? &c[stack[top - 1]] : NULL;
-                if (o && o->tid == c[i].tid && o->begin <= c[i].begin && o->end >= c[i].end)
-                    stack[top - 1] = i; /* the innermost of nested same-key forwards owns it */
-                else
-                    stack[top++] = i;
+                stack[top++] = i;
             } else if (top) {
                 const cand *f = &c[stack[--top]];
                 pairs[np++] = (cprof_fwdbwd){f->tid, c[i].tid, f->begin, c[i].begin};

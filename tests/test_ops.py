@@ -364,11 +364,14 @@ def test_forward_backward_links_match_torch_profiler(tmp_path):
     """Seed 001: a fwd-bwd link joins CompiledFunction to CompiledFunctionBackward. cprof pairs
     an autograd.Function's forward and backward by name (csrc/fwdbwd.c); each link must join
     the same forward call (by its position among same-name calls) to the same node as
-    torch.profiler's, with a user Function used three times and ops on tensors without grad
-    in the step. aten ops get no links (by name they would pair wrongly: decision 80)."""
+    torch.profiler's, with a user Function used several times, reentrant activation
+    checkpointing (a first forward without grad, then the recomputation inside the backward
+    node) and ops on tensors without grad in the step. aten ops get no links (by name they
+    would pair wrongly: decision 80)."""
     out = run_py(HELPERS + """
 import cprof
 import torch
+import torch.utils.checkpoint
 import warnings
 warnings.simplefilter("ignore")
 
@@ -406,7 +409,8 @@ class Net(torch.nn.Module):
     def forward(self, x):
         mask = torch.ones(8, 16) * 2  # no grad: no node, same op names
         h = Scale.apply(torch.relu(self.l1(x)) * mask)
-        h = Scale.apply(h) @ self.l2.weight.T
+        h = torch.utils.checkpoint.checkpoint(lambda t: Scale.apply(t) @ self.l2.weight.T, h,
+                                              use_reentrant=True)
         return Scale.apply(h)
 
 x = torch.randn(8, 16)
