@@ -383,12 +383,12 @@ class _CallWindow:
         if not self.enabled:
             return False
         try:
-            if self.token is not None:
+            if self.suspends:
                 try:
                     _C.close_range(self.token, self.ident)
                 except _C.NoOpenRangeError:  # its window ended first, or its thread did
                     pass
-            elif not self.suspends:
+            else:
                 self.marker.__exit__(exc_type, exc, tb)
         finally:
             if self.ctx is not None:

@@ -28,19 +28,15 @@ enum { K_UNKNOWN = 0, K_NONE, K_FWD, K_BWD };
 
 typedef struct {
     uint64_t key;
-    uint64_t begin, end;
+    uint64_t begin;
     uint64_t tid;
     uint8_t bwd;
 } cand;
 
-static uint64_t fnv_norm(const char *s, size_t n) {
+/* FNV-1a of a class name (the key of a Function and of its "<class>Backward" node) */
+static uint64_t fnv(const char *s, size_t n) {
     uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '_') continue;
-        if (c >= 'A' && c <= 'Z') c = (unsigned char)(c - 'A' + 'a');
-        h = (h ^ c) * 1099511628211ull;
-    }
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
     return h ? h : 1;
 }
 
@@ -64,10 +60,10 @@ static int classify(const char *s, size_t n, uint64_t *key) {
     size_t m = n;
     while (m && s[m - 1] >= '0' && s[m - 1] <= '9') m--;
     if (m > bw && memcmp(s + m - bw, BW, bw) == 0) {
-        *key = fnv_norm(s, m - bw);
+        *key = fnv(s, m - bw);
         return K_BWD;
     }
-    *key = fnv_norm(s, n); /* an autograd.Function's forward (its class name) */
+    *key = fnv(s, n); /* an autograd.Function's forward (its class name) */
     return K_FWD;
 }
 
@@ -142,7 +138,7 @@ int cprof_fwdbwd_build(const cprof_snapshot *snap, cprof_fwdbwd **out, size_t *n
                     in_fwd_until = end;
                 }
                 if (nc == capc && cprof_array_grow((void **)&c, &capc, sizeof *c, 256)) goto done;
-                c[nc++] = (cand){key, r->begin_ns, end, t->tid, kd == K_BWD};
+                c[nc++] = (cand){key, r->begin_ns, t->tid, kd == K_BWD};
             }
     }
     qsort(c, nc, sizeof *c, cmp_cand);
