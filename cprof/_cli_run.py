@@ -311,6 +311,7 @@ class _Session:
         self.t0 = time.monotonic()
         self.summary = None
         self.pid = os.getpid()  # a child forked from the program closes nothing (the parent's)
+        self.held_by_import = False  # the timer waited for the program's import of torch
 
     # -- SIGTERM --
     def forked(self):
@@ -440,7 +441,12 @@ class _Session:
         if o.delay:
             if self.finished.wait(o.delay):
                 return
-            self.open(f"--delay {o.delay:g} s reached")
+            waited = self._after_torch_imports()
+            if waited is None:
+                return
+            self.open(f"--delay {o.delay:g} s reached" +
+                      ("; opened once the program's import of torch had finished"
+                       if waited else ""))
         if not o.duration:
             return
         self.opened.wait()  # a capture range may open it late, or never (finish() sets it)
@@ -449,7 +455,21 @@ class _Session:
         remaining = self.open_at + o.duration - time.monotonic()
         if remaining > 0 and self.finished.wait(remaining):
             return
-        self.close(f"--duration {o.duration:g} s reached")
+        if self._after_torch_imports() is not None:
+            self.close(f"--duration {o.duration:g} s reached")
+
+    def _after_torch_imports(self):
+        """Waits (on the timer thread) until no torch module is half imported. Opening or
+        closing the window imports torch's modules; done while the program's thread is inside
+        `import torch`, the two threads take the module locks in opposite orders and Python
+        raises _DeadlockError into the program's import. Returns whether it waited, or None:
+        the program ended meanwhile."""
+        waited = False
+        while _torch_importing():
+            waited = self.held_by_import = True
+            if self.finished.wait(0.005):
+                return None
+        return None if self.finished.is_set() else waited
 
     # -- the end --
     def finish(self, exc_type):
@@ -480,8 +500,20 @@ class _Session:
     def _never_reason(self):
         if self.opts.capture:
             return self._capture_desc()
+        if self.held_by_import:
+            return (f"the program ended after {time.monotonic() - self.t0:.2f} s, while "
+                    f"--delay {self.opts.delay:g} s waited for its import of torch to finish")
         return (f"the program ended after {time.monotonic() - self.t0:.2f} s, before "
                 f"--delay {self.opts.delay:g} s")
+
+
+def _torch_importing():
+    """True while a thread is executing the import of torch or of one of its modules."""
+    for name, module in list(sys.modules.items()):
+        if (name == "torch" or name.startswith("torch.")) and \
+                getattr(getattr(module, "__spec__", None), "_initializing", False):
+            return True
+    return False
 
 
 class _Out:

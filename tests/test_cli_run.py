@@ -245,6 +245,23 @@ def test_delay_and_duration(tmp_path):
     assert t["cprof"]["partial"] is False
 
 
+def test_delay_that_fires_during_the_import_of_torch(tmp_path):
+    """The window opened from the timer thread while the program was inside `import torch`
+    made Python raise _DeadlockError into the program's import (the two threads took torch's
+    module locks in opposite orders): the program died. The window now opens once the import
+    is done, and says so."""
+    pytest.importorskip("torch")  # the program imports it
+    script = os.path.join(SCRIPTS, "imports_torch.py")
+    ran = cprof_run("-o", tmp_path, "--delay", "0.01", "--duration", "5", script, "work")
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "torch\n"
+    assert "could not open" not in ran.stderr and "Deadlock" not in ran.stderr
+    t = load_trace(written(ran))
+    assert t["cprof"]["cprof_run"]["opened_by"] == (
+        "--delay 0.01 s reached; opened once the program's import of torch had finished")
+    assert names(t) == ["after_import"]
+
+
 def test_duration_longer_than_program(tmp_path):
     ran = cprof_run("-o", tmp_path, "--duration", "30", TIMED, "short")
     assert ran.returncode == 0, ran.stderr
