@@ -12,9 +12,77 @@ _CPU_CATS = {0: "user_annotation", 1: "cpu_op", 2: "python_function", 3: "user_a
 _CAT_STEP = 3  # ProfilerStep#N ranges (cprof.profile's steps)
 _GPU_WORK = ("kernel", "memcpy", "memset")
 _LAUNCH = ("runtime", "driver")
+# events GPU work is not charged to: the trace links a launch to the innermost other range
+_NOT_OWNERS = ("python_function", "cuda_runtime", "cuda_driver")
 _GPU_CATS = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset",
              "runtime": "cuda_runtime", "driver": "cuda_driver", "sync": "cuda_sync",
              "overhead": "overhead", "memory": "gpu_memory", "marker": "gpu_user_annotation"}
+
+class _DeviceType(str):
+    """An event's device type: the str "CPU" / "CUDA", also equal to torch.autograd's
+    DeviceType member of that name (torch.profiler's events carry the enum, and code written
+    for it compares `evt.device_type == DeviceType.CUDA`)."""
+
+    __slots__ = ()
+
+    def __eq__(self, other):
+        if isinstance(other, str):
+            return str.__eq__(self, other)
+        return type(other).__name__ == "DeviceType" and getattr(other, "name", None) == str(self)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = str.__hash__
+
+
+CPU = _DeviceType("CPU")
+CUDA = _DeviceType("CUDA")
+
+# torch.autograd.profiler_util.Kernel: GPU work a CPU event launched (duration in us)
+Kernel = namedtuple("Kernel", ["name", "device", "duration"])
+
+
+def _fmt_us(us):
+    """torch.autograd.profiler_util._format_time."""
+    if us >= 1e6:
+        return f"{us / 1e6:.3f}s"
+    if us >= 1e3:
+        return f"{us / 1e3:.3f}ms"
+    return f"{us:.3f}us"
+
+
+class _TorchCompat:
+    """What torch.autograd's FunctionEvent / FunctionEventAvg have that cprof does not
+    record: per-operator memory and FLOPs (0; cprof's memory view is the trace's memory track
+    and the snapshot), remote / async / legacy flags, overload names, node ids; and the
+    "*_str" formatted times and time averages."""
+
+    __slots__ = ()
+    cpu_memory_usage = self_cpu_memory_usage = 0
+    device_memory_usage = self_device_memory_usage = 0
+    cuda_memory_usage = self_cuda_memory_usage = 0
+    flops = 0
+    is_async = is_remote = is_legacy = False
+    node_id = -1
+    overload_name = ""
+    scope = 0
+    use_device = "cuda"
+    cuda_time_total = property(lambda self: self.device_time_total)
+    self_cuda_time_total = property(lambda self: self.self_device_time_total)
+    cpu_time = property(lambda self: self.cpu_time_total / self.count if self.count else 0.0)
+    device_time = property(lambda self: self.device_time_total / self.count if self.count
+                           else 0.0)
+    cuda_time = device_time
+    is_user_annotation = property(lambda self: self.category in ("user_annotation",
+                                                                 "gpu_user_annotation"))
+    cpu_time_str = property(lambda self: _fmt_us(self.cpu_time))
+    device_time_str = property(lambda self: _fmt_us(self.device_time))
+    cpu_time_total_str = property(lambda self: _fmt_us(self.cpu_time_total))
+    device_time_total_str = property(lambda self: _fmt_us(self.device_time_total))
+    self_cpu_time_total_str = property(lambda self: _fmt_us(self.self_cpu_time_total))
+    self_device_time_total_str = property(lambda self: _fmt_us(self.self_device_time_total))
+
 
 class Interval(namedtuple("Interval", "start end")):
     """An event's time range in microseconds (torch.autograd.profiler_util.Interval's API)."""
@@ -25,20 +93,21 @@ class Interval(namedtuple("Interval", "start end")):
         return self.end - self.start
 
 
-class ProfilerEvent:
+class ProfilerEvent(_TorchCompat):
     """One event of a window. Times are microseconds on the trace's clock (Unix epoch)."""
 
     __slots__ = ("name", "category", "device_type", "thread", "start_us", "end_us", "depth",
                  "stream", "device", "correlation", "truncated", "self_cpu_time_total",
                  "device_time_total", "self_device_time_total", "input_shapes", "input_types",
-                 "stack", "_ns", "_parent", "cpu_parent", "cpu_children", "id", "step_name")
+                 "stack", "_ns", "_parent", "cpu_parent", "cpu_children", "id", "step_name",
+                 "kernels", "self_cpu_percent", "total_cpu_percent", "total_device_percent")
 
     def __init__(self, name, category, device_type, thread, start_us, end_us, depth=0,
                  stream=None, device=None, correlation=None, truncated=False,
                  input_shapes=None, input_types=None):
         self.name = name
         self.category = category
-        self.device_type = device_type
+        self.device_type = CUDA if device_type == "CUDA" else CPU
         self.thread = thread
         self.start_us = start_us
         self.end_us = end_us
@@ -61,6 +130,8 @@ class ProfilerEvent:
         self.cpu_parent = None   # the enclosing CPU event on its thread (torch's FunctionEvent)
         self.cpu_children = []   # the CPU events directly inside it
         self.id = None           # its index in events()
+        self.kernels = []        # Kernel tuples of the GPU work it launched itself
+        self.self_cpu_percent = self.total_cpu_percent = self.total_device_percent = -1
 
     key = property(lambda self: self.name)
     duration_us = property(lambda self: self.end_us - self.start_us)
@@ -68,11 +139,12 @@ class ProfilerEvent:
     cpu_time_total = property(lambda self: self.duration_us if self.device_type == "CPU" else 0.0)
     # torch.autograd.profiler FunctionEvent's names for the same figures (one call per event)
     count = 1
-    cpu_time = cpu_time_total
-    device_time = property(lambda self: self.device_time_total)
-    cuda_time = device_time
-    cuda_time_total = device_time
-    self_cuda_time_total = property(lambda self: self.self_device_time_total)
+    sequence_nr = -1
+    device_index = property(lambda self: self.device if self.device is not None else 0)
+    # "ProfilerStep*" in events() and tables, "ProfilerStep#N" in the trace, as torch's
+    trace_name = property(lambda self: self.step_name or self.name)
+    is_python_function = property(lambda self: self.category == "python_function")
+    input_dtypes = property(lambda self: self.input_types)
 
     def __repr__(self):
         return (f"<ProfilerEvent {self.category} {self.name!r} {self.device_type} "
@@ -114,6 +186,22 @@ def _build(window):
         ev._ns = (begin, end)
         cpu.append(ev)
         by_thread.setdefault(tid, []).append(ev)
+    recs = gpu.records() if gpu is not None else []
+    # CUDA runtime / driver calls are CPU events of their thread, inside the range that made
+    # them (torch.profiler's events() and tables have them: cudaLaunchKernel, a sync's wait)
+    calls = False
+    for r in recs:
+        if r["kind"] in _LAUNCH and r["tid"] is not None:
+            ev = ProfilerEvent(r["name"], _GPU_CATS[r["kind"]], "CPU", r["tid"],
+                               r["start_ns"] / 1000.0 + off_us, r["end_ns"] / 1000.0 + off_us,
+                               device=r["device"], correlation=r["correlation"])
+            ev._ns = (r["start_ns"], r["end_ns"])
+            by_thread.setdefault(r["tid"], []).append(ev)
+            calls = True
+    if calls:  # into begin order, an enclosing range before what it encloses
+        for evs in by_thread.values():
+            evs.sort(key=lambda e: (e._ns[0], -e._ns[1]))
+        cpu = [ev for evs in by_thread.values() for ev in evs]
     # self CPU time: duration minus directly nested children (records are in begin order)
     for evs in by_thread.values():
         stack = []
@@ -139,8 +227,7 @@ def _build(window):
                 ev.stack.append(p.name)
             p = p._parent
     gpu_events = []
-    if gpu is not None:
-        recs = gpu.records()
+    if recs:
         launch_owner = {}
         starts = {tid: [e._ns[0] for e in evs] for tid, evs in by_thread.items()}
         for r in recs:
@@ -149,6 +236,8 @@ def _build(window):
                 if owner is not None:
                     launch_owner[r["correlation"]] = owner
         for r in recs:
+            if r["kind"] in _LAUNCH and r["tid"] is not None:
+                continue  # a CPU event of its thread (above)
             ev = ProfilerEvent(r["name"], _GPU_CATS.get(r["kind"], r["kind"]),
                                "CUDA" if r["kind"] in _GPU_WORK + ("marker",) else "CPU",
                                r["tid"] if r["kind"] not in _GPU_WORK else None,
@@ -162,6 +251,7 @@ def _build(window):
                 owner = launch_owner.get(r["correlation"])
                 if owner is not None:
                     owner.self_device_time_total += d
+                    owner.kernels.append(Kernel(ev.name, ev.device, d))
                     while owner is not None:
                         owner.device_time_total += d
                         owner = owner._parent
@@ -238,19 +328,21 @@ def _innermost(evs, starts, t):
     i = bisect.bisect_right(starts, t) - 1
     ev = evs[i] if i >= 0 else None
     while ev is not None and (not ev._ns[0] <= t <= ev._ns[1]
-                              or ev.category == "python_function"):
+                              or ev.category in _NOT_OWNERS):
         ev = ev._parent
     return ev
 
 
 # ---- key averages ----
 
-class FunctionEventAvg:
-    """Aggregates of every event with one name (times in microseconds)."""
+class FunctionEventAvg(_TorchCompat):
+    """Aggregates of every event with one name (times in microseconds). Like torch's, it
+    takes its first event's place in the tree (cpu_parent, cpu_children: a table's
+    top_level_events_only keeps the rows whose first event had no parent)."""
 
-    def __init__(self, key, device_type, input_shapes=None, stack=None):
+    def __init__(self, key, device_type, input_shapes=None, stack=None, first=None):
         self.key = key
-        self.device_type = device_type
+        self.device_type = CUDA if device_type == "CUDA" else CPU
         self.input_shapes = input_shapes
         self.stack = stack if stack is not None else []
         self.count = 0
@@ -258,14 +350,10 @@ class FunctionEventAvg:
         self.self_cpu_time_total = 0.0
         self.device_time_total = 0.0
         self.self_device_time_total = 0.0
-
-    # the names torch.profiler's FunctionEventAvg has
-    cuda_time_total = property(lambda self: self.device_time_total)
-    self_cuda_time_total = property(lambda self: self.self_device_time_total)
-    cpu_time = property(lambda self: self.cpu_time_total / self.count if self.count else 0.0)
-    device_time = property(lambda self: self.device_time_total / self.count if self.count
-                           else 0.0)
-    cuda_time = device_time
+        self.category = getattr(first, "category", None)
+        self.cpu_parent = getattr(first, "cpu_parent", None)
+        self.cpu_children = getattr(first, "cpu_children", [])
+        self.self_cpu_percent = self.total_cpu_percent = self.total_device_percent = -1
 
     def __repr__(self):
         return (f"<FunctionEventAvg key={self.key!r} count={self.count} "
@@ -273,15 +361,19 @@ class FunctionEventAvg:
                 f"device_time_total={self.device_time_total:.3f}>")
 
 
-SORT_KEYS = ("cpu_time", "cuda_time", "device_time", "cpu_time_total", "cuda_time_total",
-             "device_time_total", "self_cpu_time_total", "self_cuda_time_total",
-             "self_device_time_total", "count")
+SORT_KEYS = ("cpu_time", "device_time", "cpu_time_total", "device_time_total",
+             "self_cpu_time_total", "self_device_time_total", "count")
 # torch.profiler's per-operator memory and FLOP keys: cprof does not attribute memory or FLOPs
 # to operators (its memory view is the trace's memory track and the snapshot), so sorting by
 # them is accepted with a warning and leaves the rows by self CPU time
-UNRECORDED_KEYS = ("cpu_memory_usage", "self_cpu_memory_usage", "cuda_memory_usage",
-                   "self_cuda_memory_usage", "device_memory_usage", "self_device_memory_usage",
-                   "flops")
+UNRECORDED_KEYS = ("cpu_memory_usage", "self_cpu_memory_usage", "device_memory_usage",
+                   "self_device_memory_usage", "flops")
+
+
+def _sort_attr(sort_by):
+    """torch's table() reads sort_by with "cuda", "xpu" and "privateuse1" as "device"."""
+    return sort_by.replace("cuda", "device").replace("xpu", "device").replace("privateuse1",
+                                                                              "device")
 
 
 class EventList(list):
@@ -291,29 +383,40 @@ class EventList(list):
     def table(self, sort_by=None, row_limit=100, max_name_column_width=55, header=None,
               top_level_events_only=False, max_src_column_width=75,
               max_shapes_column_width=80, time_unit=None):
-        """torch.profiler's table: the same columns, sort keys and arguments
-        (max_src_column_width, max_shapes_column_width and time_unit are accepted; times are
-        printed in the unit that suits each value)."""
-        if sort_by in UNRECORDED_KEYS:
-            import warnings
-            warnings.warn(f"cprof: sort_by={sort_by!r}: cprof does not attribute memory or "
-                          "FLOPs to operators; rows are sorted by self_cpu_time_total instead "
-                          "(memory: the trace's memory track with profile_memory=True, and "
-                          "export_memory_snapshot)", RuntimeWarning, stacklevel=2)
-            sort_by = "self_cpu_time_total"
-        if sort_by is not None and sort_by not in SORT_KEYS:
-            raise ValueError(f"cprof: cannot sort by {sort_by!r}; sort_by is one of "
-                             f"{', '.join(SORT_KEYS)}")
+        """torch.profiler's table: the same columns, sort keys and arguments. time_unit "s",
+        "ms" or "us" prints every time in that unit (anything else: the unit that suits each
+        value, as torch); top_level_events_only keeps the rows with no enclosing CPU event;
+        max_src_column_width is accepted (Source Location is printed whole)."""
+        if sort_by is not None:
+            if not isinstance(sort_by, str):
+                raise TypeError(f"cprof: sort_by must be a str such as 'cpu_time_total', got "
+                                f"{sort_by!r}")
+            attr = _sort_attr(sort_by)
+            if attr in UNRECORDED_KEYS:
+                import warnings
+                warnings.warn(f"cprof: sort_by={sort_by!r}: cprof does not attribute memory or "
+                              "FLOPs to operators; rows are sorted by self_cpu_time_total "
+                              "instead (memory: the trace's memory track with "
+                              "profile_memory=True, and export_memory_snapshot)",
+                              RuntimeWarning, stacklevel=2)
+                attr = "self_cpu_time_total"
+            if attr not in SORT_KEYS:
+                raise ValueError(f"cprof: cannot sort by {sort_by!r}; sort_by is one of "
+                                 f"{', '.join(SORT_KEYS)} ('device' may be spelt 'cuda' or "
+                                 f"'xpu', as torch.profiler takes it)")
         if not isinstance(row_limit, int) or isinstance(row_limit, bool):
             raise TypeError("cprof: row_limit must be an int (negative = all rows)")
         rows = list(self)
         if sort_by is not None:
-            rows.sort(key=lambda r: getattr(r, sort_by), reverse=True)
+            rows.sort(key=lambda r: getattr(r, attr), reverse=True)
+        if top_level_events_only:
+            rows = [r for r in rows if getattr(r, "cpu_parent", None) is None]
         if row_limit >= 0:
             rows = rows[:row_limit]
         return _format_table(self, rows, max_name_column_width, header,
                              getattr(self, "grouped_by_input_shape", False),
-                             getattr(self, "grouped_by_stack_n", 0))
+                             getattr(self, "grouped_by_stack_n", 0),
+                             top_level_events_only, time_unit, max_shapes_column_width)
 
     def __str__(self):
         return self.table()
@@ -349,46 +452,62 @@ class EventList(list):
         return total
 
 
-def _fmt_us(us):
-    if us >= 1e6:
-        return f"{us / 1e6:.3f}s"
-    if us >= 1e3:
-        return f"{us / 1e3:.3f}ms"
-    return f"{us:.3f}us"
+def _format_table(all_rows, rows, width, header, shapes=False, stack_n=0, top_level=False,
+                  time_unit=None, shapes_width=80):
+    def t(us):
+        if time_unit == "s":
+            return f"{us / 1e6:.3f}s"
+        if time_unit == "ms":
+            return f"{us / 1e3:.3f}ms"
+        if time_unit == "us":
+            return f"{us:.3f}us"
+        return _fmt_us(us)
 
-
-def _format_table(all_rows, rows, width, header, shapes=False, stack_n=0):
-    total_self_cpu = sum(r.self_cpu_time_total for r in all_rows) or 1.0
-    total_self_dev = sum(r.self_device_time_total for r in all_rows)
-    has_dev = total_self_dev > 0
+    total_self_cpu = sum(r.self_cpu_time_total for r in all_rows)
+    # torch's "Self CUDA time total": the GPU work itself (each kernel, copy, set once), not
+    # the CPU rows that launched it as well
+    total_self_dev = sum(r.self_device_time_total for r in all_rows
+                         if r.device_type == "CUDA" and not r.is_user_annotation)
+    has_dev = any(r.self_device_time_total > 0 for r in all_rows)
+    width = width if isinstance(width, int) and width > 3 else 55
     names = [r.key if len(r.key) <= width else r.key[: width - 3] + "..." for r in rows]
+    # a name is one line (newlines and tabs in user range names would break the rows)
+    names = [n.replace("\n", "\\n").replace("\r", "\\r").replace("\t", " ")
+             for n in names]
     nw = max([len("Name")] + [len(n) for n in names])
     cols = ["Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg"]
     if has_dev:
         cols += ["Self CUDA", "Self CUDA %", "CUDA total", "CUDA time avg"]
     cols += ["# of Calls"]
     cw = 12
-    shape_strs = [str(r.input_shapes) for r in rows] if shapes else []
+    sw_cap = shapes_width if isinstance(shapes_width, int) and shapes_width > 0 else 80
+    shape_strs = [str(r.input_shapes)[:sw_cap] for r in rows] if shapes else []
     sw = max([len("Input Shapes")] + [len(x) for x in shape_strs]) if shapes else 0
     line = "-" * (nw + (cw + 2) * len(cols) + (sw + 2 if shapes else 0)
                   + (len("Source Location") + 2 if stack_n else 0))
     out = []
-    if header:
-        out.append(header)
+    if header is not None:
+        out.append("=" * len(line))
+        out.append(str(header))
+    if top_level:
+        out.append("=" * len(line))
+        out.append("This report only display top-level ops statistics")
     out.append(line)
     out.append(f"{'Name':>{nw}}" + "".join(f"  {c:>{cw}}" for c in cols)
                + (f"  {'Input Shapes':<{sw}}" if shapes else "")
                + ("  Source Location" if stack_n else ""))
     out.append(line)
+
+    def share(part, whole):
+        return f"{100.0 * part / whole:.2f}%" if whole > 0 else "0.00%"
+
     for i, (name, r) in enumerate(zip(names, rows)):
-        vals = [f"{100.0 * r.self_cpu_time_total / total_self_cpu:.2f}%",
-                _fmt_us(r.self_cpu_time_total),
-                f"{100.0 * r.cpu_time_total / total_self_cpu:.2f}%",
-                _fmt_us(r.cpu_time_total), _fmt_us(r.cpu_time)]
+        vals = [share(r.self_cpu_time_total, total_self_cpu), t(r.self_cpu_time_total),
+                share(r.cpu_time_total, total_self_cpu), t(r.cpu_time_total), t(r.cpu_time)]
         if has_dev:
-            vals += [_fmt_us(r.self_device_time_total),
-                     f"{100.0 * r.self_device_time_total / total_self_dev:.2f}%",
-                     _fmt_us(r.device_time_total), _fmt_us(r.device_time)]
+            vals += [t(r.self_device_time_total), share(r.self_device_time_total,
+                                                        total_self_dev),
+                     t(r.device_time_total), t(r.device_time)]
         vals.append(str(r.count))
         out.append(f"{name:>{nw}}" + "".join(f"  {v:>{cw}}" for v in vals)
                    + (f"  {shape_strs[i]:<{sw}}" if shapes else "")
@@ -397,9 +516,9 @@ def _format_table(all_rows, rows, width, header, shapes=False, stack_n=0):
         for frame in r.stack[1:stack_n] if stack_n else ():
             out.append(pad + frame)  # torch.profiler prints a frame per line
     out.append(line)
-    out.append(f"Self CPU time total: {_fmt_us(total_self_cpu if all_rows else 0.0)}")
+    out.append(f"Self CPU time total: {t(total_self_cpu)}")
     if has_dev:
-        out.append(f"Self CUDA time total: {_fmt_us(total_self_dev)}")
+        out.append(f"Self CUDA time total: {t(total_self_dev)}")
     return "\n".join(out) + "\n"
 
 
@@ -422,13 +541,14 @@ def average(cpu, gpu, group_by_input_shape=False, group_by_stack_n=0):
     """key_averages over lists of CPU events and GPU events (ProfilerEvent)."""
     groups = {}
 
-    def add(device, name, cpu_total, self_cpu, dev_total, self_dev, shapes=None, stack=()):
+    def add(ev, device, name, cpu_total, self_cpu, dev_total, self_dev, shapes=None, stack=()):
         frames = tuple(stack[:group_by_stack_n]) if group_by_stack_n else ()
         key = (device, name, str(shapes) if group_by_input_shape and shapes else "", frames)
         g = groups.get(key)
         if g is None:
             g = groups[key] = FunctionEventAvg(
-                name, device, (shapes or []) if group_by_input_shape else None, list(frames))
+                name, device, (shapes or []) if group_by_input_shape else None, list(frames),
+                first=ev)
         g.count += 1
         g.cpu_time_total += cpu_total
         g.self_cpu_time_total += self_cpu
@@ -437,11 +557,11 @@ def average(cpu, gpu, group_by_input_shape=False, group_by_stack_n=0):
 
     for ev in cpu:
         if ev.category != "python_function":
-            add("CPU", ev.name, ev.duration_us, ev.self_cpu_time_total, ev.device_time_total,
-                ev.self_device_time_total, ev.input_shapes, ev.stack)
+            add(ev, "CPU", ev.name, ev.duration_us, ev.self_cpu_time_total,
+                ev.device_time_total, ev.self_device_time_total, ev.input_shapes, ev.stack)
     for ev in gpu:
         if ev.device_type == "CUDA" and ev.category != "gpu_user_annotation":
-            add("CUDA", ev.name, 0.0, 0.0, ev.duration_us, ev.duration_us)
+            add(ev, "CUDA", ev.name, 0.0, 0.0, ev.duration_us, ev.duration_us)
     rows = sorted(groups.values(), key=lambda r: (r.cpu_time_total, r.device_time_total),
                   reverse=True)
     out = EventList(rows)

@@ -188,6 +188,31 @@ with warnings.catch_warnings(record=True) as caught:
             time.sleep(0.001 + n * 10e-9)
         result["trace"] = str(p.trace_path)
         result["kernels_added"] = n
+    elif scenario == "results":  # cprof.profile's events() / key_averages() with GPU work
+        with cprof.profile(activities=["CPU", "CUDA"], record_ops=False) as p:
+            with cprof.range("launches"):
+                fake.fake_cupti_script_basic(C.now_ns() + 1000, threading.get_native_id())
+                time.sleep(0.002)
+        ka = p.key_averages()
+        result["rows"] = {r.key: {"device_type": str(r.device_type), "count": r.count,
+                                  "cpu_total": r.cpu_time_total,
+                                  "self_cpu": r.self_cpu_time_total,
+                                  "self_dev": r.self_device_time_total,
+                                  "dev_total": r.device_time_total} for r in ka}
+        result["table"] = ka.table(sort_by="self_cuda_time_total")
+        evs = p.events()
+        launches = [e for e in evs if e.name == "launches"][0]
+        result["children"] = [c.name for c in launches.cpu_children]
+        result["child_parents"] = sorted({c.cpu_parent.name for c in launches.cpu_children})
+        result["kernels"] = [list(k) for k in launches.kernels]
+        result["launch_events"] = [{"name": e.name, "device_type": str(e.device_type),
+                                    "category": e.category, "thread": e.thread,
+                                    "self_cpu": e.self_cpu_time_total,
+                                    "self_dev": e.self_device_time_total}
+                                   for e in evs if e.category in ("cuda_runtime", "cuda_driver")]
+        result["launches_self_cpu"] = launches.self_cpu_time_total
+        result["launches_cpu"] = launches.cpu_time_total
+        result["tid"] = threading.get_native_id()
     elif scenario == "stack_spans":  # with_stack on: time.sleep is a cpu_op around launches
         result["trace"] = str(scene("spans", with_stack=True).trace_path)
     elif scenario == "launch13":  # CUDA 13's __cudaLaunchKernel (nvcc 13 <<<>>> launches)

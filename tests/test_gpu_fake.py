@@ -3,6 +3,7 @@ libcuda producing scripted records): decode -> link -> write, conflicts, drops, 
 Each scenario runs in its own process: the CUDA loader resolves once per process."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -416,3 +417,34 @@ def test_gpu_user_annotation_spans_belong_to_user_ranges_under_with_stack(tmp_pa
     spans = events(t, "gpu_user_annotation")
     assert spans and {s["name"] for s in spans} == {"launches"}
     assert {s["tid"] for s in spans} == {k["tid"] for k in kernels}
+
+
+def test_results_charge_gpu_work_once_and_list_the_cuda_calls(tmp_path, fake_so):
+    """cprof.profile's key_averages / events() with GPU work, as torch.profiler's: the CUDA
+    calls are CPU rows nested in the range that made them (its self CPU time leaves them
+    out); "Self CUDA time total" counts each kernel, copy and set once (the CPU rows that
+    launched them were summed as well: every Self CUDA % was half what it should be)."""
+    res = run("results", tmp_path, fake_so)
+    rows = res["rows"]
+    gpu = {k: r for k, r in rows.items() if r["device_type"] == "CUDA"}
+    assert gpu and all(r["cpu_total"] == 0 for r in gpu.values())
+    gpu_total = sum(r["self_dev"] for r in gpu.values())
+    assert rows["launches"]["self_dev"] == pytest.approx(gpu_total)
+    footer = [ln for ln in res["table"].splitlines() if ln.startswith("Self CUDA time total")]
+    (line,) = footer
+    shown = float(re.search(r"([\d.]+)us", line).group(1))
+    assert shown == pytest.approx(gpu_total, abs=1e-3)
+    (launch_row,) = [ln for ln in res["table"].splitlines() if ln.strip().startswith("launches")]
+    assert "100.00%" in launch_row.split()[6:8]
+    calls = {"cudaLaunchKernel", "cudaMemcpyAsync", "cudaMemsetAsync",
+             "cudaStreamSynchronize", "cudaGraphLaunch"}
+    assert calls <= {k for k, r in rows.items() if r["device_type"] == "CPU"}
+    assert rows["cudaLaunchKernel"]["count"] == 4 and rows["cudaLaunchKernel"]["self_dev"] == 0
+    assert set(res["children"]) == calls | {"cuLaunchKernel"}
+    assert res["child_parents"] == ["launches"]
+    for e in res["launch_events"]:
+        assert e["device_type"] == "CPU" and e["thread"] == res["tid"] and e["self_dev"] == 0
+    spent = sum(e["self_cpu"] for e in res["launch_events"])
+    assert res["launches_self_cpu"] == pytest.approx(res["launches_cpu"] - spent, abs=1e-3)
+    assert sorted(k[0] for k in res["kernels"]) == sorted(
+        n for n, r in gpu.items() for _ in range(r["count"]))

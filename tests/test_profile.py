@@ -638,6 +638,74 @@ def test_key_averages_table():
     assert "inner" in str(ka)
 
 
+def test_table_options_as_torch_prints_them():
+    """top_level_events_only, header and time_unit were accepted and ignored; torch.profiler
+    prints only the rows with no enclosing event, rules above the header, one unit."""
+    with cprof.profile(activities=CPU) as p:
+        with cprof.range("outer"):
+            with cprof.range("inner"):
+                sum(range(2000))
+    for rows in (p.key_averages(), p.events()):
+        top = rows.table(sort_by="cpu_time_total", top_level_events_only=True)
+        body = [ln.split()[0] for ln in top.splitlines()[5:] if ln and not ln.startswith(("-", "Self"))]
+        assert body == ["outer"], top
+        assert "This report only display top-level ops statistics" in top
+        both = rows.table(sort_by="cpu_time_total", row_limit=1, top_level_events_only=True)
+        assert "outer" in both  # the limit counts the rows shown
+    lines = p.key_averages().table(header="MY HEADER").splitlines()
+    assert set(lines[0]) == {"="} and lines[1] == "MY HEADER" and set(lines[2]) == {"-"}
+    secs = p.key_averages().table(time_unit="s")
+    assert re.search(r"Self CPU time total: 0\.\d{3}s$", secs.strip())
+    assert not re.search(r"\d(us|ms)\b", secs)
+    name = p.key_averages().table(max_name_column_width=8)
+    assert "outer" in name
+    # torch's spellings of the device keys, xpu's included
+    for key in ("xpu_time_total", "self_xpu_time_total", "xpu_time", "cuda_time_total"):
+        p.key_averages().table(sort_by=key)
+    with pytest.warns(RuntimeWarning, match="memory"):
+        p.key_averages().table(sort_by="self_xpu_memory_usage")
+    with pytest.raises(TypeError, match="sort_by"):
+        p.key_averages().table(sort_by=3)
+
+
+def test_table_keeps_a_name_on_one_line():
+    with cprof.profile(activities=CPU) as p:
+        with cprof.range("two\nlines\tand tab"):
+            pass
+    table = p.key_averages().table()
+    assert "two\\nlines and tab" in table
+    assert not any(ln.startswith("lines") for ln in table.splitlines())
+
+
+def test_events_and_averages_have_torchs_attributes():
+    """Code written for torch.profiler's FunctionEvent / FunctionEventAvg reads these; cprof
+    records no per-operator memory or FLOPs (0), the rest has its meaning."""
+    torch = pytest.importorskip("torch")
+    from torch.autograd import DeviceType
+    with cprof.profile(activities=CPU, record_ops=False) as p:
+        with cprof.range("blk"):
+            sum(range(100))
+    ev = [e for e in p.events() if e.name == "blk"][0]
+    (avg,) = [r for r in p.key_averages() if r.key == "blk"]
+    for obj in (ev, avg):
+        for attr in ("cpu_memory_usage", "self_cpu_memory_usage", "device_memory_usage",
+                     "self_device_memory_usage", "cuda_memory_usage", "flops"):
+            assert getattr(obj, attr) == 0, attr
+        assert obj.is_async is False and obj.is_remote is False and obj.is_legacy is False
+        assert obj.is_user_annotation is True and obj.overload_name == ""
+        assert obj.device_type == DeviceType.CPU and obj.device_type == "CPU"
+        assert obj.device_type != DeviceType.CUDA and obj.device_type != "CUDA"
+        assert obj.cpu_time_total_str.endswith("us") and obj.self_device_time_total_str == \
+            "0.000us"
+        assert obj.cpu_parent is None
+    assert ev.trace_name == "blk" and ev.sequence_nr == -1 and ev.kernels == []
+    assert ev.device_index == 0 and ev.is_python_function is False
+    assert avg.cpu_children == ev.cpu_children and avg.cuda_time_total == 0
+    assert {r.device_type for r in p.key_averages()} == {"CPU"}
+    assert hash(ev.device_type) == hash("CPU")
+    del torch
+
+
 def test_events_have_times_threads_and_nesting():
     with cprof.profile(activities=CPU) as p:
         with cprof.range("a"):
