@@ -84,7 +84,8 @@ def _cell(v, kind):
         return f"{int(v):,}" if isinstance(v, (int, float)) else str(v)
     if kind == "bytes":
         return _fmt_bytes(v)
-    return str(v)
+    # one row per line: a newline, carriage return or tab in a name is shown escaped
+    return str(v).replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
 
 
 def _clip(text, width):

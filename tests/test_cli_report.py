@@ -144,6 +144,24 @@ def test_table_csv_md_formats(gpu_trace):
     assert "GPU Memory Operations" in only and "Kernel Summary" not in only
 
 
+def test_a_name_with_a_newline_stays_on_its_row(tmp_path):
+    """A range name with a newline broke its row in the table format (csv quotes it, md
+    escaped it already)."""
+    import cprof as cp
+    with cp.ProfilerContext(output_dir=tmp_path, profile_name="nl", verbose=False,
+                            activities=["CPU"], with_stack=False):
+        with cp.range("two\nlines\tname"):
+            pass
+    (path,) = [p for p in os.listdir(tmp_path) if p.endswith(".trace.json.gz")]
+    table = cprof("report", tmp_path / path, "--tables", "ranges").stdout
+    (row,) = [ln for ln in table.splitlines() if "two" in ln]
+    assert row.endswith("two\\nlines\\tname")
+    assert not any(ln.startswith("lines") for ln in table.splitlines())
+    rows = list(csv.reader(io.StringIO(cprof("report", tmp_path / path, "--format", "csv",
+                                             "--tables", "ranges").stdout)))
+    assert any(r and r[-1] == "two\nlines\tname" for r in rows)
+
+
 def test_html_report_is_self_contained(gpu_trace, tmp_path):
     out = tmp_path / "r.html"
     r = cprof("report", gpu_trace, "--html", out, "-o", tmp_path / "r.txt")
