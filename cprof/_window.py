@@ -109,6 +109,7 @@ class Window:
         self.partial = False
         self.end_reason = None
         self.pid = None  # the process that opened it: elsewhere (a forked child) it is not ours
+        self.held_at_start = 0  # range memory earlier results held when it opened (bytes)
 
     def foreign(self, what):
         """True (with a debug note) in a process other than the one that opened the window: a
@@ -126,6 +127,9 @@ class Window:
                 "a cprof window is already open in this process; close it (exit its "
                 "ProfilerContext / call stop()) before opening another")
         _C.set_buffer_cap(int(self.buffer_mb * (1 << 20)))
+        mem = _C.memory()
+        # range memory that results of earlier windows still hold counts against the cap
+        self.held_at_start = max(mem["allocated_bytes"] - mem["pooled_bytes"], 0)
         _C.start()
         self.pid = os.getpid()
         self.start_time = time.time()
@@ -210,10 +214,19 @@ class Window:
             self.partial = True
             self.end_reason = exc_type if isinstance(exc_type, str) else exc_type.__name__
         if snap.dropped:
+            held = self.held_at_start
+            if held >= self.buffer_mb * (1 << 20) / 4:
+                fix = (f"Results of earlier windows still held {held / (1 << 20):.1f} MiB of "
+                       "range memory when it opened, which counts against the cap (a "
+                       "cprof.profile or ProfilerContext object, or its events, kept alive): "
+                       "release them (del the object) or raise buffer_size_mb above what they "
+                       "hold to keep the ranges")
+            else:
+                fix = "Raise buffer_size_mb to keep them"
             warnings.warn(
                 f"cprof: {snap.dropped} of {snap.dropped + snap.ranges} ranges were dropped "
                 f"because the range buffer cap ({self.buffer_mb} MiB) was reached; the trace "
-                "says so in its metadata. Raise buffer_size_mb to keep them.",
+                f"says so in its metadata. {fix}.",
                 RuntimeWarning,
                 stacklevel=3,
             )

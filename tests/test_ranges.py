@@ -3,6 +3,8 @@ import gc
 import threading
 import tracemalloc
 
+import warnings
+
 import pytest
 
 import cprof
@@ -241,6 +243,37 @@ def test_drops_warn_through_context(tmp_path):
                     pass
     t = load_trace(p.trace_path)
     assert t["cprof"]["dropped"]["cpu_ranges"] > 0
+
+
+def test_drop_warning_names_earlier_results_holding_the_cap(tmp_path):
+    """The cap covers results still alive (decision 68): with an earlier window's results
+    kept, a small window dropped everything and the warning told to raise buffer_size_mb,
+    which did not help. It now says what holds the memory and how to release it."""
+    import gc
+    with cprof.profile(activities=["CPU"]) as old:
+        for _ in range(60000):
+            with cprof.range("old"):
+                pass
+    with pytest.warns(RuntimeWarning, match=r"Results of earlier windows still held [\d.]+ "
+                      r"MiB .*release them \(del the object\)") as caught:
+        with cprof.ProfilerContext(output_dir=tmp_path, profile_name="held",
+                                   activities=["CPU"], buffer_size_mb=1, verbose=False) as p:
+            for _ in range(100):
+                with cprof.range("x"):
+                    pass
+    assert not any("Raise buffer_size_mb" in str(w.message) for w in caught)
+    assert load_trace(p.trace_path)["cprof"]["dropped"]["cpu_ranges"] == 100
+    del old, p
+    gc.collect()
+    # released: the same window keeps everything
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with cprof.ProfilerContext(output_dir=tmp_path, profile_name="freed",
+                                   activities=["CPU"], buffer_size_mb=1, verbose=False) as q:
+            for _ in range(100):
+                with cprof.range("x"):
+                    pass
+    assert len(ranges_of(load_trace(q.trace_path))) == 100
 
 
 def test_set_cap_rejected_while_open():
