@@ -249,7 +249,6 @@ def test_drop_warning_names_earlier_results_holding_the_cap(tmp_path):
     """The cap covers results still alive (decision 68): with an earlier window's results
     kept, a small window dropped everything and the warning told to raise buffer_size_mb,
     which did not help. It now says what holds the memory and how to release it."""
-    import gc
     with cprof.profile(activities=["CPU"]) as old:
         for _ in range(60000):
             with cprof.range("old"):
