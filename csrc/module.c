@@ -615,7 +615,8 @@ static PyObject *snapshot_rename_threads(SnapshotObject *self, PyObject *mapping
 
 /* records(args=False): every range as a tuple (tid, name, category, begin_ns, end_ns, depth,
  * truncated), begin/end on the cprof clock; with args, an eighth member: the range's JSON args
- * fragment (record_shapes' "Input Dims", ...) as a str, or None. For results and tests; the
+ * fragment (record_shapes' "Input Dims", ...) as a str, or None. Invalid UTF-8 (a lone surrogate
+ * given as a name) reads as U+FFFD, as the trace writes it. For results and tests; the
  * trace is the bulk path. */
 static PyObject *snapshot_records(SnapshotObject *self, PyObject *pargs, PyObject *kw) {
     static char *kwlist[] = {"args", NULL};
@@ -631,12 +632,12 @@ static PyObject *snapshot_records(SnapshotObject *self, PyObject *pargs, PyObjec
                 cprof_record *r = &c->rec[k];
                 size_t len;
                 const char *s = cprof_names_get(r->name_id, &len);
-                PyObject *name = PyUnicode_DecodeUTF8(s, (Py_ssize_t)len, "surrogateescape");
+                PyObject *name = PyUnicode_DecodeUTF8(s, (Py_ssize_t)len, "replace");
                 if (!name) goto fail;
                 PyObject *frag = NULL;
                 if (with_args && (r->flags & CPROF_REC_RAW_ARGS)) {
                     const char *f = cprof_names_get((uint32_t)r->reserved, &len);
-                    frag = PyUnicode_DecodeUTF8(f, (Py_ssize_t)len, "surrogateescape");
+                    frag = PyUnicode_DecodeUTF8(f, (Py_ssize_t)len, "replace");
                     if (!frag) {
                         Py_DECREF(name);
                         goto fail;

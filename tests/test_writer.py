@@ -169,3 +169,19 @@ def test_cprof_metadata_survives_any_config(tmp_path):
     path, *_ = snap.write(str(tmp_path / "ok"), ".json", gzip=0,
                           extra_json=json.dumps({"config": {"s": "é\"\n", "n": None}}))
     assert load_trace(path)["cprof"]["config"] == {"s": "é\"\n", "n": None}
+
+
+def test_events_read_names_as_the_trace_writes_them(tmp_path):
+    """A lone surrogate in a name: events() returned it as surrogate escapes of its bytes,
+    the trace as U+FFFD; both now read the same."""
+    with cprof.profile(activities=["CPU"], record_ops=False) as p:
+        for n in NASTY:
+            with cprof.range(n):
+                pass
+    path = p.export_chrome_trace(str(tmp_path / "n.json"))
+    in_trace = [e["name"] for e in ranges_of(load_trace(path))]
+    in_events = [e.name for e in p.events()]
+    assert in_events == in_trace
+    assert in_events[NASTY.index("lone surrogate \ud800 here")] == "lone surrogate \ufffd\ufffd\ufffd here"
+    for name in in_events:
+        name.encode("utf-8")  # no lone surrogate left: printable, writable anywhere
