@@ -166,6 +166,7 @@ static PyObject *py_trace_merge(PyObject *m, PyObject *args, PyObject *kw) {
     PyObject **bytes = NULL;
     const char **paths = NULL;
     int64_t *ranks = NULL;
+    unsigned char *ranked = NULL; /* 0: the input carries no rank of its own */
     cprof_trace **traces = NULL;
     char **reports = NULL;
     if (!seq) goto done;
@@ -176,9 +177,10 @@ static PyObject *py_trace_merge(PyObject *m, PyObject *args, PyObject *kw) {
     bytes = calloc((size_t)n, sizeof *bytes);
     paths = calloc((size_t)n, sizeof *paths);
     ranks = calloc((size_t)n, sizeof *ranks);
+    ranked = malloc((size_t)n);
     traces = calloc((size_t)n, sizeof *traces);
     reports = calloc((size_t)n, sizeof *reports);
-    if (!bytes || !paths || !ranks || !traces || !reports) {
+    if (!bytes || !paths || !ranks || !ranked || !traces || !reports) {
         PyErr_NoMemory();
         goto done;
     }
@@ -186,6 +188,7 @@ static PyObject *py_trace_merge(PyObject *m, PyObject *args, PyObject *kw) {
         if (!PyUnicode_FSConverter(PySequence_Fast_GET_ITEM(seq, i), &bytes[i])) goto done;
         paths[i] = PyBytes_AS_STRING(bytes[i]);
         ranks[i] = -1;
+        ranked[i] = 1;
         if (ranks_obj != Py_None) {
             PyObject *r = PySequence_GetItem(ranks_obj, i);
             if (!r) goto done;
@@ -205,10 +208,18 @@ static PyObject *py_trace_merge(PyObject *m, PyObject *args, PyObject *kw) {
         rc = cprof_trace_load(paths[i], 1, &traces[i], err, sizeof err, &err_no);
         if (!rc) rc = cprof_report_build(traces[i], &o, paths[i], &reports[i]);
         if (rc) failed_at = i;
-        if (!rc && ranks[i] < 0) { /* the trace's own rank, else its position */
+        if (!rc && ranks[i] < 0) { /* the trace's own rank */
             int64_t r = cprof_trace_get_info(traces[i])->rank;
-            ranks[i] = r != CPROF_TEV_NONE && r >= 0 ? r : i;
+            if (r != CPROF_TEV_NONE && r >= 0) ranks[i] = r;
+            else ranked[i] = 0;
         }
+    }
+    if (!rc) { /* inputs without a rank: places after every ranked one, labelled "trace i" */
+        int64_t next = 0;
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (ranked[i] && ranks[i] >= next) next = ranks[i] + 1;
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (!ranked[i]) ranks[i] = next++;
     }
     cprof_sink *sink = NULL;
     if (!rc) {
@@ -216,7 +227,7 @@ static PyObject *py_trace_merge(PyObject *m, PyObject *args, PyObject *kw) {
         if (rc) snprintf(err, sizeof err, "cannot create a file beside %s: %s", out, strerror(err_no));
     }
     if (!rc) {
-        rc = cprof_trace_merge(traces, ranks, (size_t)n, paths, sink, &events);
+        rc = cprof_trace_merge(traces, ranks, ranked, (size_t)n, paths, out, sink, &events);
         if (!rc) rc = cprof_sink_finish(sink, &err_no);
         if (!rc) rc = cprof_sink_commit(sink, out, replace, &err_no);
         nbytes = cprof_sink_bytes(sink);
@@ -260,6 +271,7 @@ done:
     free(bytes);
     free(paths);
     free(ranks);
+    free(ranked);
     free(traces);
     free(reports);
     Py_XDECREF(seq);

@@ -36,12 +36,24 @@ static int flush(cprof_sink *sink, cprof_buf *b) {
     return rc;
 }
 
-static void put_pid(cprof_buf *b, const cprof_trace *t, int64_t pid, int64_t rank) {
+/* How input i's processes are labelled: "rank R" or, for an input without a rank of its own,
+ * "trace i" (its position among the inputs). */
+typedef struct label {
+    const char *word;
+    long long num;
+} label;
+
+static label label_of(const int64_t *ranks, const unsigned char *ranked, size_t i) {
+    return (!ranked || ranked[i]) ? (label){"rank", (long long)ranks[i]}
+                                  : (label){"trace", (long long)i};
+}
+
+static void put_pid(cprof_buf *b, const cprof_trace *t, int64_t pid, int64_t rank, label lb) {
     if (CPROF_TEV_IS_STR(pid)) {
         size_t n;
         const char *s = cprof_trace_str(t, (uint32_t)(pid - INT64_MIN), &n);
-        char pre[32];
-        int pn = snprintf(pre, sizeof pre, "rank %lld ", (long long)rank);
+        char pre[48];
+        int pn = snprintf(pre, sizeof pre, "%s %lld ", lb.word, lb.num);
         char *tmp = malloc((size_t)pn + n);
         if (!tmp) {
             b->oom = 1;
@@ -57,7 +69,8 @@ static void put_pid(cprof_buf *b, const cprof_trace *t, int64_t pid, int64_t ran
 }
 
 /* A metadata event naming or ordering a process, rewritten for its rank. */
-static int process_meta(cprof_buf *b, const cprof_trace *t, const cprof_tev *e, int64_t rank) {
+static int process_meta(cprof_buf *b, const cprof_trace *t, const cprof_tev *e, int64_t rank,
+                        label lb) {
     size_t n, vn = 0;
     const char *name = cprof_trace_str(t, e->name, &n);
     const char *val = cprof_trace_str(t, e->arg_name, &vn);
@@ -68,7 +81,7 @@ static int process_meta(cprof_buf *b, const cprof_trace *t, const cprof_tev *e, 
     cprof_buf_puts(b, "{\"ph\": \"M\", \"name\": ");
     cprof_buf_json_str(b, name, n);
     cprof_buf_puts(b, ", \"ts\": 0, \"pid\": ");
-    put_pid(b, t, e->pid, rank);
+    put_pid(b, t, e->pid, rank, lb);
     cprof_buf_puts(b, ", \"tid\": 0, \"args\": {");
     if (is_sort) {
         int64_t orig = e->sort_index < 0 ? 0 : e->sort_index;
@@ -77,7 +90,7 @@ static int process_meta(cprof_buf *b, const cprof_trace *t, const cprof_tev *e, 
         cprof_buf_i64(b, wrap_mad(rank, SORT_STRIDE, orig));
     } else {
         char pre[48];
-        int pn = snprintf(pre, sizeof pre, is_name ? "rank %lld: " : "rank %lld, ", (long long)rank);
+        int pn = snprintf(pre, sizeof pre, is_name ? "%s %lld: " : "%s %lld, ", lb.word, lb.num);
         char *tmp = malloc((size_t)pn + vn);
         if (!tmp) {
             b->oom = 1;
@@ -98,23 +111,46 @@ typedef struct patch {
     int what; /* 0 pid, 1 ts, 2 id */
 } patch;
 
-int cprof_trace_merge(cprof_trace *const *traces, const int64_t *ranks, size_t n,
-                      const char *const *paths, cprof_sink *sink, uint64_t *events_out) {
+int cprof_trace_merge(cprof_trace *const *traces, const int64_t *ranks,
+                      const unsigned char *ranked, size_t n, const char *const *paths,
+                      const char *trace_name, cprof_sink *sink, uint64_t *events_out) {
     if (!traces || !ranks || !sink || n == 0) return CPROF_E_ARG;
-    int64_t base = CPROF_TEV_NONE;
-    const cprof_trace *props = NULL;
+    int64_t base = CPROF_TEV_NONE, world = CPROF_TEV_NONE;
+    const cprof_trace *props = NULL, *backend = NULL;
     for (size_t i = 0; i < n; i++) {
         const cprof_trace_info *in = cprof_trace_get_info(traces[i]);
         if (!cprof_trace_text(traces[i], NULL)) return CPROF_E_ARG;
         if (in->base_time_ns != CPROF_TEV_NONE && (base == CPROF_TEV_NONE || in->base_time_ns < base))
             base = in->base_time_ns;
         if (!props && in->device_props.len) props = traces[i];
+        if (!backend && in->backend) backend = traces[i];
+        if (in->world_size != CPROF_TEV_NONE && in->world_size > 0 &&
+            (world == CPROF_TEV_NONE || in->world_size > world))
+            world = in->world_size;
     }
     cprof_buf b;
     cprof_buf_init(&b);
     uint64_t written = 0;
     int rc;
-    cprof_buf_puts(&b, "{\n  \"schemaVersion\": 1,\n  \"deviceProperties\": ");
+    cprof_buf_puts(&b, "{\n  \"schemaVersion\": 1,\n");
+    if (trace_name) {
+        cprof_buf_puts(&b, "  \"traceName\": ");
+        cprof_buf_json_str(&b, trace_name, strlen(trace_name));
+        cprof_buf_puts(&b, ",\n");
+    }
+    /* the job's facts, but no "rank": the file holds several (cprof.merged lists them) */
+    cprof_buf_puts(&b, "  \"distributedInfo\": {\"backend\": ");
+    if (backend) {
+        size_t bn;
+        const char *bs = cprof_trace_str(backend, cprof_trace_get_info(backend)->backend, &bn);
+        cprof_buf_json_str(&b, bs, bn);
+    } else {
+        cprof_buf_puts(&b, "null");
+    }
+    cprof_buf_puts(&b, ", \"world_size\": ");
+    if (world != CPROF_TEV_NONE) cprof_buf_i64(&b, world);
+    else cprof_buf_puts(&b, "null");
+    cprof_buf_puts(&b, "},\n  \"deviceProperties\": ");
     if (props) {
         const cprof_trace_info *in = cprof_trace_get_info(props);
         cprof_buf_put(&b, cprof_trace_text(props, NULL) + in->device_props.off, in->device_props.len);
@@ -138,6 +174,7 @@ int cprof_trace_merge(cprof_trace *const *traces, const int64_t *ranks, size_t n
         cprof_buf_u64(&b, cprof_trace_nevents(traces[i]));
         cprof_buf_puts(&b, ", \"partial\": ");
         cprof_buf_puts(&b, in->partial == 1 ? "true" : "false");
+        if (ranked && !ranked[i]) cprof_buf_puts(&b, ", \"ranked\": false");
         if (paths && paths[i]) {
             cprof_buf_puts(&b, ", \"path\": ");
             cprof_buf_json_str(&b, paths[i], strlen(paths[i]));
@@ -151,6 +188,7 @@ int cprof_trace_merge(cprof_trace *const *traces, const int64_t *ranks, size_t n
         const char *text = cprof_trace_text(t, NULL);
         const cprof_tev *ev = cprof_trace_events(t);
         size_t ne = cprof_trace_nevents(t);
+        label lb = label_of(ranks, ranked, i);
         int64_t shift = 0; /* >= 0: base is the earliest; saturated when over 2^63 ns */
         if (base != CPROF_TEV_NONE && in->base_time_ns != CPROF_TEV_NONE &&
             __builtin_sub_overflow(in->base_time_ns, base, &shift))
@@ -159,7 +197,7 @@ int cprof_trace_merge(cprof_trace *const *traces, const int64_t *ranks, size_t n
             const cprof_tev *e = &ev[k];
             if (written) cprof_buf_puts(&b, ",\n");
             written++;
-            if (e->ph == 'M' && e->pid != CPROF_TEV_NONE && process_meta(&b, t, e, ranks[i]))
+            if (e->ph == 'M' && e->pid != CPROF_TEV_NONE && process_meta(&b, t, e, ranks[i], lb))
                 goto next;
             patch p[3];
             int np = 0;
@@ -176,7 +214,7 @@ int cprof_trace_merge(cprof_trace *const *traces, const int64_t *ranks, size_t n
             uint32_t pos = 0;
             for (int x = 0; x < np; x++) {
                 cprof_buf_put(&b, raw + pos, p[x].at.off - pos);
-                if (p[x].what == 0) put_pid(&b, t, e->pid, ranks[i]);
+                if (p[x].what == 0) put_pid(&b, t, e->pid, ranks[i], lb);
                 else if (p[x].what == 1) cprof_buf_us3(&b, shifted_ts(e->ts_ns, shift));
                 else cprof_buf_i64(&b, wrap_mad(e->flow_id, (int64_t)n, (int64_t)i));
                 pos = p[x].at.off + p[x].at.len;

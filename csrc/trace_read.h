@@ -176,8 +176,12 @@ int cprof_memory_report(const cprof_trace *t, const int64_t *step_starts, size_t
 /* Writes the traces of one job (already loaded with keep_text) as one trace through sink:
  * each input's processes become "rank R" process groups (pid -> R*10^7+pid, string pids
  * prefixed), timestamps moved onto the earliest time base, flow ids made unique
- * (id*n+index), metadata kept. ranks[i] labels input i. *events_out: events written. */
-int cprof_trace_merge(cprof_trace *const *traces, const int64_t *ranks, size_t n,
-                      const char *const *paths, cprof_sink *sink, uint64_t *events_out);
+ * (id*n+index), metadata kept. ranks[i] places input i; ranked[i] == 0 (ranked may be NULL:
+ * all ranked) says input i carries no rank of its own (a torch.profiler trace outside a
+ * distributed job): its processes are labelled "trace i" instead. trace_name (or NULL): the
+ * merged file's traceName. *events_out: events written. */
+int cprof_trace_merge(cprof_trace *const *traces, const int64_t *ranks,
+                      const unsigned char *ranked, size_t n, const char *const *paths,
+                      const char *trace_name, cprof_sink *sink, uint64_t *events_out);
 
 #endif

@@ -273,6 +273,9 @@ def test_merge_puts_ranks_on_one_timeline(tmp_path):
     kernels = [e for e in ev if e.get("cat") == "kernel"]
     assert all(e["args"]["device"] == 0 for e in kernels)  # args untouched
     assert m["cprof"]["merged"][1]["rank"] == 1
+    # Kineto's top-level keys (TRACE_FORMAT.md): the job's backend and size, no single rank
+    assert m["traceName"] == str(out)
+    assert m["distributedInfo"] == {"backend": "nccl", "world_size": 2}
     # the merged file is itself a trace cprof reads, analysed rank by rank: correlation ids
     # and device numbers repeat across ranks and must not be mixed
     rep = json.loads(cprof("report", out, "--format", "json").stdout)
@@ -394,6 +397,28 @@ def test_traces_without_rank_are_listed_not_ranked(tmp_path):
     (diag,) = doc["diagnoses"]
     assert diag["id"] == "no_rank_info" and diag["severity"] == "info"
     cprof("report", tmp_path)  # the text form prints the rows without a rank
+
+
+def test_merge_labels_inputs_without_a_rank_by_position(tmp_path):
+    """A torch.profiler trace written outside torch.distributed merged with rank 0's trace was
+    labelled "rank 0" as well (its position), so both looked like one rank."""
+    d = tmp_path / "in"
+    d.mkdir()
+    _rank_trace(d / "a-rank0.trace.json.gz", 0, 1_700_000_000_000_000_000, 100.0)
+    doc = _rank_trace(d / "b.pt.trace.json.gz", 0, 1_700_000_000_000_000_000, 120.0)
+    del doc["distributedInfo"]
+    with gzip.open(d / "b.pt.trace.json.gz", "wt") as f:
+        json.dump(doc, f)
+    out = tmp_path / "m.json"
+    cprof("merge", d / "a-rank0.trace.json.gz", d / "b.pt.trace.json.gz", "-o", out)
+    m = load_trace(out)
+    names = {e["args"]["name"] for e in m["traceEvents"] if e.get("name") == "process_name"}
+    assert names == {"rank 0: python", "rank 0: GPU 0", "trace 1: python", "trace 1: GPU 0"}
+    merged = m["cprof"]["merged"]
+    assert [x["rank"] for x in merged] == [0, 1] and merged[1]["ranked"] is False
+    assert "ranked" not in merged[0]
+    pids = {e["pid"] for e in m["traceEvents"] if e.get("name") == "process_name"}
+    assert len(pids) == 4  # its own process rows, not rank 0's
 
 
 GRAPH_BREAK_PROGRAM = r"""

@@ -48,7 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     cprof_sink sink;
     cprof_buf_init(&sink.b);
     uint64_t written = 0;
-    int rc = cprof_trace_merge(t, ranks, 2, paths, &sink, &written);
+    int rc = cprof_trace_merge(t, ranks, NULL, 2, paths, "merged", &sink, &written);
     CHECK(rc == 0 || rc == CPROF_E_NOMEM, "the merge failed on two parsed traces");
     if (!rc) {
         CHECK(written == cprof_trace_nevents(t[0]) + cprof_trace_nevents(t[1]),
