@@ -28,7 +28,8 @@ Options
                       (train.py -> train) or the module name. The trace is NAME.trace.json.gz,
                       NAME-rank{R}.trace.json.gz when WORLD_SIZE > 1; an existing file is
                       never overwritten (-1, -2, ... are added).
-  --delay S           open the window S seconds after the program starts (default: at once).
+  --delay S           open the window S seconds after the program starts (default: at once;
+                      if the program is importing torch then, once that import is done).
   --duration S        close the window S seconds after it opened; the trace is written then
                       and the program keeps running, unprofiled. If the program ends first,
                       the window closes at its end and the trace is complete (not partial).
