@@ -188,6 +188,13 @@ int cprof_events_pop_token_on(uint64_t ident, uint64_t token);
  * close_traced_all: closes every thread's open tracer ranges now (tracer stop; GIL held). */
 int cprof_events_push_traced(uint32_t name_id, uint8_t cat);
 int cprof_events_pop_traced(uint64_t min_ns);
+/* The same on the calling thread's state given as a handle, saving the thread-local lookup
+ * (the tracer keeps the handle in its own per-thread state: one lookup per call event instead
+ * of two). cprof_events_thread: the calling thread's handle (registered if new; GIL held),
+ * valid until the thread exits; NULL: no memory. */
+void *cprof_events_thread(void);
+int cprof_events_push_traced_on(void *thread, uint32_t name_id, uint8_t cat);
+int cprof_events_pop_traced_on(void *thread, uint64_t min_ns);
 void cprof_events_close_traced_all(void);
 /* Torch operators (ops_itt.c): a third stack per thread, for ranges that begin and end in C++
  * on any thread with the GIL released. Each call takes the calling thread's own op lock (stop

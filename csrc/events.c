@@ -401,8 +401,16 @@ static CPROF_NOINLINE int side_stack_grow(cprof_record ***stack, uint32_t *cap) 
     return CPROF_OK;
 }
 
+void *cprof_events_thread(void) { return gil_thread(); }
+
 int cprof_events_push_traced(uint32_t name_id, uint8_t cat) {
-    tstate *t = gil_thread();
+    return cprof_events_push_traced_on(gil_thread(), name_id, cat);
+}
+
+int cprof_events_pop_traced(uint64_t min_ns) { return cprof_events_pop_traced_on(tls, min_ns); }
+
+int cprof_events_push_traced_on(void *thread, uint32_t name_id, uint8_t cat) {
+    tstate *t = thread;
     if (CPROF_UNLIKELY(!t)) return CPROF_E_NOMEM;
     if (CPROF_UNLIKELY(t->tdepth >= t->tstack_cap)) {
         int rc = side_stack_grow(&t->tstack, &t->tstack_cap);
@@ -413,9 +421,9 @@ int cprof_events_push_traced(uint32_t name_id, uint8_t cat) {
     return CPROF_OK;
 }
 
-int cprof_events_pop_traced(uint64_t min_ns) {
+int cprof_events_pop_traced_on(void *thread, uint64_t min_ns) {
     uint64_t now = cprof_clock_now_ns();
-    tstate *t = tls;
+    tstate *t = thread;
     if (CPROF_UNLIKELY(!t || t->tdepth == 0)) return CPROF_E_EMPTY;
     cprof_record *r = t->tstack[--t->tdepth];
     if (!r) return CPROF_OK;

@@ -356,6 +356,7 @@ typedef struct {
     uint32_t depth, cap;
     uint32_t suppress; /* OWN entries on the stack: while > 0 nothing is recorded */
     uintptr_t *ent;    /* key | tag */
+    void *ev;          /* the thread's event state (cprof_events_thread), set with gen */
 } shadow_t;
 
 static _Thread_local shadow_t *tls_shadow;
@@ -441,6 +442,7 @@ static CPROF_NOINLINE shadow_t *shadow_slow(PyFrameObject *top, PyCodeObject *en
         pthread_setspecific(shadow_exit_key, sh);
     }
     if (sh->gen != tr.gen) {
+        if (!(sh->ev = cprof_events_thread())) return NULL;
         sh->gen = tr.gen;
         shadow_seed(sh, top, entering);
     }
@@ -465,7 +467,7 @@ CPROF_INLINE shadow_t *shadow_for_pop(void) {
 
 CPROF_INLINE void pop_recorded(shadow_t *sh) {
     sh->depth--;
-    if (cprof_events_pop_traced(tr.min_ns) == 1) tr.discarded++;
+    if (cprof_events_pop_traced_on(sh->ev, tr.min_ns) == 1) tr.discarded++;
 }
 
 static void pop_one(shadow_t *sh) {
@@ -492,7 +494,7 @@ CPROF_INLINE int lookup(const void *key, PyObject *obj, int is_code, uint32_t *i
 }
 
 CPROF_INLINE void record(shadow_t *sh, const void *key, uint32_t id, uint8_t cat) {
-    if (CPROF_UNLIKELY(cprof_events_push_traced(id, cat) != CPROF_OK)) {
+    if (CPROF_UNLIKELY(cprof_events_push_traced_on(sh->ev, id, cat) != CPROF_OK)) {
         tr.overflows++;
         return;
     }
