@@ -15,10 +15,15 @@ cprof frames already running when the tracer starts (start(), ProfilerContext.__
 code that cprof calls back (an on_trace_ready handler run by profile.step(), a module name
 resolver) runs under cprof's frames and is therefore not recorded either. The exception is
 cprof's decorators: a wrapper taking ``*args, **kwargs`` (``cprof.range`` on a function,
-``profile_function``, the bucket timers) is not recorded, but the function it wraps is."""
+``profile_function``, the bucket timers) is not recorded, but the function it wraps is.
+
+Python functions are named as torch.profiler names them: "file(line): qualname", the file
+relative to the longest site-packages / sys.path entry it lies under
+("torch/nn/modules/module.py(1773): _call_impl"), absolute otherwise."""
 import math
 import numbers
 import os
+import site
 import sys
 import threading
 import warnings
@@ -30,6 +35,24 @@ _saved_thread_hook = None
 # co_filename prefix of cprof's own code: spelled as the package's __file__ (as imported), which
 # is what its code objects carry
 _OWN_PREFIX = os.path.join(os.path.dirname(__file__), "")
+
+
+def strip_prefixes():
+    """The directory prefixes left out of python_function names, longest first: the ones
+    torch.profiler's Python tracer strips (torch.profiler.python_tracer._prefix_regex: site
+    and user site-packages, every sys.path entry, the directory torch is installed in)."""
+    raw = list(sys.path)
+    for get in (site.getsitepackages, site.getuserbase, site.getusersitepackages):
+        try:
+            got = get()
+        except Exception:  # a virtualenv's old site module may lack one
+            continue
+        raw.extend([got] if isinstance(got, str) else got)
+    torch = sys.modules.get("torch")
+    if getattr(torch, "__file__", None):
+        raw.append(os.path.dirname(os.path.dirname(torch.__file__)))
+    paths = {os.path.abspath(p) for p in raw if isinstance(p, str)}
+    return [p if p.endswith(os.sep) else p + os.sep for p in sorted(paths, reverse=True)]
 
 
 def start(c_calls=False, min_duration_us=0.0):
@@ -50,14 +73,16 @@ def start(c_calls=False, min_duration_us=0.0):
         raise ValueError("min_duration_us must be finite")
     min_ns = int(round(min_duration_us * 1000))
     if _MONITORING:
-        _C.tracer_start(c_calls=bool(c_calls), min_duration_ns=min_ns, own_prefix=_OWN_PREFIX)
+        _C.tracer_start(c_calls=bool(c_calls), min_duration_ns=min_ns, own_prefix=_OWN_PREFIX,
+                        strip_prefixes=strip_prefixes())
         return
     # the threading hook first (a thread it reaches before the tracer runs just removes it),
     # so the tracer does not record this bookkeeping
     saved = threading.getprofile()
     threading.setprofile(_C._tracer_thread_hook)
     try:
-        _C.tracer_start(c_calls=bool(c_calls), min_duration_ns=min_ns, own_prefix=_OWN_PREFIX)
+        _C.tracer_start(c_calls=bool(c_calls), min_duration_ns=min_ns, own_prefix=_OWN_PREFIX,
+                        strip_prefixes=strip_prefixes())
     except BaseException:
         threading.setprofile(saved)
         raise

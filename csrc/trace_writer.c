@@ -133,7 +133,8 @@ static void range_event(writer *w, const cprof_trace_meta *m, const cprof_snapsh
         cprof_buf_puts(b, ",\"Python id\":");
         cprof_buf_u64(b, external_id);
         cprof_buf_puts(b, ",\"Python parent id\":");
-        cprof_buf_u64(b, py_parent);
+        if (py_parent) cprof_buf_u64(b, py_parent);
+        else cprof_buf_puts(b, "null"); /* a root, as torch.profiler writes it */
     }
     for (uint32_t i = 0; i < r->nargs && i < 2; i++) {
         cprof_buf_puts(b, ",");
