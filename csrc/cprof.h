@@ -275,6 +275,8 @@ void cprof_buf_i64(cprof_buf *b, int64_t v);
 void cprof_buf_us3(cprof_buf *b, int64_t ns);
 /* A double with up to 3 decimals, finite only (non-finite writes null). */
 void cprof_buf_f3(cprof_buf *b, double v);
+/* v with six decimals (null when not finite). */
+void cprof_buf_f6(cprof_buf *b, double v);
 /* A JSON string literal with quotes: escapes ", \ and control characters, replaces invalid
  * UTF-8 (including encoded surrogates) with U+FFFD. Returns bytes replaced. */
 size_t cprof_buf_json_str(cprof_buf *b, const char *s, size_t len);

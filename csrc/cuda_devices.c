@@ -26,6 +26,23 @@ int cprof_cuda_init_status(int *count, const char **what) {
     return (int)r;
 }
 
+int cprof_cuda_device_sms(int **out) {
+    *out = NULL;
+    const cprof_cuda_api *a = NULL;
+    if (cprof_cuda_load_driver(&a) != CPROF_OK || a->cuInit(0) != CUDA_SUCCESS) return 0;
+    int count = 0;
+    if (a->cuDeviceGetCount(&count) != CUDA_SUCCESS || count <= 0) return 0;
+    int *sms = calloc((size_t)count, sizeof *sms);
+    if (!sms) return 0;
+    for (int i = 0; i < count; i++) {
+        CUdevice dev;
+        if (a->cuDeviceGet(&dev, i) == CUDA_SUCCESS)
+            sms[i] = attr(a, dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    }
+    *out = sms;
+    return count;
+}
+
 char *cprof_cuda_device_props_json(void) {
     const cprof_cuda_api *a = NULL;
     if (cprof_cuda_load_driver(&a) != CPROF_OK || a->cuInit(0) != CUDA_SUCCESS) return NULL;

@@ -92,6 +92,8 @@ typedef struct cprof_gpu_snapshot {
     int buffers_prezeroed;      /* cprof zeroed the buffers (at start), not CUPTI mid-window */
     uint32_t prezero_us;        /* time spent zeroing the last window's buffers at start */
     char *device_props_json;    /* deviceProperties array (malloc'd), or NULL */
+    int *device_sms;            /* SM count of each device by ordinal (malloc'd), or NULL */
+    int ndevices;               /* entries in device_sms */
 } cprof_gpu_snapshot;
 
 /* Collector configuration for one window. */
@@ -135,6 +137,9 @@ void cprof_cupti_teardown_info(int *state, uint64_t *finalized, int *last_result
 /* deviceProperties JSON for every visible device (malloc'd), or NULL when the driver is
  * unavailable. Calls cuInit. */
 char *cprof_cuda_device_props_json(void);
+/* The SM count of every visible device by ordinal (*out malloc'd; 0 where unknown): the
+ * number of devices, 0 (and *out NULL) when the driver is unavailable. Calls cuInit. */
+int cprof_cuda_device_sms(int **out);
 /* cuInit's result (0: success, -1: no driver library) and, on success, the device count; on
  * failure *what is the driver's description of the error (static) or NULL. Any thread. */
 int cprof_cuda_init_status(int *count, const char **what);

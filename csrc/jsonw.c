@@ -122,6 +122,28 @@ void cprof_buf_f3(cprof_buf *b, double v) {
     cprof_buf_us3(b, (int64_t)llround(v * 1000.0));
 }
 
+void cprof_buf_f6(cprof_buf *b, double v) {
+    if (!isfinite(v)) {
+        cprof_buf_puts(b, "null");
+        return;
+    }
+    if (fabs(v) >= 9e12) { /* beyond exact int64 millionths: print as integer */
+        cprof_buf_i64(b, (int64_t)v);
+        return;
+    }
+    int64_t u = llround(v * 1e6);
+    if (u < 0) {
+        cprof_buf_put(b, "-", 1);
+        u = -u;
+    }
+    cprof_buf_i64(b, u / 1000000);
+    char frac[8];
+    int64_t f = u % 1000000;
+    for (int i = 6; i >= 1; i--, f /= 10) frac[i] = (char)('0' + f % 10);
+    frac[0] = '.';
+    cprof_buf_put(b, frac, 7);
+}
+
 /* Length of a valid UTF-8 sequence starting at s (n bytes available), or 0 if invalid.
  * Rejects overlong forms, UTF-16 surrogates (what Python's surrogatepass produces) and
  * code points above U+10FFFF. */

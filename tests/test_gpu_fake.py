@@ -95,6 +95,20 @@ def test_kernels_copies_sets_decoded(basic):
     assert len(events(t, "cuda_sync")) == 1
 
 
+def test_kernels_carry_blocks_and_warps_per_sm(basic):
+    """Kineto writes "blocks per SM" and "warps per SM" on every kernel (TensorBoard's GPU view
+    computes its estimated SM efficiency from them); the device's SM count comes from the
+    driver (132 on the fake device)."""
+    _, t = basic
+    (dev,) = t["deviceProperties"]
+    for k in events(t, "kernel"):
+        a = k["args"]
+        blocks = a["grid"][0] * a["grid"][1] * a["grid"][2] / dev["numSms"]
+        threads = a["block"][0] * a["block"][1] * a["block"][2]
+        assert a["blocks per SM"] == pytest.approx(blocks, abs=1e-6)
+        assert a["warps per SM"] == pytest.approx(blocks * threads / 32, abs=1e-5)
+
+
 def test_streams_and_devices_named(basic):
     _, t = basic
     meta = events(t, ph="M")
