@@ -20,6 +20,12 @@
 
 /* py_tracer.c: the with_stack Python-function tracer (PyEval_SetProfile / sys.monitoring). */
 int cprof_py_tracer_add(PyObject *m);
+/* py_codename.c: a python_function name for code object co ("file(line): name", as
+ * torch.profiler spells it; new reference, NULL with an exception set), and the directory
+ * prefixes left out of its file (a sequence of str; None: none). -1: an exception is set and
+ * no prefix is kept. */
+PyObject *cprof_py_code_name(PyCodeObject *co);
+int cprof_py_code_name_strip(PyObject *prefixes);
 /* py_hooks.c: nn.Module forward hooks in C (with_modules) and tensor shape capture. */
 int cprof_py_hooks_add(PyObject *m);
 /* py_regions.c: ranges around runs of chosen code objects (torch.compile's regions). */

@@ -8,8 +8,8 @@
  * - Names are resolved once per code object / C function, not per call: an open-addressing map
  *   pointer -> interned name id, holding a reference to each key object so its address cannot be
  *   reused while cached; emptied at stop. A call costs a lookup and an event-store push.
- *   python_function: "{co_filename}({co_firstlineno}): {co_qualname}" (torch.profiler's
- *   spelling). cpu_op (c_calls): "{module}.{name}" for functions (torch._C._nn.linear,
+ *   python_function: "{file}({co_firstlineno}): {co_name}", the file relative to its sys.path
+ *   entry (torch.profiler's spelling; py_codename.c). cpu_op (c_calls): "{module}.{name}" for functions (torch._C._nn.linear,
  *   builtins.len), "{type}.{name}" for methods, the defining type named as in reprs (list.append,
  *   torch._C.TensorBase.add); the key is the PyMethodDef, so a method descriptor (3.12 CALL) and
  *   the bound method 3.11 makes for it per call share one entry. cprof's own functions (push,
@@ -75,8 +75,6 @@ static struct {
     uint64_t calls, discarded, errors, overflows;
     uint64_t suppressed;   /* calls not recorded: cprof's own code and what it called */
     char *own_prefix;      /* co_filename prefix of cprof's own code (UTF-8), or NULL */
-    char **strip;          /* path prefixes left out of python_function names (UTF-8, each */
-    size_t nstrip;         /* ending in a separator; the first that matches), as torch's */
     size_t own_len;
     uint32_t full_id;      /* name used when the name table is full */
     int tool_id;           /* 3.12+: the sys.monitoring tool id held, -1 when none */
@@ -188,28 +186,8 @@ static int intern_str(PyObject *s, uint32_t *id) {
     return 0;
 }
 
-/* "file(line): name" as torch.profiler's Python tracer writes it: the function's plain name
- * (co_name, not its qualified name), the file relative to its sys.path entry. */
 static int code_name(PyCodeObject *co, uint32_t *id) {
-    PyObject *qualname = co->co_name;
-    /* torch.profiler names a function by its file relative to the sys.path / site-packages
-     * entry it lies under ("torch/nn/modules/module.py(1773): _call_impl") */
-    const char *rel = NULL;
-    if (tr.nstrip) {
-        Py_ssize_t flen;
-        const char *f = PyUnicode_AsUTF8AndSize(co->co_filename, &flen);
-        if (!f) PyErr_Clear(); /* lone surrogates: the whole name */
-        for (size_t i = 0; f && i < tr.nstrip; i++) {
-            size_t plen = strlen(tr.strip[i]);
-            if ((size_t)flen > plen && memcmp(f, tr.strip[i], plen) == 0) {
-                rel = f + plen;
-                break;
-            }
-        }
-    }
-    PyObject *s = rel ? PyUnicode_FromFormat("%s(%d): %U", rel, co->co_firstlineno, qualname)
-                      : PyUnicode_FromFormat("%U(%d): %U", co->co_filename,
-                                             co->co_firstlineno, qualname);
+    PyObject *s = cprof_py_code_name(co);
     if (!s) return -1;
     int rc = intern_str(s, id);
     Py_DECREF(s);
@@ -894,55 +872,6 @@ static void own_prefix_set(char *p) {
     tr.own_len = p ? strlen(p) : 0;
 }
 
-static void strip_set(char **v, size_t n) {
-    for (size_t i = 0; i < tr.nstrip; i++) free(tr.strip[i]);
-    free(tr.strip);
-    tr.strip = v;
-    tr.nstrip = n;
-}
-
-/* The strip_prefixes argument (a sequence of str, or None) as an array of UTF-8 copies.
- * -1: an exception is set. */
-static int strip_parse(PyObject *seq_obj, char ***out, size_t *n_out) {
-    *out = NULL;
-    *n_out = 0;
-    if (!seq_obj || seq_obj == Py_None) return 0;
-    PyObject *seq = PySequence_Fast(seq_obj, "strip_prefixes must be a sequence of str");
-    if (!seq) return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    char **v = n ? calloc((size_t)n, sizeof *v) : NULL;
-    if (n && !v) {
-        Py_DECREF(seq);
-        PyErr_NoMemory();
-        return -1;
-    }
-    size_t k = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
-        const char *u = PyUnicode_Check(item) ? PyUnicode_AsUTF8(item) : NULL;
-        if (!u) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_TypeError, "strip_prefixes must be a sequence of str");
-            goto fail;
-        }
-        if (!*u) continue; /* "" would strip nothing */
-        if (!(v[k] = strdup(u))) {
-            PyErr_NoMemory();
-            goto fail;
-        }
-        k++;
-    }
-    Py_DECREF(seq);
-    *out = v;
-    *n_out = k;
-    return 0;
-fail:
-    for (size_t i = 0; i < k; i++) free(v[i]);
-    free(v);
-    Py_DECREF(seq);
-    return -1;
-}
-
 static PyObject *tracer_start(PyObject *module, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"c_calls", "min_duration_ns", "own_prefix", "strip_prefixes",
                              NULL};
@@ -966,17 +895,13 @@ static PyObject *tracer_start(PyObject *module, PyObject *args, PyObject *kwds) 
         return raise_state(module, "the with_stack tracer needs an open cprof window: start "
                                    "one (ProfilerContext / _C.start()) first");
     if (!cache && cache_alloc(1024) < 0) return PyErr_NoMemory();
-    char **strip = NULL;
-    size_t nstrip = 0;
-    if (strip_parse(strip_obj, &strip, &nstrip) < 0) return NULL;
     char *own_copy = NULL;
-    if (own && !(own_copy = strdup(own))) {
-        for (size_t i = 0; i < nstrip; i++) free(strip[i]);
-        free(strip);
-        return PyErr_NoMemory();
+    if (own && !(own_copy = strdup(own))) return PyErr_NoMemory();
+    if (cprof_py_code_name_strip(strip_obj) < 0) {
+        free(own_copy);
+        return NULL;
     }
     own_prefix_set(own_copy); /* the cache is empty: nothing was resolved with an older one */
-    strip_set(strip, nstrip);
     /* the session is live before events are enabled: they may fire at once */
     tr.c_calls = c_calls;
     tr.min_ns = (uint64_t)min_ns;
@@ -990,7 +915,7 @@ static PyObject *tracer_start(PyObject *module, PyObject *args, PyObject *kwds) 
         cprof_events_close_traced_all();
         cache_clear();
         own_prefix_set(NULL);
-        strip_set(NULL, 0);
+        cprof_py_code_name_strip(NULL);
         return NULL;
     }
     Py_RETURN_NONE;
@@ -1011,7 +936,7 @@ static PyObject *tracer_stop(PyObject *module, PyObject *unused) {
     cprof_events_close_traced_all();
     cache_clear();
     own_prefix_set(NULL);
-    strip_set(NULL, 0);
+    cprof_py_code_name_strip(NULL);
     if (rc < 0 && PyErr_Occurred()) return NULL;
     return Py_BuildValue("{sKsKsKsKsKsisKsKss}", "calls", (unsigned long long)tr.calls,
                          "discarded", (unsigned long long)tr.discarded, "errors",
