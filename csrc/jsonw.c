@@ -110,27 +110,21 @@ void cprof_buf_us3(cprof_buf *b, int64_t ns) {
     b->len += n;
 }
 
+/* What the fixed-point writers cannot print as digits: not finite (null), or too large for
+ * their scaled int64 (printed as an integer). 1 when v was written here. */
+static int put_unscaled(cprof_buf *b, double v, double limit) {
+    if (!isfinite(v)) cprof_buf_puts(b, "null");
+    else if (fabs(v) >= limit) cprof_buf_i64(b, (int64_t)v);
+    else return 0;
+    return 1;
+}
+
 void cprof_buf_f3(cprof_buf *b, double v) {
-    if (!isfinite(v)) {
-        cprof_buf_puts(b, "null");
-        return;
-    }
-    if (fabs(v) >= 9e15) { /* beyond exact int64 thousandths: print as integer */
-        cprof_buf_i64(b, (int64_t)v);
-        return;
-    }
-    cprof_buf_us3(b, (int64_t)llround(v * 1000.0));
+    if (!put_unscaled(b, v, 9e15)) cprof_buf_us3(b, (int64_t)llround(v * 1000.0));
 }
 
 void cprof_buf_f6(cprof_buf *b, double v) {
-    if (!isfinite(v)) {
-        cprof_buf_puts(b, "null");
-        return;
-    }
-    if (fabs(v) >= 9e12) { /* beyond exact int64 millionths: print as integer */
-        cprof_buf_i64(b, (int64_t)v);
-        return;
-    }
+    if (put_unscaled(b, v, 9e12)) return;
     int64_t u = llround(v * 1e6);
     if (u < 0) {
         cprof_buf_put(b, "-", 1);
