@@ -275,6 +275,11 @@ void cprof_buf_i64(cprof_buf *b, int64_t v);
 void cprof_buf_us3(cprof_buf *b, int64_t ns);
 /* A double with up to 3 decimals, finite only (non-finite writes null). */
 void cprof_buf_f3(cprof_buf *b, double v);
+/* One character, inline where there is room (hot builders: record_shapes' fragments). */
+static inline void cprof_buf_putc(cprof_buf *b, char c) {
+    if (b->len < b->cap) b->data[b->len++] = c;
+    else cprof_buf_put(b, &c, 1);
+}
 /* v with six decimals (null when not finite). */
 void cprof_buf_f6(cprof_buf *b, double v);
 /* A JSON string literal with quotes: escapes ", \ and control characters, replaces invalid

@@ -28,10 +28,19 @@ typedef struct {
     uint32_t depth;    /* event-store depth right after its range was pushed */
 } open_call;
 
+/* A fragment this thread interned lately: its hash, length and name id. The bytes are
+ * compared with the interned name's (names are never removed), so a hit is exact. */
+#define FRAG_CACHE 64u
+typedef struct {
+    uint64_t hash;
+    uint32_t len, id;
+} frag_slot;
+
 typedef struct {
     open_call *calls;
     uint32_t n, cap;
     cprof_buf dims, types; /* the JSON fragment being built */
+    frag_slot frags[FRAG_CACHE];
 } hooks_tls;
 
 static _Thread_local hooks_tls *tls_state;
@@ -258,19 +267,19 @@ static int is_number(PyObject *o) {
 static void put_dims(HooksObject *self, cprof_buf *b, PyObject *t) {
     /* torch.Size is a tuple subclass: one attribute read, no call, no list */
     PyObject *shape = PyObject_GetAttr(t, self->s_shape);
-    cprof_buf_put(b, "[", 1);
+    cprof_buf_putc(b, '[');
     if (shape && PyTuple_Check(shape)) {
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++) {
             long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
             if (v == -1 && PyErr_Occurred()) PyErr_Clear(); /* a symbolic size: -1 */
-            if (i) cprof_buf_put(b, ",", 1);
+            if (i) cprof_buf_putc(b, ',');
             cprof_buf_i64(b, v);
         }
     } else if (!shape) {
         PyErr_Clear();
     }
     Py_XDECREF(shape);
-    cprof_buf_put(b, "]", 1);
+    cprof_buf_putc(b, ']');
 }
 
 /* dtype -> its JSON string literal, as torch writes it ("float", "c10::Half"): the caller's
@@ -346,16 +355,16 @@ static void put_arg(HooksObject *self, hooks_tls *s, PyObject *a) {
             else if (is_number(item)) numbers++;
         }
         if (tensors) {
-            cprof_buf_put(&s->dims, "[", 1);
+            cprof_buf_putc(&s->dims, '[');
             /* reading a shape may run Python code (a tensor subclass) that changes a list */
             for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(a); i++) {
                 PyObject *item = Py_NewRef(PySequence_Fast_GET_ITEM(a, i));
-                if (i) cprof_buf_put(&s->dims, ",", 1);
+                if (i) cprof_buf_putc(&s->dims, ',');
                 if (is_tensor(self, item)) put_dims(self, &s->dims, item);
                 else cprof_buf_put(&s->dims, "[]", 2);
                 Py_DECREF(item);
             }
-            cprof_buf_put(&s->dims, "]", 1);
+            cprof_buf_putc(&s->dims, ']');
             cprof_buf_puts(&s->types, "\"TensorList\"");
         } else {
             cprof_buf_puts(&s->dims, "[]");
@@ -367,6 +376,41 @@ static void put_arg(HooksObject *self, hooks_tls *s, PyObject *a) {
     cprof_buf_puts(&s->types, "\"\"");
 }
 
+/* A word-at-a-time hash of a fragment, for the per-thread cache in front of the name table
+ * (whose own interning takes its lock and hashes byte by byte). */
+static uint64_t frag_hash(const char *p, size_t len) {
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ len;
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+    }
+    uint64_t w = 0;
+    memcpy(&w, p + i, len - i);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 29);
+}
+
+/* The name id of the fragment p (len bytes): from this thread's cache, else interned (and
+ * cached). -1: the name table failed (full, no memory). */
+static int frag_intern(hooks_tls *s, const char *p, size_t len, uint32_t *id) {
+    uint64_t h = frag_hash(p, len);
+    frag_slot *slot = &s->frags[h & (FRAG_CACHE - 1)];
+    if (slot->hash == h && slot->len == len && slot->id) {
+        size_t n;
+        const char *q = cprof_names_get(slot->id, &n);
+        if (n == len && memcmp(p, q, len) == 0) {
+            *id = slot->id;
+            return 0;
+        }
+    }
+    if (len > UINT32_MAX || cprof_names_intern(p, len, id)) return -1;
+    *slot = (frag_slot){h, (uint32_t)len, *id};
+    return 0;
+}
+
 /* Builds `"Input Dims":[...],"Input type":[...]` for the n positional arguments args into
  * s->dims and interns it. Returns the fragment's id, or 0 (nothing to add; an error is counted).
  * Never raises. */
@@ -376,16 +420,16 @@ static uint32_t fragment_id(HooksObject *self, hooks_tls *s, PyObject *const *ar
     cprof_buf_puts(&s->dims, "\"Input Dims\":[");
     for (Py_ssize_t i = 0; i < n; i++) {
         if (i) {
-            cprof_buf_put(&s->dims, ",", 1);
-            cprof_buf_put(&s->types, ",", 1);
+            cprof_buf_putc(&s->dims, ',');
+            cprof_buf_putc(&s->types, ',');
         }
         put_arg(self, s, args[i]);
     }
     cprof_buf_puts(&s->dims, "],\"Input type\":[");
     cprof_buf_put(&s->dims, s->types.data, s->types.len);
-    cprof_buf_put(&s->dims, "]", 1);
+    cprof_buf_putc(&s->dims, ']');
     uint32_t id = 0;
-    if (s->dims.oom || s->types.oom || cprof_names_intern(s->dims.data, s->dims.len, &id)) {
+    if (s->dims.oom || s->types.oom || frag_intern(s, s->dims.data, s->dims.len, &id) < 0) {
         /* a failed allocation is sticky in a buffer: start the next one afresh */
         cprof_buf_free(&s->dims);
         cprof_buf_free(&s->types);

@@ -446,6 +446,23 @@ def test_record_shapes_escapes_dtype_names_and_shares_fragments(tmp_path):
     assert hooks.shapes_json((torch.ones(1), torch.ones(2, dtype=torch.float64))) == frag
 
 
+def test_record_shapes_many_shapes_through_the_thread_cache(tmp_path, mode):
+    """Fragments are looked up in a 64-slot per-thread cache before the name table: many
+    distinct shapes (more than the slots, colliding ones) and repeats, each range keeps its
+    own."""
+    take = Take()
+    shapes = [(i % 7 + 1, i) for i in range(150)]
+
+    def run():
+        for _ in range(2):
+            for sh in shapes:
+                take(torch.zeros(sh))
+
+    trace, _ = profiled(tmp_path, run, mode, record_shapes=True)
+    got = [e["args"]["Input Dims"] for e in ranges_of(trace)]
+    assert got == [[list(sh)] for sh in shapes] * 2
+
+
 def test_record_shapes_matches_torch_profiler(tmp_path, mode):
     """Our module args use the keys and encoding torch.profiler writes for aten ops."""
     from torch.profiler import ProfilerActivity, profile
