@@ -180,18 +180,15 @@ int cprof_events_push_detached(uint32_t name_id, uint8_t cat, uint64_t *token);
 int cprof_events_pop_token_on(uint64_t ident, uint64_t token);
 /* The Python tracer's ranges (py_tracer.c): a second stack per thread, so user push/pop and the
  * tracer never close each other's ranges; records share the thread's chunks and their depth
- * counts both stacks. Caller holds the GIL.
- * push_traced: as push. pop_traced: closes the tracer's innermost range; if it lasted less than
- * min_ns and is the thread's last record (always so when its children were all taken back too;
- * never when a child was kept) the record is taken back: returns 1; else 0; CPROF_E_EMPTY if
- * the tracer has no open range on this thread.
+ * counts both stacks. Caller holds the GIL. The thread is given as a handle (the tracer keeps
+ * it in its own per-thread state: one thread-local lookup per call event instead of two).
+ * thread: the calling thread's handle (registered if new), valid until the thread exits; NULL:
+ * no memory.
+ * push_traced_on: as push. pop_traced_on: closes the tracer's innermost range; if it lasted
+ * less than min_ns and is the thread's last record (always so when its children were all taken
+ * back too; never when a child was kept) the record is taken back: returns 1; else 0;
+ * CPROF_E_EMPTY if the tracer has no open range on this thread.
  * close_traced_all: closes every thread's open tracer ranges now (tracer stop; GIL held). */
-int cprof_events_push_traced(uint32_t name_id, uint8_t cat);
-int cprof_events_pop_traced(uint64_t min_ns);
-/* The same on the calling thread's state given as a handle, saving the thread-local lookup
- * (the tracer keeps the handle in its own per-thread state: one lookup per call event instead
- * of two). cprof_events_thread: the calling thread's handle (registered if new; GIL held),
- * valid until the thread exits; NULL: no memory. */
 void *cprof_events_thread(void);
 int cprof_events_push_traced_on(void *thread, uint32_t name_id, uint8_t cat);
 int cprof_events_pop_traced_on(void *thread, uint64_t min_ns);

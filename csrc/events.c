@@ -403,12 +403,6 @@ static CPROF_NOINLINE int side_stack_grow(cprof_record ***stack, uint32_t *cap) 
 
 void *cprof_events_thread(void) { return gil_thread(); }
 
-int cprof_events_push_traced(uint32_t name_id, uint8_t cat) {
-    return cprof_events_push_traced_on(gil_thread(), name_id, cat);
-}
-
-int cprof_events_pop_traced(uint64_t min_ns) { return cprof_events_pop_traced_on(tls, min_ns); }
-
 int cprof_events_push_traced_on(void *thread, uint32_t name_id, uint8_t cat) {
     tstate *t = thread;
     if (CPROF_UNLIKELY(!t)) return CPROF_E_NOMEM;

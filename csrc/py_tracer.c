@@ -16,7 +16,7 @@
  *   pop, module hooks) are never recorded. Only builtin functions and method descriptors count as
  *   C calls (as in the legacy profiler): classes and other callables do not.
  * - The tracer's ranges live on their own per-thread stack in the event store (events.c
- *   push_traced/pop_traced), apart from the user's: a cprof.push left open in a traced function,
+ *   push_traced_on/pop_traced_on), apart from the user's: a cprof.push left open in a traced function,
  *   a record_function entered in one frame and exited in another, or a pop in another function
  *   than its push never closes a tracer range, and the tracer never closes a user range. Record
  *   depths count both stacks, so nesting in the trace and self times stay exact.
