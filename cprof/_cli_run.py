@@ -442,12 +442,11 @@ class _Session:
         if o.delay:
             if self.finished.wait(o.delay):
                 return
-            waited = self._after_torch_imports()
-            if waited is None:
+            if not self._after_torch_imports():
                 return
             self.open(f"--delay {o.delay:g} s reached" +
                       ("; opened once the program's import of torch had finished"
-                       if waited else ""))
+                       if self.held_by_import else ""))
         if not o.duration:
             return
         self.opened.wait()  # a capture range may open it late, or never (finish() sets it)
@@ -456,21 +455,20 @@ class _Session:
         remaining = self.open_at + o.duration - time.monotonic()
         if remaining > 0 and self.finished.wait(remaining):
             return
-        if self._after_torch_imports() is not None:
+        if self._after_torch_imports():
             self.close(f"--duration {o.duration:g} s reached")
 
     def _after_torch_imports(self):
         """Waits (on the timer thread) until no torch module is half imported. Opening or
         closing the window imports torch's modules; done while the program's thread is inside
         `import torch`, the two threads take the module locks in opposite orders and Python
-        raises _DeadlockError into the program's import. Returns whether it waited, or None:
-        the program ended meanwhile."""
-        waited = False
+        raises _DeadlockError into the program's import. held_by_import says it waited.
+        Returns False when the program ended meanwhile."""
         while _torch_importing():
-            waited = self.held_by_import = True
+            self.held_by_import = True
             if self.finished.wait(0.005):
-                return None
-        return None if self.finished.is_set() else waited
+                return False
+        return not self.finished.is_set()
 
     # -- the end --
     def finish(self, exc_type):
