@@ -26,20 +26,34 @@ int cprof_cuda_init_status(int *count, const char **what) {
     return (int)r;
 }
 
-int cprof_cuda_device_sms(int **out) {
+int cprof_cuda_device_limits(cprof_device_limits **out) {
     *out = NULL;
     const cprof_cuda_api *a = NULL;
     if (cprof_cuda_load_driver(&a) != CPROF_OK || a->cuInit(0) != CUDA_SUCCESS) return 0;
     int count = 0;
     if (a->cuDeviceGetCount(&count) != CUDA_SUCCESS || count <= 0) return 0;
-    int *sms = calloc((size_t)count, sizeof *sms);
-    if (!sms) return 0;
+    cprof_device_limits *all = calloc((size_t)count, sizeof *all);
+    if (!all) return 0;
     for (int i = 0; i < count; i++) {
         CUdevice dev;
-        if (a->cuDeviceGet(&dev, i) == CUDA_SUCCESS)
-            sms[i] = attr(a, dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+        if (a->cuDeviceGet(&dev, i) != CUDA_SUCCESS) continue;
+        cprof_device_limits *d = &all[i];
+        d->cc_major = attr(a, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+        d->cc_minor = attr(a, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+        d->sms = attr(a, dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+        d->max_threads_per_block = attr(a, dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+        d->max_threads_per_sm = attr(a, dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
+        d->warp_size = attr(a, dev, CU_DEVICE_ATTRIBUTE_WARP_SIZE);
+        d->regs_per_block = attr(a, dev, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK);
+        d->regs_per_sm = attr(a, dev, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR);
+        d->smem_per_block = attr(a, dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
+        d->smem_per_block_optin =
+            attr(a, dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+        d->smem_per_sm = attr(a, dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR);
+        d->smem_reserved_per_block =
+            attr(a, dev, CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK);
     }
-    *out = sms;
+    *out = all;
     return count;
 }
 

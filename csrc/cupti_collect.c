@@ -910,7 +910,7 @@ int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot
     snap->buffers_prezeroed = prezeroed;
     snap->prezero_us = (uint32_t)(zero_cost_ns / 1000);
     snap->device_props_json = cprof_cuda_device_props_json();
-    snap->ndevices = cprof_cuda_device_sms(&snap->device_sms);
+    snap->ndevices = cprof_cuda_device_limits(&snap->devices);
     if (td) release_held(held);
     *out = snap;
     return CPROF_OK;
@@ -923,6 +923,6 @@ void cprof_gpu_snapshot_free(cprof_gpu_snapshot *snap) {
         free(c);
     }
     free(snap->device_props_json);
-    free(snap->device_sms);
+    free(snap->devices);
     free(snap);
 }

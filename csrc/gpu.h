@@ -70,6 +70,16 @@ typedef struct cprof_gpu_chunk {
     cprof_gpu_record rec[CPROF_GPU_CHUNK_RECORDS];
 } cprof_gpu_chunk;
 
+/* A device's limits as the occupancy calculator needs them (cuDeviceGetAttribute; 0 where the
+ * driver did not say). */
+typedef struct cprof_device_limits {
+    int cc_major, cc_minor;
+    int sms;                    /* multiprocessors */
+    int max_threads_per_block, max_threads_per_sm, warp_size;
+    int regs_per_block, regs_per_sm;
+    int smem_per_block, smem_per_block_optin, smem_per_sm, smem_reserved_per_block;
+} cprof_device_limits;
+
 typedef struct cprof_gpu_snapshot {
     cprof_gpu_chunk *chunks;
     uint64_t nrecords;
@@ -92,8 +102,8 @@ typedef struct cprof_gpu_snapshot {
     int buffers_prezeroed;      /* cprof zeroed the buffers (at start), not CUPTI mid-window */
     uint32_t prezero_us;        /* time spent zeroing the last window's buffers at start */
     char *device_props_json;    /* deviceProperties array (malloc'd), or NULL */
-    int *device_sms;            /* SM count of each device by ordinal (malloc'd), or NULL */
-    int ndevices;               /* entries in device_sms */
+    cprof_device_limits *devices; /* each device's limits by ordinal (malloc'd), or NULL */
+    int ndevices;               /* entries in devices */
 } cprof_gpu_snapshot;
 
 /* Collector configuration for one window. */
@@ -137,12 +147,23 @@ void cprof_cupti_teardown_info(int *state, uint64_t *finalized, int *last_result
 /* deviceProperties JSON for every visible device (malloc'd), or NULL when the driver is
  * unavailable. Calls cuInit. */
 char *cprof_cuda_device_props_json(void);
-/* The SM count of every visible device by ordinal (*out malloc'd; 0 where unknown): the
+/* The limits of every visible device by ordinal (*out malloc'd; fields 0 where unknown): the
  * number of devices, 0 (and *out NULL) when the driver is unavailable. Calls cuInit. */
-int cprof_cuda_device_sms(int **out);
+int cprof_cuda_device_limits(cprof_device_limits **out);
 /* cuInit's result (0: success, -1: no driver library) and, on success, the device count; on
  * failure *what is the driver's description of the error (static) or NULL. Any thread. */
 int cprof_cuda_init_status(int *count, const char **what);
+
+/* ---- occupancy.c: a kernel's estimated achieved occupancy ---- */
+/* The blocks of a kernel (registers per thread, static and dynamic shared memory per block,
+ * threads per block) that fit on one SM of device d at once (CUDA's occupancy calculator);
+ * -1 for an architecture it does not know or limits it cannot use. */
+int cprof_occupancy_blocks(const cprof_device_limits *d, int regs, int smem_static,
+                           int smem_dynamic, int block_threads);
+/* Kineto's "est. achieved occupancy %": min(those blocks, the grid's blocks per SM) times the
+ * block's threads over the SM's thread slots, as an integer percentage; -1 when unknown. */
+int cprof_occupancy_percent(const cprof_device_limits *d, int regs, int smem_static,
+                            int smem_dynamic, const int32_t block[3], const int32_t grid[3]);
 
 /* ---- link.c: GPU work -> CPU ranges ---- */
 /* The result of linking: per GPU record index (in chunk order), the External id of the innermost

@@ -569,16 +569,21 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
             kv_i64(b, "shared memory", (int64_t)r->u.k.smem_static + r->u.k.smem_dynamic);
             kv_dim3(b, "grid", r->u.k.grid);
             kv_dim3(b, "block", r->u.k.block);
-            if (gpu && gpu->ndevices > 0 && r->device < (uint32_t)gpu->ndevices &&
-                gpu->device_sms[r->device] > 0) {
+            if (gpu && gpu->devices && r->device < (uint32_t)gpu->ndevices &&
+                gpu->devices[r->device].sms > 0) {
                 /* Kineto's: the grid's blocks over the device's SMs, and their warps of 32 */
+                const cprof_device_limits *dev = &gpu->devices[r->device];
                 double blocks = (double)r->u.k.grid[0] * r->u.k.grid[1] * r->u.k.grid[2] /
-                                gpu->device_sms[r->device];
+                                dev->sms;
                 cprof_buf_puts(b, ",\"blocks per SM\":");
                 cprof_buf_f6(b, blocks);
                 cprof_buf_puts(b, ",\"warps per SM\":");
                 cprof_buf_f6(b, blocks * ((double)r->u.k.block[0] * r->u.k.block[1] *
                                           r->u.k.block[2]) / 32.0);
+                int occupancy = cprof_occupancy_percent(dev, r->u.k.regs, (int)r->u.k.smem_static,
+                                                        (int)r->u.k.smem_dynamic, r->u.k.block,
+                                                        r->u.k.grid);
+                if (occupancy >= 0) kv_i64(b, "est. achieved occupancy %", occupancy);
             }
             cprof_buf_puts(b, ",\"queued\":");
             cprof_buf_us3(b, r->u.k.queued_ns && r->u.k.queued_ns <= r->start_ns

@@ -188,6 +188,21 @@ with warnings.catch_warnings(record=True) as caught:
             time.sleep(0.001 + n * 10e-9)
         result["trace"] = str(p.trace_path)
         result["kernels_added"] = n
+    elif scenario == "occupancy":  # kernels of known launch configurations (OCC_KERNELS)
+        u64, u32, i32 = ctypes.c_uint64, ctypes.c_uint32, ctypes.c_int32
+        fake.fake_cupti_add_kernel_ex.argtypes = [ctypes.c_char_p, u64, u64, u32, u32, u32, u32,
+                                                  i32, i32, i32, i32, i32, i32, ctypes.c_uint16,
+                                                  i32, i32, u32, u64]
+        configs = json.loads(os.environ["OCC_KERNELS"])
+        with cprof.ProfilerContext(output_dir=out_dir, profile_name="occ", verbose=False,
+                                   with_stack=False) as p:
+            t0 = C.now_ns() + 1000
+            for i, (name, grid, block, regs, smem_static, smem_dynamic) in enumerate(configs):
+                fake.fake_cupti_add_kernel_ex(name.encode(), t0 + i * 100, t0 + i * 100 + 50, 0,
+                                              1, 7, 0, *grid, *block, regs, smem_static,
+                                              smem_dynamic, 0, 0)
+            time.sleep(0.002)
+        result["trace"] = str(p.trace_path)
     elif scenario == "results":  # cprof.profile's events() / key_averages() with GPU work
         with cprof.profile(activities=["CPU", "CUDA"], record_ops=False) as p:
             with cprof.range("launches"):

@@ -109,6 +109,24 @@ def test_kernels_carry_blocks_and_warps_per_sm(basic):
         assert a["warps per SM"] == pytest.approx(blocks * threads / 32, abs=1e-5)
 
 
+def test_kernels_carry_the_estimated_achieved_occupancy(tmp_path, fake_so):
+    """Kineto's "est. achieved occupancy %" (TensorBoard's kernel and GPU views): the blocks that
+    fit on an SM of the fake H100 (132 SMs, 64K registers, 228 KiB shared memory, 2048 threads),
+    capped by the grid's blocks per SM, times the block's threads over 2048; rounded."""
+    kernels = [  # name, grid, block, registers per thread, static / dynamic shared memory
+        ("fills", [1000, 1, 1], [256, 1, 1], 32, 0, 0),      # 8 fit; 7.58 per SM: 95 %
+        ("regs", [1000, 1, 1], [256, 1, 1], 128, 0, 0),      # registers: 2 fit, 25 %
+        ("smem", [1000, 1, 1], [128, 1, 1], 64, 0, 200000),  # opted-in 196 KB: 1 fits, 6 %
+        ("small", [10, 1, 1], [1024, 1, 1], 32, 0, 0),       # 10 blocks on 132 SMs: 4 %
+        ("none", [10, 1, 1], [1024, 1, 1], 255, 0, 0),       # 255 x 1024 registers: 0 fit
+        ("3d", [16, 16, 8], [8, 8, 4], 40, 4096, 1024),      # 256 threads: 6 fit (regs), 75 %
+    ]
+    res = run("occupancy", tmp_path, fake_so, OCC_KERNELS=json.dumps(kernels))
+    t = load_trace(res["trace"])
+    got = {k["name"]: k["args"]["est. achieved occupancy %"] for k in events(t, "kernel")}
+    assert got == {"fills": 95, "regs": 25, "smem": 6, "small": 4, "none": 0, "3d": 75}
+
+
 def test_streams_and_devices_named(basic):
     _, t = basic
     meta = events(t, ph="M")
