@@ -468,6 +468,11 @@ def _stats_table(rows):
     body = [[_pc(r.get("time_pct")), _dur(r.get("total_us")), _num(r.get("instances")), _dur(r.get("avg_us")),
              _dur(r.get("med_us")), _dur(r.get("min_us")), _dur(r.get("max_us")), _dur(r.get("stddev_us")),
              _name_cell(r.get("name"))] for r in rows]
+    if any(r.get("occupancy_pct") is not None for r in rows):
+        # kernels: Kineto's estimated achieved occupancy, weighted by time
+        head.insert(-1, ("Est. occupancy", True))
+        for b, r in zip(body, rows):
+            b.insert(-1, _pc(r.get("occupancy_pct")) if r.get("occupancy_pct") is not None else "")
     return _table(head, body)
 
 

@@ -12,8 +12,12 @@ KERNEL_COLS = [("time_pct", "Time (%)", "pct"), ("total_us", "Total Time (us)", 
                ("med_us", "Med (us)", "f3"), ("min_us", "Min (us)", "f3"),
                ("max_us", "Max (us)", "f3"), ("stddev_us", "StdDev (us)", "f3"),
                ("name", "Name", "str")]
+# kernels: and their estimated achieved occupancy (Kineto's per-kernel figure, weighted by time;
+# blank where the trace has none)
+KERNEL_OCC_COLS = KERNEL_COLS[:-1] + [("occupancy_pct", "Est. Occ (%)", "pct"),
+                                      ("name", "Name", "str")]
 TABLES = [
-    ("kernels", "CUDA GPU Kernel Summary", KERNEL_COLS),
+    ("kernels", "CUDA GPU Kernel Summary", KERNEL_OCC_COLS),
     ("cuda_api", "CUDA API Summary", KERNEL_COLS),
     ("memory", "GPU Memory Operations", [
         ("kind", "Kind", "str"), ("count", "Count", "int"), ("bytes", "Total", "bytes"),

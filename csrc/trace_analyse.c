@@ -49,6 +49,7 @@ static void add_str(cJSON *o, const char *key, const cprof_trace *t, uint32_t id
 
 typedef struct named_dur {
     uint32_t name;
+    int32_t occ;                /* kernels: est. achieved occupancy %, -1 unknown */
     int64_t dur;
 } named_dur;
 
@@ -63,6 +64,8 @@ typedef struct stat_row {
     uint64_t n;
     int64_t total, min, max;
     double med, sd;
+    double occ;                 /* duration-weighted occupancy of the instances that have one;
+                                   -1 when none has */
 } stat_row;
 
 static int cmp_row_total(const void *a, const void *b) {
@@ -71,10 +74,11 @@ static int cmp_row_total(const void *a, const void *b) {
     return (x->name > y->name) - (x->name < y->name);
 }
 
-/* Rows of Time %, Total, Instances, Avg, Med, Min, Max, StdDev (sample), Name; top rows kept.
+/* Rows of Time %, Total, Instances, Avg, Med, Min, Max, StdDev (sample), Name; top rows kept;
+ * with_occ: and the estimated achieved occupancy (kernels), weighted by duration.
  * *sum: the total over every name, *count: instances, *distinct: names. */
-static int stats_table(const cprof_trace *t, named_dur *v, size_t n, int top, cJSON *arr,
-                       int64_t *sum, uint64_t *count, uint64_t *distinct) {
+static int stats_table(const cprof_trace *t, named_dur *v, size_t n, int top, int with_occ,
+                       cJSON *arr, int64_t *sum, uint64_t *count, uint64_t *distinct) {
     qsort(v, n, sizeof *v, cmp_named_dur);
     stat_row *rows = malloc((n ? n : 1) * sizeof *rows);
     if (!rows) return CPROF_E_NOMEM;
@@ -85,12 +89,23 @@ static int stats_table(const cprof_trace *t, named_dur *v, size_t n, int top, cJ
         int64_t tot = 0;
         while (j < n && v[j].name == v[i].name) tot = sat_add(tot, v[j++].dur);
         uint64_t k = j - i;
-        double mean = (double)tot / (double)k, ss = 0;
-        for (size_t q = i; q < j; q++) ss += ((double)v[q].dur - mean) * ((double)v[q].dur - mean);
+        double mean = (double)tot / (double)k, ss = 0, occ_w = 0, occ_dur = 0, occ_sum = 0;
+        uint64_t occ_n = 0;
+        for (size_t q = i; q < j; q++) {
+            ss += ((double)v[q].dur - mean) * ((double)v[q].dur - mean);
+            if (v[q].occ >= 0) {
+                occ_w += (double)v[q].occ * (double)v[q].dur;
+                occ_dur += (double)v[q].dur;
+                occ_sum += v[q].occ;
+                occ_n++;
+            }
+        }
+        /* weighted by duration (what the GPU time ran at); a plain mean if all last 0 ns */
+        double occ = !occ_n ? -1.0 : occ_dur > 0 ? occ_w / occ_dur : occ_sum / (double)occ_n;
         double med = k % 2 ? (double)v[i + k / 2].dur
                            : ((double)v[i + k / 2 - 1].dur + (double)v[i + k / 2].dur) / 2.0;
         rows[nr++] = (stat_row){v[i].name, k, tot, v[i].dur, v[j - 1].dur, med,
-                                k > 1 ? sqrt(ss / (double)(k - 1)) : 0.0};
+                                k > 1 ? sqrt(ss / (double)(k - 1)) : 0.0, occ};
         all = sat_add(all, tot);
         i = j;
     }
@@ -110,6 +125,10 @@ static int stats_table(const cprof_trace *t, named_dur *v, size_t n, int top, cJ
         cJSON_AddNumberToObject(r, "min_us", us(s->min));
         cJSON_AddNumberToObject(r, "max_us", us(s->max));
         cJSON_AddNumberToObject(r, "stddev_us", round(s->sd) / 1000.0);
+        if (with_occ) {
+            if (s->occ >= 0) cJSON_AddNumberToObject(r, "occupancy_pct", round(s->occ * 10) / 10);
+            else cJSON_AddNullToObject(r, "occupancy_pct");
+        }
     }
     *sum = all;
     *count = n;
@@ -602,6 +621,7 @@ int cprof_report_build(const cprof_trace *t, const cprof_report_opts *opts, cons
     nk = na = 0;
     int64_t launch_total = 0, coll_total = 0, sync_total = 0;
     uint64_t launches = 0, colls = 0, tritons = 0, syncs = 0;
+    double occ_w = 0, occ_dur = 0; /* kernels' occupancy weighted by their time */
     struct {
         uint32_t name;
         uint64_t calls;
@@ -612,14 +632,20 @@ int cprof_report_build(const cprof_trace *t, const cprof_report_opts *opts, cons
         const cprof_tev *e = &ev[i];
         if (e->ph != 'X' || e->dur_ns < 0) continue;
         if (e->kind == CPROF_TK_KERNEL) {
-            kd[nk++] = (named_dur){e->name, e->dur_ns};
+            kd[nk++] = (named_dur){e->name,
+                                   e->occupancy == CPROF_TEV_NO_OCC ? -1 : e->occupancy,
+                                   e->dur_ns};
+            if (e->occupancy != CPROF_TEV_NO_OCC) {
+                occ_w += (double)e->occupancy * (double)e->dur_ns;
+                occ_dur += (double)e->dur_ns;
+            }
             if (contains_ci(t, e->name, "nccl")) {
                 colls++;
                 coll_total = sat_add(coll_total, e->dur_ns);
             }
             if (starts_with(t, e->name, "triton_")) tritons++;
         } else if (e->kind == CPROF_TK_RUNTIME || e->kind == CPROF_TK_DRIVER) {
-            ad[na++] = (named_dur){e->name, e->dur_ns};
+            ad[na++] = (named_dur){e->name, -1, e->dur_ns};
             if (contains_ci(t, e->name, "launch")) {
                 launches++;
                 launch_total = sat_add(launch_total, e->dur_ns);
@@ -645,13 +671,15 @@ int cprof_report_build(const cprof_trace *t, const cprof_report_opts *opts, cons
     int64_t ksum, asum;
     uint64_t kcount, kdistinct, acount, adistinct;
     cJSON *karr = cJSON_AddArrayToObject(root, "kernels");
-    if (!karr || stats_table(t, kd, nk, o.top, karr, &ksum, &kcount, &kdistinct)) goto out;
+    if (!karr || stats_table(t, kd, nk, o.top, 1, karr, &ksum, &kcount, &kdistinct)) goto out;
     cJSON *kt = cJSON_AddObjectToObject(root, "kernels_total");
     cJSON_AddNumberToObject(kt, "total_us", us(ksum));
     cJSON_AddNumberToObject(kt, "instances", (double)kcount);
     cJSON_AddNumberToObject(kt, "distinct", (double)kdistinct);
+    if (occ_dur > 0) cJSON_AddNumberToObject(kt, "occupancy_pct", round(occ_w / occ_dur * 10) / 10);
+    else cJSON_AddNullToObject(kt, "occupancy_pct");
     cJSON *aarr = cJSON_AddArrayToObject(root, "cuda_api");
-    if (!aarr || stats_table(t, ad, na, o.top, aarr, &asum, &acount, &adistinct)) goto out;
+    if (!aarr || stats_table(t, ad, na, o.top, 0, aarr, &asum, &acount, &adistinct)) goto out;
     memory_table(t, &o, root);
 
     if (cprof_gaps_report(t, &o, w0, w1, root)) goto out;

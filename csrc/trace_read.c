@@ -218,6 +218,18 @@ static int args_object(cprof_js *ps, cprof_tev *e) {
             v = -1;
             rc = int_value(ps, &v);
             e->stream = (int32_t)v;
+        } else if (KEY(k, kn, "est. achieved occupancy %")) {
+            /* Kineto's (an integer; negative when it could not compute it) */
+            double d;
+            int64_t milli;
+            int exact, is_int;
+            cprof_js_ws(ps);
+            if (ps->p < ps->end && (*ps->p == '-' || (*ps->p >= '0' && *ps->p <= '9'))) {
+                rc = cprof_js_num(ps, &d, &milli, &exact, &is_int) ? CPROF_E_FORMAT : CPROF_OK;
+                if (!rc && d >= 0 && d <= 100) e->occupancy = (uint8_t)(d + 0.5);
+            } else {
+                rc = cprof_js_skip(ps, 1);
+            }
         } else if (KEY(k, kn, "sort_index")) {
             v = -1;
             rc = int_value(ps, &v);
@@ -258,6 +270,7 @@ static int event(cprof_js *ps, cprof_trace *t) {
     e->dur_ns = -1;
     e->pid = e->tid = e->correlation = e->external_id = e->bytes = e->flow_id = CPROF_TEV_NONE;
     e->device = e->stream = e->sort_index = -1;
+    e->occupancy = CPROF_TEV_NO_OCC;
     e->raw_off = (uint64_t)(ev0 - ps->base);
     const char *args_at = NULL;
     if (cprof_js_open(ps, '}')) {

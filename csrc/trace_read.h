@@ -28,6 +28,7 @@ enum cprof_tkind {
 #define CPROF_TEV_STR(id) (INT64_MIN + (int64_t)(id))
 #define CPROF_TEV_IS_STR(v) ((v) < INT64_MIN + (int64_t)(1u << 31))
 #define CPROF_TEV_NONE INT64_MIN /* absent numeric field (correlation, bytes, ...) */
+#define CPROF_TEV_NO_OCC 0xFFu   /* absent occupancy */
 
 /* Span of a value inside the event's raw JSON text (offset from the event's first byte). */
 typedef struct cprof_tspan {
@@ -54,7 +55,9 @@ typedef struct cprof_tev {
     cprof_tspan pid_at, ts_at, id_at; /* where those values sit in the raw text (len 0: absent) */
     uint8_t ph;                 /* 'X', 'B', 'E', 'i', 'I', 's', 't', 'f', 'M', 'C', ... 0: none */
     uint8_t kind;               /* enum cprof_tkind */
-    uint8_t pad[2];
+    uint8_t occupancy;          /* kernels: args["est. achieved occupancy %"] (0-100, rounded);
+                                 * CPROF_TEV_NO_OCC when absent or out of range */
+    uint8_t pad;
 } cprof_tev;
 
 typedef struct cprof_trace cprof_trace;

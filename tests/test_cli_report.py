@@ -60,8 +60,47 @@ def test_kernel_summary_matches_hand_computed(report):
     assert gemm == {**gemm, "total_us": 64, "instances": 2, "avg_us": 32, "med_us": 32,
                     "min_us": 19, "max_us": 45, "time_pct": 47.76}
     assert gemm["stddev_us"] == pytest.approx(18.385, abs=1e-3)  # sample: sqrt(2 * 13^2)
-    assert report["kernels_total"] == {"total_us": 134, "instances": 7, "distinct": 5}
+    assert report["kernels_total"] == {**report["kernels_total"], "total_us": 134,
+                                       "instances": 7, "distinct": 5}
     assert sum(r["time_pct"] for r in k) == pytest.approx(100, abs=0.05)
+
+
+def test_kernel_occupancy_is_weighted_by_time(report, gpu_trace):
+    """Each kernel row's "occupancy_pct" is the trace's est. achieved occupancy % of its
+    instances weighted by their durations, and kernels_total's that of all kernels."""
+    ks = [e for e in load_trace(gpu_trace)["traceEvents"] if e.get("cat") == "kernel"]
+    assert all("est. achieved occupancy %" in e["args"] for e in ks)
+
+    def weighted(evs):
+        return round(sum(e["args"]["est. achieved occupancy %"] * e["dur"] for e in evs) /
+                     sum(e["dur"] for e in evs), 1)
+    for row in report["kernels"]:
+        assert row["occupancy_pct"] == pytest.approx(
+            weighted([e for e in ks if e["name"] == row["name"]]), abs=0.05)
+    assert report["kernels_total"]["occupancy_pct"] == pytest.approx(weighted(ks), abs=0.05)
+    assert "occupancy_pct" not in report["cuda_api"][0]
+
+
+def test_kernel_occupancy_of_kineto_traces(tmp_path):
+    """Kineto's values as written: integers, a negative one where it could not compute it (not
+    counted), none on older traces (the column stays blank); floats are read too."""
+    def k(name, ts, dur, occ=None):
+        args = {"device": 0, "stream": 7, "correlation": ts}
+        if occ is not None:
+            args["est. achieved occupancy %"] = occ
+        return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts,
+                "dur": dur, "args": args}
+    path = tmp_path / "kineto.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": [
+        k("a", 0, 30, 50), k("a", 40, 10, 100), k("b", 60, 10, -99), k("c", 80, 10),
+        k("d", 100, 20, 12.5)]}))
+    rep = json.loads(cprof("report", path, "--format", "json").stdout)
+    occ = {r["name"]: r["occupancy_pct"] for r in rep["kernels"]}
+    assert occ == {"a": 62.5, "b": None, "c": None, "d": 13}
+    assert rep["kernels_total"]["occupancy_pct"] == pytest.approx((1500 + 1000 + 260) / 60,
+                                                                  abs=0.05)
+    table = cprof("report", path).stdout
+    assert "Est. Occ (%)" in table and "62.5" in table
 
 
 def test_api_and_memory_summaries(report):
