@@ -505,9 +505,20 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
     /* stream metadata: one process per device, a thread per stream */
     qsort(refs, n, sizeof *refs, by_device_stream);
     int64_t last_dev = -1, last_stream = -1;
+    /* each context's device, from the GPU work it ran (syncs name a context only) */
+    struct {
+        uint32_t context, device;
+    } ctx_dev[16];
+    int nctx = 0;
     for (i = 0; i < n && !w->err; i++) {
         const cprof_gpu_record *r = refs[i].r;
         if (!is_gpu_work(r)) continue;
+        int c = 0;
+        while (c < nctx && ctx_dev[c].context != r->context) c++;
+        if (c == nctx && nctx < 16) {
+            ctx_dev[nctx].context = r->context;
+            ctx_dev[nctx++].device = r->device;
+        }
         if ((int64_t)r->device != last_dev) {
             last_dev = r->device;
             last_stream = -1;
@@ -623,15 +634,22 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
             if (r->u.api.ret) kv_u64(b, "return code", r->u.api.ret);
             event_tail(w);
             break;
-        case CPROF_GPU_SYNC:
+        case CPROF_GPU_SYNC: {
+            /* Kineto's args: the kind, the stream (-1 for a context sync), the device */
             event_head(w, "cuda_sync", r->name_id, m->pid, launch ? launch->tid : 0, ts, dur);
             cprof_buf_puts(b, "\"External id\":");
             cprof_buf_u64(b, ext);
+            cprof_buf_puts(b, ",\"cuda_sync_kind\":");
+            put_name(w, r->name_id);
+            kv_i64(b, "stream", r->stream == 0xFFFFFFFFu ? -1 : (int64_t)r->stream);
             kv_u64(b, "correlation", r->correlation);
+            int c = 0;
+            while (c < nctx && ctx_dev[c].context != r->context) c++;
+            if (c < nctx) kv_u64(b, "device", ctx_dev[c].device);
             kv_u64(b, "context", r->context);
-            if (r->stream != 0xFFFFFFFFu) kv_u64(b, "stream", r->stream);
             event_tail(w);
             break;
+        }
         case CPROF_GPU_OVERHEAD:
             event_head(w, "overhead", r->name_id, m->pid, r->tid, ts, dur);
             cprof_buf_puts(b, "\"cprof\":\"CUPTI's own cost\"");

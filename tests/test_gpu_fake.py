@@ -92,7 +92,10 @@ def test_kernels_copies_sets_decoded(basic):
         assert abs(c["args"]["memory bandwidth (GB/s)"] - expected) < 0.01 * expected
     (memset,) = events(t, "gpu_memset")
     assert memset["name"] == "Memset (Device)"
-    assert len(events(t, "cuda_sync")) == 1
+    (sync,) = events(t, "cuda_sync")  # Kineto's args; the device is its context's
+    assert sync["name"] == "Stream Sync"
+    assert sync["args"] == {**sync["args"], "cuda_sync_kind": "Stream Sync", "stream": 13,
+                            "correlation": 8, "device": 0, "context": 1}
 
 
 def test_kernels_carry_blocks_and_warps_per_sm(basic):
