@@ -849,16 +849,25 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         """Adds a top-level member key: value, where value is JSON text (an object, a list,
         a number...), to every trace this profiler exports from now on. Text that is not valid
         JSON is refused here (torch.profiler writes it and leaves an unreadable trace)."""
-        self._check_metadata_key("add_metadata_json", key)
+        self._add_json("add_metadata_json", key, value)
+
+    def _add_json(self, _what, key, value):
+        self._check_metadata_key(_what, key)
         if not isinstance(value, str):
-            raise TypeError("cprof.profile.add_metadata_json: the value must be JSON text "
+            raise TypeError(f"cprof.profile.{_what}: the value must be JSON text "
                             f"(a str), not {type(value).__name__}; json.dumps it first")
         try:
             parsed = json.loads(value)
         except ValueError as err:
-            raise ValueError(f"cprof.profile.add_metadata_json: the value for {key!r} is not "
+            raise ValueError(f"cprof.profile.{_what}: the value for {key!r} is not "
                              f"valid JSON ({err}); nothing was added") from None
         self._trace_metadata[key] = json.dumps(clean_text(parsed))
+
+    def preset_metadata_json(self, key, value):
+        """torch.profiler's name for metadata given before the profiler starts: key: value
+        (JSON text) in every trace this profiler exports, as add_metadata_json, which may
+        be called at any time with cprof."""
+        self._add_json("preset_metadata_json", key, value)
 
     _STACK_METRICS = ("self_cpu_time_total", "self_cuda_time_total", "self_xpu_time_total",
                       "self_privateuse1_time_total")

@@ -91,6 +91,19 @@ def test_add_metadata_reaches_every_export_and_stays_valid_json(tmp_path):
     load_trace(merged)
 
 
+def test_preset_metadata_json_before_start_reaches_the_trace(tmp_path):
+    p = cprof.profile(activities=CPU)
+    p.preset_metadata_json("run", '{"id": 7}')
+    with pytest.raises(ValueError, match="preset_metadata_json: the value for 'x' is not valid"):
+        p.preset_metadata_json("x", "{")
+    with p:
+        with cprof.range("kept"):
+            pass
+    t = load_trace(p.export_chrome_trace(str(tmp_path / "t.json")))
+    assert t["run"] == {"id": 7} and "x" not in t
+    assert "kept" in [e["name"] for e in t["traceEvents"]]
+
+
 def test_bad_metadata_is_refused_and_loses_nothing(tmp_path):
     with cprof.profile(activities=CPU) as p:
         with cprof.range("kept"):
