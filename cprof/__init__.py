@@ -16,7 +16,7 @@ from ._C import (CprofError, CuptiBusyError, GpuUnavailableError, NoOpenRangeErr
 from ._features import features
 from ._profile import (GpuUnavailableWarning, ProfilerActivity, profile, supported_activities,
                        tensorboard_trace_handler)
-from ._results import EventList, FunctionEventAvg, ProfilerEvent
+from ._results import DeviceType, EventList, FunctionEventAvg, ProfilerEvent
 from ._schedule import ProfilerAction, ScheduleError, min_steps, schedule
 from ._ranges import pop, push, range, record_function  # noqa: A004
 from .args import add_profiler_args, create_profiler_from_args
@@ -30,6 +30,7 @@ from .runprof import (ENGINE_BUCKET_ORDER, MODEL_BUCKET_ORDER, NullProfiler, Pro
 __version__ = _C.__version__
 
 __all__ = [
+    "DeviceType",
     "EventList",
     "FunctionEventAvg",
     "ProfilerAction",

@@ -39,6 +39,23 @@ class _DeviceType(str):
 CPU = _DeviceType("CPU")
 CUDA = _DeviceType("CUDA")
 
+
+class DeviceType:
+    """torch.profiler.DeviceType's members that code filtering events names (`evt.device_type
+    == DeviceType.CUDA`), so that importing it from cprof instead works; each equals the str
+    of its name and torch's member. cprof's events are CPU or CUDA."""
+
+    CPU = CPU
+    CUDA = CUDA
+    XPU = _DeviceType("XPU")
+    MTIA = _DeviceType("MTIA")
+    HPU = _DeviceType("HPU")
+    MPS = _DeviceType("MPS")
+    PrivateUse1 = _DeviceType("PrivateUse1")
+
+    def __init__(self):
+        raise TypeError("cprof.DeviceType is a namespace of device types (DeviceType.CUDA)")
+
 # torch.autograd.profiler_util.Kernel: GPU work a CPU event launched (duration in us)
 Kernel = namedtuple("Kernel", ["name", "device", "duration"])
 

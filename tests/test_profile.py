@@ -703,6 +703,10 @@ def test_events_and_averages_have_torchs_attributes():
     assert avg.cpu_children == ev.cpu_children and avg.cuda_time_total == 0
     assert {r.device_type for r in p.key_averages()} == {"CPU"}
     assert hash(ev.device_type) == hash("CPU")
+    # cprof.DeviceType, for code that imported torch.profiler's: the same comparisons
+    assert ev.device_type == cprof.DeviceType.CPU and ev.device_type != cprof.DeviceType.CUDA
+    assert cprof.DeviceType.CUDA == DeviceType.CUDA  # (torch's enum on the left says False)
+    assert cprof.DeviceType.CPU != DeviceType.CUDA
     del torch
 
 
