@@ -207,6 +207,7 @@ def test_html_report_is_self_contained(gpu_trace, tmp_path):
     assert r.stdout == "" and "HTML report written" in r.stderr
     page = out.read_text()
     assert page.startswith("<!DOCTYPE html>") and 'id="kernels"' in page
+    assert "Est. occupancy" in page  # the kernels carry it: the column is shown
     assert "http://" not in page and "https://" not in page
     assert "Kernel Summary" in (tmp_path / "r.txt").read_text()
 
