@@ -48,21 +48,37 @@ def test_clock_source_is_reported():
         assert info["source"] == "monotonic" and info["why"], info
 
 
+STAYS_ON_MONOTONIC = r"""
+import json, time
+from cprof import _C
+t = time.monotonic()
+while time.monotonic() - t < 0.06:  # past calibration
+    _C.now_ns()
+worst = 0
+t_end = time.monotonic() + 1.2
+while time.monotonic() < t_end:
+    a = time.monotonic_ns()
+    c = _C.now_ns()
+    b = time.monotonic_ns()
+    # c lies in [a, b] up to the source's error: a few us covers a preempted read
+    worst = max(worst, a - c, c - b)
+print(json.dumps({"worst": worst, "info": _C.clock_info()}))
+"""
+
+
 def test_clock_stays_on_clock_monotonic():
-    """Bracketed by time.monotonic_ns() reads, over 1.2 s (a dozen steering checks)."""
-    past_calibration()
-    worst = 0
-    t_end = time.monotonic() + 1.2
-    n = 0
-    while time.monotonic() < t_end:
-        a = time.monotonic_ns()
-        c = _C.now_ns()
-        b = time.monotonic_ns()
-        # c lies in [a, b] up to the source's error: a few us covers a preempted read
-        worst = max(worst, a - c, c - b)
-        n += 1
+    """Bracketed by time.monotonic_ns() reads, over 1.2 s (a dozen steering checks). In a
+    process of its own: clock_info's max_abs_diff_ns covers the process's life, and a test
+    session of several minutes on a VM whose NTP changes CLOCK_MONOTONIC's rate sees the
+    steering absorb an excursion above 20 us now and then (22 us once in a 400 s ASan run);
+    the bound is for these 1.2 s."""
+    import json
+    r = subprocess.run([sys.executable, "-c", STAYS_ON_MONOTONIC], capture_output=True,
+                       text=True, timeout=60, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    worst, info = res["worst"], res["info"]
     assert worst < 20_000, f"cprof clock {worst} ns outside CLOCK_MONOTONIC brackets"
-    info = _C.clock_info()
     if info["source"] == "tsc":
         assert info["checks"] >= 5
         assert info["max_abs_diff_ns"] < 20_000, info

@@ -48,11 +48,14 @@ def checker(tmp_path_factory):
     if not (shutil.which(cc) and shutil.which(cxx)):
         pytest.skip("no C and C++ compiler")
     d = tmp_path_factory.mktemp("occ")
-    obj, exe = str(d / "occupancy.o"), str(d / "occupancy_check")
+    obj, main, exe = (str(d / n) for n in ("occupancy.o", "check.o", "occupancy_check"))
+    # linked by $CC: under scripts/sanitize.sh it is the ASan + UBSan compiler, and the
+    # random configurations below then run the C code instrumented
     for cmd in ([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-I", CSRC, "-c",
                  os.path.join(CSRC, "occupancy.c"), "-o", obj],
-                [cxx, "-Wall", "-I", inc, "-I", CSRC,
-                 os.path.join(ROOT, "tests", "occupancy_check.cpp"), obj, "-o", exe]):
+                [cxx, "-Wall", "-I", inc, "-I", CSRC, "-c",
+                 os.path.join(ROOT, "tests", "occupancy_check.cpp"), "-o", main],
+                [cc, main, obj, "-lstdc++", "-lm", "-o", exe]):
         p = subprocess.run(cmd, capture_output=True, text=True)
         assert p.returncode == 0, p.stderr
     return exe
