@@ -19,7 +19,7 @@ static int round_up(int x, int y) { return y * div_up(x, y); }
 static int min_int(int a, int b) { return a < b ? a : b; }
 
 /* Shared memory an SM can be configured with on Volta and later (KiB, ascending): a size is
- * rounded up to the next one; 0 past the last (an invalid request). */
+ * rounded up to the next one; -1 past the last (an invalid request) or for an unknown chip. */
 static int carveout_up(const cprof_device_limits *d, long size, long *out) {
     static const int volta[] = {0, 8, 16, 32, 64, 96, -1};
     static const int turing[] = {32, 64, -1};
@@ -93,13 +93,9 @@ static int smem_limit(const cprof_device_limits *d, int smem_static, int smem_dy
     if (d->cc_major >= 8) per_block += d->smem_reserved_per_block;
     if (allocated > per_block) return 0;
     long per_sm = preferred;
-    if (preferred < allocated) {
-        per_sm = allocated;
-        if (d->cc_major >= 7) {
-            if (carveout_up(d, allocated, &per_sm) < 0) return -1;
-        } else {
-            per_sm = d->smem_per_sm;
-        }
+    if (preferred < allocated) { /* Volta on: the carveout grows to fit one block */
+        if (d->cc_major < 7) per_sm = d->smem_per_sm;
+        else if (carveout_up(d, allocated, &per_sm) < 0) return -1;
     }
     return allocated > 0 ? (int)(per_sm / allocated) : INT_MAX;
 }
