@@ -7,6 +7,8 @@
 
 See docs/usage.md. The C extension cprof._C holds the event store, the clock and the trace
 writer; this package configures, starts, stops and presents."""
+from importlib.util import find_spec as _find_spec
+
 from . import _C
 from . import _ops
 
@@ -14,8 +16,8 @@ _ops.prepare_env()  # before torch loads, or torch's operators cannot be recorde
 from ._C import (CprofError, CuptiBusyError, GpuUnavailableError, NoOpenRangeError,
                  TraceFormatError, TraceWriteError, WindowStateError)
 from ._features import features
-from ._profile import (GpuUnavailableWarning, ProfilerActivity, profile, supported_activities,
-                       tensorboard_trace_handler)
+from ._profile import (GpuUnavailableWarning, ProfilerActivity, kineto_available, profile,
+                       supported_activities, tensorboard_trace_handler)
 from ._results import DeviceType, EventList, FunctionEventAvg, ProfilerEvent
 from ._schedule import ProfilerAction, ScheduleError, min_steps, schedule
 from ._ranges import pop, push, range, record_function  # noqa: A004
@@ -37,6 +39,7 @@ __all__ = [
     "ProfilerActivity",
     "ProfilerEvent",
     "ScheduleError",
+    "kineto_available",
     "min_steps",
     "profile",
     "record_function",
@@ -74,3 +77,24 @@ __all__ = [
     "push",
     "__version__",
 ]
+
+if _find_spec("torch") is not None:  # torch's class, re-exported lazily (below)
+    __all__.append("ExecutionTraceObserver")
+
+
+def __getattr__(name):
+    # torch's ExecutionTraceObserver, for profile(execution_trace_observer=...): re-exported on
+    # first use, so that importing cprof does not import torch
+    if name == "ExecutionTraceObserver":
+        try:
+            from torch.profiler import ExecutionTraceObserver
+        except ImportError as err:
+            raise AttributeError(
+                "cprof.ExecutionTraceObserver is torch.profiler's; install torch to record "
+                "execution traces") from err
+        return ExecutionTraceObserver
+    raise AttributeError(f"module 'cprof' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

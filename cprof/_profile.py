@@ -15,6 +15,7 @@ import uuid
 import warnings
 
 from . import _C
+from . import _et
 from . import _glue
 from . import _lifecycle
 from . import _schedule as _schedule_mod
@@ -186,8 +187,9 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
     """Profiles like torch.profiler.profile, on cprof's engine.
 
     Parameters as torch.profiler.profile (activities, schedule, on_trace_ready,
-    record_shapes, profile_memory, with_stack, with_modules; with_flops and the
-    experimental / execution-trace options are accepted and ignored with a warning), plus:
+    record_shapes, profile_memory, with_stack, with_modules, execution_trace_observer
+    (driven as torch drives it: cprof/_et.py); with_flops and experimental_config are
+    accepted and ignored with a warning), plus:
     ``min_duration_us`` (with_stack: drop Python calls shorter than this), ``c_calls``
     (with_stack: also record calls of C functions such as torch ops; default True),
     ``ranks`` (profile only these ranks; others run unprofiled), ``buffer_size_mb`` (cap of
@@ -220,12 +222,15 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             if use_cuda and activities is None:
                 activities = ["CPU", "CUDA"]
         ignored = [n for n, v in (("with_flops", with_flops),
-                                  ("experimental_config", experimental_config),
-                                  ("execution_trace_observer", execution_trace_observer)) if v]
+                                  ("experimental_config", experimental_config)) if v]
         if ignored:
             warnings.warn(f"cprof.profile: {', '.join(ignored)} not supported by cprof; "
                           "ignored", RuntimeWarning, stacklevel=2)
         self.activities = normalize_activities(activities)
+        # torch's Execution Trace observer: started and stopped with each recording window
+        # and cleaned up at the with block's end, as torch.profiler.profile does (cprof/_et.py)
+        self.execution_trace_observer = _et.resolve(execution_trace_observer)
+        self._et_step = None        # the ProfilerStep RecordFunction the observer sees
         if profile_memory and "MEM" not in self.activities:
             self.activities.append("MEM")
         if schedule is not None and not callable(schedule):
@@ -516,7 +521,12 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         if self._window is not None and exc_type is not None:
             self._window_exc = exc_type
         try:
-            self._stop()
+            try:
+                self._stop()
+            finally:
+                et = self.execution_trace_observer
+                if et is not None:  # torch's observer writes its file here (as torch's exit)
+                    et.cleanup()
         except Exception:
             if exc_type is None:
                 raise
@@ -542,8 +552,14 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                 _C.mem_sampler_sample()
             # closed by identity (a user's range opened in the step may still be open)
             self._step_range = _C.open_range(f"ProfilerStep#{self.step_num}", _C.CAT_STEP)
+            et = self.execution_trace_observer
+            if et is not None and _et.running(et):
+                self._et_step = _et.step_enter(f"ProfilerStep#{self.step_num}")
 
     def _exit_step(self):
+        et_step, self._et_step = self._et_step, None
+        if et_step is not None:
+            _et.step_exit(et_step)
         token, self._step_range = self._step_range, None
         if token is not None:
             try:
@@ -622,8 +638,10 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         self._warmup_window = False
         self._window.config["first_step"] = self.step_num
         _glue.memory_begin(self)
+        self._et_call("start")
 
     def _stop_trace(self):
+        self._et_call("stop")
         w = self._window
         if w is None:
             return
@@ -649,6 +667,23 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         if self.acc_events:  # parsed now: the window's data goes when the next one opens
             from ._results import events_of
             self._acc.extend(events_of(w))
+
+    def _et_call(self, method):
+        """The execution trace observer's start() / stop(): an error is reported after the
+        transition, as on_trace_ready's is; cprof's window is unaffected."""
+        et = self.execution_trace_observer
+        if et is None:
+            return
+        try:
+            getattr(et, method)()
+        except Exception as err:
+            err.add_note(f"cprof: the execution_trace_observer's {method}() raised; cprof's "
+                         "own window and trace are unaffected")
+            warnings.warn(f"cprof: execution_trace_observer.{method}() raised "
+                          f"{type(err).__name__}: {err}", RuntimeWarning,
+                          stacklevel=_outside_cprof())
+            if self._pending_error is None:
+                self._pending_error = err
 
     def _trace_ready(self):
         self.traces_ready += 1
@@ -918,6 +953,13 @@ def supported_activities():
     if gpu_unavailable_reason() is None:
         acts.add(ProfilerActivity.CUDA)
     return acts
+
+
+def kineto_available():
+    """True: torch.profiler's question (can it write Kineto traces?) has one answer for cprof,
+    whose profile writes Kineto-format traces in every build. Whether GPU activity can be
+    collected here is supported_activities()'s answer (and cprof.features()' why not)."""
+    return True
 
 
 def tensorboard_trace_handler(dir_name, worker_name=None, use_gzip=False):
