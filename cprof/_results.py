@@ -255,6 +255,8 @@ def _build(window):
         for r in recs:
             if r["kind"] in _LAUNCH and r["tid"] is not None:
                 continue  # a CPU event of its thread (above)
+            if r["kind"] == "cuda_event":
+                continue  # a cudaEventRecord's record: what event waits wait on, not an event
             ev = ProfilerEvent(r["name"], _GPU_CATS.get(r["kind"], r["kind"]),
                                "CUDA" if r["kind"] in _GPU_WORK + ("marker",) else "CPU",
                                r["tid"] if r["kind"] not in _GPU_WORK else None,

@@ -310,6 +310,11 @@ static void disable_all(void) {
     }
 }
 
+static int cuda_events_wanted(void) {
+    const char *v = getenv("CPROF_CUPTI_CUDA_EVENTS");
+    return !(v && !strcmp(v, "0"));
+}
+
 static int enable_kinds(void) {
     kind_spec kinds[] = {
         {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, 1, "CONCURRENT_KERNEL"},
@@ -317,6 +322,10 @@ static int enable_kinds(void) {
         {CUPTI_ACTIVITY_KIND_MEMSET, 1, "MEMSET"},
         {CUPTI_ACTIVITY_KIND_MEMCPY2, 0, "MEMCPY2"},
         {CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, 0, "SYNCHRONIZATION"},
+        /* the event records event waits wait on (wait_on_stream); CPROF_CUPTI_CUDA_EVENTS=0
+         * leaves them out (diagnostics: their cost) */
+        {cuda_events_wanted() ? CUPTI_ACTIVITY_KIND_CUDA_EVENT : CUPTI_ACTIVITY_KIND_INVALID, 0,
+         "CUDA_EVENT"},
         {CUPTI_ACTIVITY_KIND_OVERHEAD, 0, "OVERHEAD"},
         {config.memory ? CUPTI_ACTIVITY_KIND_MEMORY2 : CUPTI_ACTIVITY_KIND_INVALID, 0, "MEMORY2"},
         {config.memory ? CUPTI_ACTIVITY_KIND_MEMORY_POOL : CUPTI_ACTIVITY_KIND_INVALID, 0,
@@ -722,6 +731,21 @@ static void decode_one(decoder *d, const CUpti_Activity *a) {
         r->correlation = y->correlationId;
         r->context = y->contextId;
         r->stream = y->streamId;
+        r->u.ev.event_id = y->cudaEventId;
+        r->u.ev.sync_id = y->cudaEventSyncId;
+        break;
+    }
+    case CUPTI_ACTIVITY_KIND_CUDA_EVENT: {
+        /* a cudaEventRecord: no time, kept whatever the window (only event waits read it) */
+        const cprof_cupti_cuda_event_t *e = (const void *)a;
+        if (!(r = new_record(d))) { s->dropped_decode++; return; }
+        r->kind = CPROF_GPU_CUDA_EVENT;
+        r->correlation = e->correlationId;
+        r->context = e->contextId;
+        r->stream = e->streamId;
+        r->device = e->deviceId;
+        r->u.ev.event_id = e->eventId;
+        r->u.ev.sync_id = e->cudaEventSyncId;
         break;
     }
     case CUPTI_ACTIVITY_KIND_OVERHEAD: {
@@ -847,7 +871,7 @@ int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot
     }
     /* forced: also the buffers CUPTI is still filling, so nothing of this window is left
      * behind to leak into the next one */
-    int had_shared = shared;
+    int had_shared = shared, had_events = kinds_enabled[CUPTI_ACTIVITY_KIND_CUDA_EVENT];
     api->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     disable_all();
     api->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
@@ -897,6 +921,8 @@ int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot
     free(done);
     free(d.demangled_of);
     snap->dropped_incomplete += d.nmarkers; /* NVTX ranges never closed in the window */
+    snap->cuda_events = had_events;
+    cprof_gpu_resolve_event_waits(snap); /* out of memory: the waits stay unresolved, counted */
     free(d.markers);
     snap->dropped_cupti = atomic_load(&dropped_cupti);
     snap->buffers_refused = atomic_load(&no_buffer_requests);

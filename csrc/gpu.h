@@ -15,6 +15,7 @@ enum cprof_gpu_kind {
     CPROF_GPU_OVERHEAD = 6,  /* CUPTI's own cost */
     CPROF_GPU_MEMORY = 7,    /* an allocation or release (MEMORY2 / MEMORY_POOL) */
     CPROF_GPU_MARKER = 8,    /* an NVTX range (start/end paired at decode) */
+    CPROF_GPU_CUDA_EVENT = 9,/* a cudaEventRecord's record (no time): where event waits wait */
     CPROF_GPU_KIND_COUNT
 };
 
@@ -59,6 +60,13 @@ typedef struct cprof_gpu_record {
         struct {
             uint32_t ret;        /* api: return code */
         } api;
+        struct {
+            uint64_t sync_id;    /* CUPTI's cudaEventSyncId (both kinds; 0 / ~0: none) */
+            uint32_t event_id;   /* the CUDA event (CUPTI_SYNCHRONIZATION_INVALID_VALUE: none) */
+            int32_t wait_stream; /* sync on an event: the stream the event was recorded on,
+                                    -1 unknown (cuda_events.c) */
+            int64_t wait_corr;   /* ... and the correlation id of that record call, -1 unknown */
+        } ev;                    /* sync and cuda event records */
     } u;
 } cprof_gpu_record;
 
@@ -101,6 +109,9 @@ typedef struct cprof_gpu_snapshot {
     uint32_t enable_us;         /* time spent enabling kinds and ids at start */
     int buffers_prezeroed;      /* cprof zeroed the buffers (at start), not CUPTI mid-window */
     uint32_t prezero_us;        /* time spent zeroing the last window's buffers at start */
+    uint64_t event_waits_resolved;   /* event syncs / stream waits paired with their record */
+    uint64_t event_waits_unresolved; /* ... left without one (wait_on_stream -1) */
+    int cuda_events;            /* CUDA_EVENT records were enabled in this window */
     char *device_props_json;    /* deviceProperties array (malloc'd), or NULL */
     cprof_device_limits *devices; /* each device's limits by ordinal (malloc'd), or NULL */
     int ndevices;               /* entries in devices */
@@ -164,6 +175,14 @@ int cprof_occupancy_blocks(const cprof_device_limits *d, int regs, int smem_stat
  * block's threads over the SM's thread slots, as an integer percentage; -1 when unknown. */
 int cprof_occupancy_percent(const cprof_device_limits *d, int regs, int smem_static,
                             int smem_dynamic, const int32_t block[3], const int32_t grid[3]);
+
+/* ---- cuda_events.c: which event record each event wait waits on ---- */
+/* Fills u.ev.wait_stream / wait_corr of every Event Sync and Stream Wait Event record from the
+ * CUDA event records (the latest record of the same event, in the same context, before the
+ * wait; CUPTI's cudaEventSyncId decides where it pairs them). Counts the waits it resolved
+ * and those it could not (the event recorded before the window, or the kind unavailable) in
+ * snap->event_waits_resolved / _unresolved. Pure C, at stop. */
+int cprof_gpu_resolve_event_waits(cprof_gpu_snapshot *snap);
 
 /* ---- link.c: GPU work -> CPU ranges ---- */
 /* The result of linking: per GPU record index (in chunk order), the External id of the innermost

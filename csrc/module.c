@@ -311,7 +311,8 @@ static void gpu_snapshot_dealloc(GpuSnapshotObject *self) {
 }
 
 static const char *const gpu_kind_names[CPROF_GPU_KIND_COUNT] = {
-    "kernel", "memcpy", "memset", "runtime", "driver", "sync", "overhead", "memory", "marker"};
+    "kernel", "memcpy", "memset", "runtime", "driver", "sync", "overhead", "memory", "marker",
+    "cuda_event"};
 
 static PyObject *gpu_snapshot_counts(GpuSnapshotObject *self, PyObject *unused) {
     if (!self->snap) Py_RETURN_NONE;
@@ -323,7 +324,7 @@ static PyObject *gpu_snapshot_counts(GpuSnapshotObject *self, PyObject *unused) 
         Py_XDECREF(v);
     }
     if (!kinds) return NULL;
-    return Py_BuildValue("{sNsKs{sKsKsKsKsK}sKsKsKsss{sssKsI}sIsNsI}", "records", kinds,
+    PyObject *counts = Py_BuildValue("{sNsKs{sKsKsKsKsK}sKsKsKsss{sssKsI}sIsNsI}", "records", kinds,
                          "total", (unsigned long long)g->nrecords, "dropped", "cupti",
                          (unsigned long long)g->dropped_cupti, "incomplete",
                          (unsigned long long)g->dropped_incomplete, "outside_window",
@@ -341,6 +342,16 @@ static PyObject *gpu_snapshot_counts(GpuSnapshotObject *self, PyObject *unused) 
                          (unsigned)g->api_ids_off, "enable_us", (unsigned)g->enable_us,
                          "buffers_prezeroed", PyBool_FromLong(g->buffers_prezeroed),
                          "prezero_us", (unsigned)g->prezero_us);
+    /* event syncs / stream waits paired with the event record they wait on (wait_on_stream) */
+    PyObject *waits = counts ? Py_BuildValue("{sKsKsN}", "resolved",
+                                             (unsigned long long)g->event_waits_resolved,
+                                             "unresolved",
+                                             (unsigned long long)g->event_waits_unresolved,
+                                             "cuda_event_records", PyBool_FromLong(g->cuda_events))
+                             : NULL;
+    if (!waits || PyDict_SetItemString(counts, "event_waits", waits) < 0) Py_CLEAR(counts);
+    Py_XDECREF(waits);
+    return counts;
 }
 
 /* records(): every decoded record as a dict (tests, small windows). */

@@ -364,7 +364,7 @@ static void kv_i64(cprof_buf *b, const char *key, int64_t v) {
     cprof_buf_i64(b, v);
 }
 
-static void event_head(writer *w, const char *cat, uint32_t name_id, int64_t pid, uint64_t tid,
+static void event_head(writer *w, const char *cat, uint32_t name_id, int64_t pid, int64_t tid,
                        int64_t ts_ns, int64_t dur_ns) {
     cprof_buf *b = &w->b;
     cprof_buf_puts(b, "{\"ph\":\"X\",\"cat\":\"");
@@ -374,7 +374,7 @@ static void event_head(writer *w, const char *cat, uint32_t name_id, int64_t pid
     cprof_buf_puts(b, ",\"pid\":");
     cprof_buf_i64(b, pid);
     cprof_buf_puts(b, ",\"tid\":");
-    cprof_buf_u64(b, tid);
+    cprof_buf_i64(b, tid);
     cprof_buf_puts(b, ",\"ts\":");
     cprof_buf_us3(b, ts_ns);
     cprof_buf_puts(b, ",\"dur\":");
@@ -635,17 +635,26 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
             event_tail(w);
             break;
         case CPROF_GPU_SYNC: {
-            /* Kineto's args: the kind, the stream (-1 for a context sync), the device */
-            event_head(w, "cuda_sync", r->name_id, m->pid, launch ? launch->tid : 0, ts, dur);
+            /* Kineto's placement and args: on the device of its context (0 when the window
+             * ran no GPU work there, as Kineto) and the stream waited for (-1 for a context
+             * or event sync); event waits name the event record they wait on */
+            int c = 0;
+            while (c < nctx && ctx_dev[c].context != r->context) c++;
+            uint32_t dev = c < nctx ? ctx_dev[c].device : 0;
+            int64_t stream = r->stream == 0xFFFFFFFFu ? -1 : (int64_t)r->stream;
+            event_head(w, "cuda_sync", r->name_id, dev, stream, ts, dur);
             cprof_buf_puts(b, "\"External id\":");
             cprof_buf_u64(b, ext);
             cprof_buf_puts(b, ",\"cuda_sync_kind\":");
             put_name(w, r->name_id);
-            kv_i64(b, "stream", r->stream == 0xFFFFFFFFu ? -1 : (int64_t)r->stream);
+            if (r->sub == 1 || r->sub == 2) { /* Event Sync, Stream Wait Event */
+                kv_i64(b, "wait_on_stream", r->u.ev.wait_stream);
+                kv_i64(b, "wait_on_cuda_event_record_corr_id", r->u.ev.wait_corr);
+                kv_u64(b, "wait_on_cuda_event_id", r->u.ev.event_id);
+            }
+            kv_i64(b, "stream", stream);
             kv_u64(b, "correlation", r->correlation);
-            int c = 0;
-            while (c < nctx && ctx_dev[c].context != r->context) c++;
-            if (c < nctx) kv_u64(b, "device", ctx_dev[c].device);
+            kv_u64(b, "device", dev);
             kv_u64(b, "context", r->context);
             event_tail(w);
             break;

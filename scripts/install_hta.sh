@@ -4,5 +4,7 @@
 set -euo pipefail
 PY=${PYTHON:-python3}
 $PY -m pip install -q --disable-pip-version-check --no-deps "holistictraceanalysis==0.5.0"
-$PY -m pip install -q --disable-pip-version-check pandas numpy plotly networkx psutil pyyaml
+# pandas 2: HTA 0.5.0's critical path analysis calls DataFrame.drop(axis=, columns=), which
+# pandas 3 refuses
+$PY -m pip install -q --disable-pip-version-check "pandas>=2.2,<3" numpy plotly networkx psutil pyyaml
 $PY -c "import hta.trace_analysis" && echo "install_hta: HTA ready"

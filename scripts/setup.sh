@@ -54,7 +54,8 @@ if [ "${1:-}" = "--test" ]; then
   $PY -c "import numpy" 2>/dev/null || pip_install numpy
   $PY -c "import pyflakes" 2>/dev/null || pip_install pyflakes  # tests/test_py_lint.py
   # Holistic Trace Analysis reads our traces in a test; installed without touching torch
-  $PY -c "import hta" 2>/dev/null || bash scripts/install_hta.sh || echo "setup: HTA not installed; its test will skip"
+  $PY -c "import hta, pandas; assert int(pandas.__version__.split('.')[0]) < 3" 2>/dev/null ||
+    bash scripts/install_hta.sh || echo "setup: HTA not installed; its test will skip"
 fi
 
 # build the extension in place (warnings are errors), and install the package + `cprof`

@@ -50,3 +50,16 @@ def _no_open_window():
 def _no_dist_env(monkeypatch):
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(k, raising=False)
+
+
+@pytest.fixture(scope="session")
+def fake_so():
+    """tests/fake_cupti's libcupti + libcuda stand-in, built once per session (skips where it
+    cannot be built)."""
+    import subprocess
+    fake_dir = os.path.join(ROOT, "tests", "fake_cupti")
+    r = subprocess.run(["bash", os.path.join(fake_dir, "build.sh")], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot build the fake CUPTI library: {r.stderr[-500:]}")
+    return os.path.join(fake_dir, "libfake_cupti.so")

@@ -247,6 +247,60 @@ with warnings.catch_warnings(record=True) as caught:
                     t0 += 5000
                 time.sleep(0.001)
         result["trace"] = str(p.trace_path)
+    elif scenario == "event_waits":  # cudaEventRecord / cudaStreamWaitEvent / EventSynchronize
+        u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+        fake.fake_cupti_add_api.argtypes = [ctypes.c_int, ctypes.c_int, u64, u64, u32, u32]
+        fake.fake_cupti_add_kernel.argtypes = [ctypes.c_char_p, u64, u64, u32, u32]
+        fake.fake_cupti_add_cuda_event.argtypes = [u32, u32, u32, u32, u32, u64]
+        fake.fake_cupti_add_sync_ex.argtypes = [ctypes.c_int, u64, u64, u32, u32, u32, u32, u64]
+        tid = threading.get_native_id()
+        STREAM_WAIT, EVENT_SYNC = 2, 1
+        with cprof.ProfilerContext(output_dir=out_dir, profile_name="ev", verbose=False,
+                                   with_stack=False) as p, cprof.range("step"):
+            t0 = C.now_ns() + 1000
+
+            def us(x):
+                return t0 + x * 1000
+
+            def api(cbid, corr, at):
+                fake.fake_cupti_add_api(0, cbid, us(at), us(at + 2), tid, corr)
+
+            # kernel on stream 7, event 5 recorded after it, stream 13 waits, kernel on 13
+            api(211, 1, 0)
+            fake.fake_cupti_add_kernel(b"producer", us(3), us(20), 7, 1)
+            api(135, 2, 4)
+            fake.fake_cupti_add_cuda_event(7, 2, 5, 1, 0, 100)
+            api(147, 3, 8)
+            fake.fake_cupti_add_sync_ex(STREAM_WAIT, us(8), us(9), 13, 3, 5, 1, 100)
+            api(211, 4, 12)
+            fake.fake_cupti_add_kernel(b"consumer", us(21), us(30), 13, 4)
+            # event 5 recorded again on stream 13; the host waits for it: the newer record
+            api(135, 5, 31)
+            fake.fake_cupti_add_cuda_event(13, 5, 5, 1, 0, 101)
+            api(137, 6, 33)
+            fake.fake_cupti_add_sync_ex(EVENT_SYNC, us(33), us(40), 0, 6, 5, 1, 101)
+            # event 9 was recorded before the window: nothing to pair with
+            api(147, 7, 42)
+            fake.fake_cupti_add_sync_ex(STREAM_WAIT, us(42), us(43), 7, 7, 9, 1, 0)
+            # event 6: CUPTI's sync id names the older of two records
+            fake.fake_cupti_add_cuda_event(7, 8, 6, 1, 0, 200)
+            fake.fake_cupti_add_cuda_event(13, 9, 6, 1, 0, 201)
+            api(147, 10, 45)
+            fake.fake_cupti_add_sync_ex(STREAM_WAIT, us(45), us(46), 13, 10, 6, 1, 200)
+            # event 5 of another context, recorded later, is not context 1's event 5
+            fake.fake_cupti_add_cuda_event(20, 11, 5, 2, 1, 0)
+            api(147, 12, 48)
+            fake.fake_cupti_add_sync_ex(STREAM_WAIT, us(48), us(49), 7, 12, 5, 1, 0)
+            time.sleep(0.002)
+        result["trace"] = str(p.trace_path)
+        with cprof.profile(activities=["CPU", "CUDA"], record_ops=False) as prof:
+            t0 = C.now_ns() + 1000
+            api(135, 1, 0)
+            fake.fake_cupti_add_cuda_event(7, 1, 5, 1, 0, 0)
+            api(147, 2, 4)
+            fake.fake_cupti_add_sync_ex(STREAM_WAIT, us(4), us(5), 13, 2, 5, 1, 0)
+            time.sleep(0.002)
+        result["event_names"] = sorted({(e.name, e.category) for e in prof.events()})
 result["warnings"] = [str(w.message) for w in caught]
 result["warning_classes"] = [w.category.__name__ for w in caught]
 print("RESULT " + json.dumps(result))

@@ -221,6 +221,49 @@ def load_with_hta(
     return bool(details.get("ok")), details
 
 
+_CPA_CHILD = r'''
+import json, sys, warnings, traceback
+warnings.filterwarnings("ignore")
+args = json.loads(sys.argv[1])
+res = {}
+try:
+    from hta.trace_analysis import TraceAnalysis
+    a = TraceAnalysis(trace_dir=args["trace_dir"])
+    graph, ok = a.critical_path_analysis(rank=0, annotation=args["annotation"], instance_id=0)
+    res["ok"] = bool(ok)
+    edges = {}
+    for _, _, data in graph.edges(data=True):
+        kind = str(getattr(data.get("object"), "type", "?")).split(".")[-1]
+        edges[kind] = edges.get(kind, 0) + 1
+    res["edges"] = edges
+except BaseException as e:
+    res["ok"] = False
+    res["error"] = f"{type(e).__name__}: {e}"
+    res["traceback_tail"] = traceback.format_exc().strip().splitlines()[-6:]
+print(MARK + json.dumps(res))
+'''.replace("MARK", repr(_MARK))
+
+
+def critical_path_edges(trace_path: str, annotation: str,
+                        timeout_s: float = 300.0) -> Dict[str, Any]:
+    """HTA's critical path analysis of the first `annotation` range of a one-rank trace, in a
+    child process: {"ok", "edges": {edge type: count}} or {"ok": False, "error"}."""
+    suffix = ".pt.trace.json.gz" if _is_gzip(trace_path) else ".pt.trace.json"
+    tmp = tempfile.mkdtemp(prefix="hta_cpa_")
+    try:
+        shutil.copyfile(trace_path, os.path.join(tmp, "rank0" + suffix))
+        args = {"trace_dir": tmp, "annotation": annotation}
+        r = subprocess.run([sys.executable, "-c", _CPA_CHILD, json.dumps(args)],
+                           capture_output=True, text=True, timeout=timeout_s, cwd=tmp)
+        lines = [l for l in r.stdout.splitlines() if l.startswith(_MARK)]
+        if not lines:
+            return {"ok": False, "error": f"child exited rc={r.returncode}",
+                    "stderr_tail": r.stderr[-3000:]}
+        return json.loads(lines[-1][len(_MARK):])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def count(details: Dict[str, Any], name: Optional[str] = None, cat: Optional[str] = None) -> int:
     """Number of events HTA kept with the given name and/or cat (None = any)."""
     return sum(

@@ -11,17 +11,7 @@ import pytest
 
 from conftest import ROOT, load_trace
 
-FAKE_DIR = os.path.join(ROOT, "tests", "fake_cupti")
-FAKE_SO = os.path.join(FAKE_DIR, "libfake_cupti.so")
-
-
-@pytest.fixture(scope="module")
-def fake_so():
-    r = subprocess.run(["bash", os.path.join(FAKE_DIR, "build.sh")], capture_output=True,
-                       text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot build the fake CUPTI library: {r.stderr[-500:]}")
-    return FAKE_SO
+FAKE_SO = os.path.join(ROOT, "tests", "fake_cupti", "libfake_cupti.so")  # built by fake_so
 
 
 def run(scenario, tmp_path, fake_so, **env_extra):
@@ -96,6 +86,8 @@ def test_kernels_copies_sets_decoded(basic):
     assert sync["name"] == "Stream Sync"
     assert sync["args"] == {**sync["args"], "cuda_sync_kind": "Stream Sync", "stream": 13,
                             "correlation": 8, "device": 0, "context": 1}
+    assert (sync["pid"], sync["tid"]) == (0, 13)  # Kineto's track: its device and stream
+    assert "wait_on_stream" not in sync["args"]  # a stream sync waits on no event
 
 
 def test_kernels_carry_blocks_and_warps_per_sm(basic):
@@ -128,6 +120,41 @@ def test_kernels_carry_the_estimated_achieved_occupancy(tmp_path, fake_so):
     t = load_trace(res["trace"])
     got = {k["name"]: k["args"]["est. achieved occupancy %"] for k in events(t, "kernel")}
     assert got == {"fills": 95, "regs": 25, "smem": 6, "small": 4, "none": 0, "3d": 75}
+
+
+def test_event_waits_name_the_event_record_they_wait_on(tmp_path, fake_so):
+    """Kineto's wait_on_stream / wait_on_cuda_event_record_corr_id / wait_on_cuda_event_id on
+    Stream Wait Event and Event Sync (HTA's critical path draws cross-stream edges from them):
+    the latest record of the same event in the same context before the wait, unless CUPTI's
+    cudaEventSyncId names another; -1 when the event was recorded before the window. Each
+    cuda_sync is on its device and the stream it concerns (-1: none), as Kineto places it."""
+    res = run("event_waits", tmp_path, fake_so)
+    t = load_trace(res["trace"])
+    syncs = sorted(events(t, "cuda_sync"), key=lambda e: e["args"]["correlation"])
+    got = [(e["name"], e["pid"], e["tid"], e["args"]["wait_on_stream"],
+            e["args"]["wait_on_cuda_event_record_corr_id"], e["args"]["wait_on_cuda_event_id"])
+           for e in syncs]
+    assert got == [("Stream Wait Event", 0, 13, 7, 2, 5),     # stream 13 waits for stream 7
+                   ("Event Sync", 0, -1, 13, 5, 5),           # the newer record of event 5
+                   ("Stream Wait Event", 0, 7, -1, -1, 9),    # recorded before the window
+                   ("Stream Wait Event", 0, 13, 7, 8, 6),     # the sync id's record
+                   ("Stream Wait Event", 0, 7, 13, 5, 5)]     # not context 2's event 5
+    keys = list(syncs[0]["args"])  # Kineto's order
+    assert keys[keys.index("cuda_sync_kind"):] == [
+        "cuda_sync_kind", "wait_on_stream", "wait_on_cuda_event_record_corr_id",
+        "wait_on_cuda_event_id", "stream", "correlation", "device", "context"]
+    assert t["cprof"]["gpu"]["event_waits"] == {"resolved": 4, "unresolved": 1,
+                                               "cuda_event_records": True}
+    assert not events(t, "cuda_event")  # the records are lookup data, not events
+    assert res["event_names"] == [["Stream Wait Event", "cuda_sync"],
+                                  ["cudaEventRecord", "cuda_runtime"],
+                                  ["cudaStreamWaitEvent", "cuda_runtime"]]  # nor in events()
+    # without CUDA_EVENT records (CPROF_CUPTI_CUDA_EVENTS=0): every wait unresolved, and said
+    res = run("event_waits", tmp_path / "off", fake_so, CPROF_CUPTI_CUDA_EVENTS="0")
+    t = load_trace(res["trace"])
+    assert {e["args"]["wait_on_stream"] for e in events(t, "cuda_sync")} == {-1}
+    assert t["cprof"]["gpu"]["event_waits"] == {"resolved": 0, "unresolved": 5,
+                                               "cuda_event_records": False}
 
 
 def test_streams_and_devices_named(basic):

@@ -2,7 +2,7 @@
 import pytest
 
 import cprof
-from hta_check import count, hta_available, load_with_hta
+from hta_check import count, critical_path_edges, hta_available, load_with_hta
 
 pytestmark = pytest.mark.skipif(not hta_available(), reason="holistictraceanalysis not installed "
                                 "(scripts/install_hta.sh)")
@@ -70,3 +70,19 @@ def test_trace_with_memory_counters_loads_in_hta(tmp_path):
     ok, d = load_with_hta(str(p.trace_path))
     assert ok, d.get("error")
     assert count(d, name="ProfilerStep#1") == 1
+
+
+def test_critical_path_draws_cross_stream_edges_from_event_waits(tmp_path, fake_so):
+    """HTA's critical path analysis turns a Stream Wait Event into a kernel-to-kernel edge
+    across streams and an Event Sync into a GPU-to-CPU edge, from the wait_on_* args cprof
+    pairs from CUPTI's CUDA_EVENT records (fake CUPTI: producer on stream 7, consumer on 13).
+    Without the records (CPROF_CUPTI_CUDA_EVENTS=0) HTA finds no such edge."""
+    from test_gpu_fake import run
+    edges = {}
+    for on in ("1", "0"):
+        res = run("event_waits", tmp_path / on, fake_so, CPROF_CUPTI_CUDA_EVENTS=on)
+        cpa = critical_path_edges(res["trace"], annotation="step")
+        assert cpa["ok"], cpa
+        edges[on] = cpa["edges"]
+    assert edges["1"].get("SYNC_DEPENDENCY") == 2, edges
+    assert "SYNC_DEPENDENCY" not in edges["0"], edges

@@ -1343,6 +1343,45 @@ FAKE_EXPORT int fake_cupti_add_api(int is_driver, int cbid, uint64_t start, uint
     return add(&a, sizeof a);
 }
 
+/* type: CUpti_ActivitySynchronizationType; event_id CUPTI_SYNCHRONIZATION_INVALID_VALUE if none;
+ * sync_id: CUPTI's cudaEventSyncId (0: none). */
+FAKE_EXPORT int fake_cupti_add_sync_ex(int type, uint64_t start, uint64_t end, uint32_t stream,
+                                       uint32_t correlation, uint32_t event_id, uint32_t context,
+                                       uint64_t sync_id) {
+    CUpti_ActivitySynchronization2 s;
+    memset(&s, 0, sizeof s);
+    s.kind = CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;
+    s.type = (CUpti_ActivitySynchronizationType)type;
+    s.start = start;
+    s.end = end;
+    s.correlationId = correlation;
+    s.contextId = context;
+    s.streamId = type == CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE ||
+                         type == CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE
+                     ? CUPTI_SYNCHRONIZATION_INVALID_VALUE
+                     : stream;
+    s.cudaEventId = event_id;
+    s.cudaEventSyncId = sync_id;
+    s.returnValue = 0;
+    return add(&s, sizeof s);
+}
+
+/* The record CUPTI writes for a cudaEventRecord (CUDA_EVENT kind; no timestamps). */
+FAKE_EXPORT int fake_cupti_add_cuda_event(uint32_t stream, uint32_t correlation,
+                                          uint32_t event_id, uint32_t context, uint32_t device,
+                                          uint64_t sync_id) {
+    CUpti_ActivityCudaEvent2 e;
+    memset(&e, 0, sizeof e);
+    e.kind = CUPTI_ACTIVITY_KIND_CUDA_EVENT;
+    e.correlationId = correlation;
+    e.contextId = context;
+    e.streamId = stream;
+    e.eventId = event_id;
+    e.deviceId = device;
+    e.cudaEventSyncId = sync_id;
+    return add(&e, sizeof e);
+}
+
 /* type: CUpti_ActivitySynchronizationType; event_id CUPTI_SYNCHRONIZATION_INVALID_VALUE if none. */
 FAKE_EXPORT int fake_cupti_add_sync(int type, uint64_t start, uint64_t end, uint32_t stream,
                                     uint32_t correlation, uint32_t event_id) {
