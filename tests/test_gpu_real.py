@@ -454,6 +454,45 @@ def test_external_ids_link_kernels_to_their_range(tmp_path):
     assert ann and all(e["name"] == "x" for e in ann)
 
 
+def test_event_waits_name_the_stream_and_record_they_wait_on(tmp_path):
+    """A side stream waits on an event recorded on the main stream, and the host waits on an
+    event recorded on the side stream: the Stream Wait Event and the Event Sync name the
+    recording stream and the cudaEventRecord call (Kineto's wait_on_* args), and sit on their
+    device's track."""
+    import torch
+    a = torch.randn(512, 512, device="cuda")
+    side = torch.cuda.Stream()
+    main = torch.cuda.current_stream()
+    e1, e2 = torch.cuda.Event(), torch.cuda.Event()
+    a @ a
+    torch.cuda.synchronize()
+    with cprof_window(tmp_path, "waits") as p:
+        a @ a
+        e1.record(main)
+        side.wait_event(e1)
+        with torch.cuda.stream(side):
+            b = a @ a
+        e2.record(side)
+        e2.synchronize()
+        del b
+    t = load_trace(p.trace_path)
+    records = {e["args"]["correlation"]: e for e in events(t, "cuda_runtime")
+               if e["name"].startswith("cudaEventRecord")}
+    syncs = {e["name"]: e for e in events(t, "cuda_sync")}
+    print("\n" + json.dumps({n: e["args"] for n, e in syncs.items()}, indent=1))
+    print(json.dumps(t["cprof"]["gpu"].get("event_waits")))
+    wait, esync = syncs["Stream Wait Event"], syncs["Event Sync"]
+    assert wait["args"]["wait_on_stream"] in {k["args"]["stream"] for k in kernels(t)}
+    assert wait["args"]["wait_on_cuda_event_record_corr_id"] in records
+    assert wait["tid"] == wait["args"]["stream"] != wait["args"]["wait_on_stream"]
+    assert esync["args"]["wait_on_cuda_event_record_corr_id"] in records
+    side_kernels = {k["args"]["stream"] for k in kernels(t)
+                    if k["args"]["stream"] != wait["args"]["wait_on_stream"]}
+    assert esync["args"]["wait_on_stream"] in side_kernels
+    assert wait["pid"] == esync["pid"] == wait["args"]["device"] == 0
+    assert t["cprof"]["gpu"]["event_waits"]["unresolved"] == 0
+
+
 def test_many_windows_each_holds_only_its_own_kernels(tmp_path):
     import torch
     import cprof
