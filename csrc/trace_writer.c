@@ -157,6 +157,47 @@ static void range_event(writer *w, const cprof_trace_meta *m, const cprof_snapsh
     maybe_flush(w);
 }
 
+typedef struct track {
+    uint32_t device, stream; /* stream UINT32_MAX: the device's process */
+} track;
+#define MAX_NAMED_TRACKS 512
+
+static int track_named(const track *named, size_t n, uint32_t device, uint32_t stream) {
+    for (size_t i = 0; i < n; i++)
+        if (named[i].device == device && named[i].stream == stream) return 1;
+    return 0;
+}
+
+/* "GPU N" process metadata for a device (and remembered in named, while there is room). */
+static void device_meta(writer *w, uint32_t device, track *named, size_t *nnamed) {
+    char num[64];
+    cprof_buf nb = {num, 0, sizeof num, 0};
+    cprof_buf_puts(&nb, "\"GPU ");
+    cprof_buf_u64(&nb, device);
+    cprof_buf_puts(&nb, "\"");
+    meta_event(w, "process_name", device, 0, "name", num, nb.len);
+    meta_event(w, "process_labels", device, 0, "labels", num, nb.len);
+    nb = (cprof_buf){num, 0, sizeof num, 0};
+    cprof_buf_u64(&nb, 5000000 + (uint64_t)device);
+    meta_event(w, "process_sort_index", device, 0, "sort_index", num, nb.len);
+    if (*nnamed < MAX_NAMED_TRACKS) named[(*nnamed)++] = (track){device, UINT32_MAX};
+}
+
+/* "stream S" thread metadata for a stream of a device. */
+static void stream_meta(writer *w, uint32_t device, uint32_t stream, track *named,
+                        size_t *nnamed) {
+    char num[64];
+    cprof_buf nb = {num, 0, sizeof num, 0};
+    cprof_buf_puts(&nb, "\"stream ");
+    cprof_buf_u64(&nb, stream);
+    cprof_buf_puts(&nb, "\"");
+    meta_event(w, "thread_name", device, stream, "name", num, nb.len);
+    nb = (cprof_buf){num, 0, sizeof num, 0};
+    cprof_buf_u64(&nb, stream);
+    meta_event(w, "thread_sort_index", device, stream, "sort_index", num, nb.len);
+    if (*nnamed < MAX_NAMED_TRACKS) named[(*nnamed)++] = (track){device, stream};
+}
+
 static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapshot *snap,
                         const cprof_gpu_snapshot *gpu);
 
@@ -499,8 +540,6 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
     }
 
     int64_t to_base = snap->unix_offset_ns - m->base_time_ns;
-    char num[64];
-    cprof_buf nb;
 
     /* stream metadata: one process per device, a thread per stream */
     qsort(refs, n, sizeof *refs, by_device_stream);
@@ -510,6 +549,9 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
         uint32_t context, device;
     } ctx_dev[16];
     int nctx = 0;
+    /* the tracks named so far, so that a stream seen only in its syncs is named once too */
+    track named[MAX_NAMED_TRACKS];
+    size_t nnamed = 0;
     for (i = 0; i < n && !w->err; i++) {
         const cprof_gpu_record *r = refs[i].r;
         if (!is_gpu_work(r)) continue;
@@ -522,27 +564,22 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
         if ((int64_t)r->device != last_dev) {
             last_dev = r->device;
             last_stream = -1;
-            nb = (cprof_buf){num, 0, sizeof num, 0};
-            cprof_buf_puts(&nb, "\"GPU ");
-            cprof_buf_u64(&nb, r->device);
-            cprof_buf_puts(&nb, "\"");
-            meta_event(w, "process_name", r->device, 0, "name", num, nb.len);
-            meta_event(w, "process_labels", r->device, 0, "labels", num, nb.len);
-            nb = (cprof_buf){num, 0, sizeof num, 0};
-            cprof_buf_u64(&nb, 5000000 + (uint64_t)r->device);
-            meta_event(w, "process_sort_index", r->device, 0, "sort_index", num, nb.len);
+            device_meta(w, r->device, named, &nnamed);
         }
         if ((int64_t)r->stream != last_stream) {
             last_stream = r->stream;
-            nb = (cprof_buf){num, 0, sizeof num, 0};
-            cprof_buf_puts(&nb, "\"stream ");
-            cprof_buf_u64(&nb, r->stream);
-            cprof_buf_puts(&nb, "\"");
-            meta_event(w, "thread_name", r->device, r->stream, "name", num, nb.len);
-            nb = (cprof_buf){num, 0, sizeof num, 0};
-            cprof_buf_u64(&nb, r->stream);
-            meta_event(w, "thread_sort_index", r->device, r->stream, "sort_index", num, nb.len);
+            stream_meta(w, r->device, r->stream, named, &nnamed);
         }
+    }
+    for (i = 0; i < n && !w->err; i++) {
+        const cprof_gpu_record *r = refs[i].r;
+        if (r->kind != CPROF_GPU_SYNC || r->stream == 0xFFFFFFFFu) continue;
+        int c = 0;
+        while (c < nctx && ctx_dev[c].context != r->context) c++;
+        uint32_t dev = c < nctx ? ctx_dev[c].device : 0;
+        if (!track_named(named, nnamed, dev, UINT32_MAX)) device_meta(w, dev, named, &nnamed);
+        if (!track_named(named, nnamed, dev, r->stream))
+            stream_meta(w, dev, r->stream, named, &nnamed);
     }
 
     /* events, in time order; by_index finds a record from its chunk-order index */

@@ -291,6 +291,9 @@ with warnings.catch_warnings(record=True) as caught:
             fake.fake_cupti_add_cuda_event(20, 11, 5, 2, 1, 0)
             api(147, 12, 48)
             fake.fake_cupti_add_sync_ex(STREAM_WAIT, us(48), us(49), 7, 12, 5, 1, 0)
+            # a stream that ran nothing in the window, synchronized: its track is named too
+            api(131, 13, 50)
+            fake.fake_cupti_add_sync_ex(3, us(50), us(51), 21, 13, 0xFFFFFFFF, 1, 0)
             time.sleep(0.002)
         result["trace"] = str(p.trace_path)
         with cprof.profile(activities=["CPU", "CUDA"], record_ops=False) as prof:

@@ -131,6 +131,12 @@ def test_event_waits_name_the_event_record_they_wait_on(tmp_path, fake_so):
     res = run("event_waits", tmp_path, fake_so)
     t = load_trace(res["trace"])
     syncs = sorted(events(t, "cuda_sync"), key=lambda e: e["args"]["correlation"])
+    (ssync,) = [e for e in syncs if e["name"] == "Stream Sync"]
+    assert (ssync["pid"], ssync["tid"]) == (0, 21) and "wait_on_stream" not in ssync["args"]
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events(t, ph="M")
+             if e["name"] == "thread_name" and e["pid"] == 0}
+    assert names == {(0, 7): "stream 7", (0, 13): "stream 13", (0, 21): "stream 21"}
+    syncs.remove(ssync)
     got = [(e["name"], e["pid"], e["tid"], e["args"]["wait_on_stream"],
             e["args"]["wait_on_cuda_event_record_corr_id"], e["args"]["wait_on_cuda_event_id"])
            for e in syncs]
@@ -152,7 +158,7 @@ def test_event_waits_name_the_event_record_they_wait_on(tmp_path, fake_so):
     # without CUDA_EVENT records (CPROF_CUPTI_CUDA_EVENTS=0): every wait unresolved, and said
     res = run("event_waits", tmp_path / "off", fake_so, CPROF_CUPTI_CUDA_EVENTS="0")
     t = load_trace(res["trace"])
-    assert {e["args"]["wait_on_stream"] for e in events(t, "cuda_sync")} == {-1}
+    assert {e["args"].get("wait_on_stream") for e in events(t, "cuda_sync")} == {-1, None}
     assert t["cprof"]["gpu"]["event_waits"] == {"resolved": 0, "unresolved": 5,
                                                "cuda_event_records": False}
 
