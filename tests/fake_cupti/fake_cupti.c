@@ -1344,7 +1344,8 @@ FAKE_EXPORT int fake_cupti_add_api(int is_driver, int cbid, uint64_t start, uint
 }
 
 /* type: CUpti_ActivitySynchronizationType; event_id CUPTI_SYNCHRONIZATION_INVALID_VALUE if none;
- * sync_id: CUPTI's cudaEventSyncId (0: none). */
+ * sync_id: CUPTI's cudaEventSyncId (0: none). Context and event syncs name no stream, as in
+ * CUPTI. */
 FAKE_EXPORT int fake_cupti_add_sync_ex(int type, uint64_t start, uint64_t end, uint32_t stream,
                                        uint32_t correlation, uint32_t event_id, uint32_t context,
                                        uint64_t sync_id) {
@@ -1382,22 +1383,10 @@ FAKE_EXPORT int fake_cupti_add_cuda_event(uint32_t stream, uint32_t correlation,
     return add(&e, sizeof e);
 }
 
-/* type: CUpti_ActivitySynchronizationType; event_id CUPTI_SYNCHRONIZATION_INVALID_VALUE if none. */
+/* fake_cupti_add_sync_ex in context 1 without a sync id. */
 FAKE_EXPORT int fake_cupti_add_sync(int type, uint64_t start, uint64_t end, uint32_t stream,
                                     uint32_t correlation, uint32_t event_id) {
-    CUpti_ActivitySynchronization2 s;
-    memset(&s, 0, sizeof s);
-    s.kind = CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;
-    s.type = (CUpti_ActivitySynchronizationType)type;
-    s.start = start;
-    s.end = end;
-    s.correlationId = correlation;
-    s.contextId = 1;
-    s.streamId = type == CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE
-                     ? CUPTI_SYNCHRONIZATION_INVALID_VALUE
-                     : stream;
-    s.cudaEventId = event_id;
-    return add(&s, sizeof s);
+    return fake_cupti_add_sync_ex(type, start, end, stream, correlation, event_id, 1, 0);
 }
 
 /* The whole-graph record CUPTI writes for a graph launch while GRAPH_TRACE is enabled. */
