@@ -157,6 +157,17 @@ static void range_event(writer *w, const cprof_trace_meta *m, const cprof_snapsh
     maybe_flush(w);
 }
 
+typedef struct ctx_device {
+    uint32_t context, device;
+} ctx_device;
+
+/* The device of a context, from the map the GPU work built; 0 when unknown (as Kineto). */
+static uint32_t device_of(const ctx_device *map, int n, uint32_t context) {
+    for (int c = 0; c < n; c++)
+        if (map[c].context == context) return map[c].device;
+    return 0;
+}
+
 typedef struct track {
     uint32_t device, stream; /* stream UINT32_MAX: the device's process */
 } track;
@@ -545,9 +556,7 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
     qsort(refs, n, sizeof *refs, by_device_stream);
     int64_t last_dev = -1, last_stream = -1;
     /* each context's device, from the GPU work it ran (syncs name a context only) */
-    struct {
-        uint32_t context, device;
-    } ctx_dev[16];
+    ctx_device ctx_dev[16];
     int nctx = 0;
     /* the tracks named so far, so that a stream seen only in its syncs is named once too */
     track named[MAX_NAMED_TRACKS];
@@ -574,9 +583,7 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
     for (i = 0; i < n && !w->err; i++) {
         const cprof_gpu_record *r = refs[i].r;
         if (r->kind != CPROF_GPU_SYNC || r->stream == 0xFFFFFFFFu) continue;
-        int c = 0;
-        while (c < nctx && ctx_dev[c].context != r->context) c++;
-        uint32_t dev = c < nctx ? ctx_dev[c].device : 0;
+        uint32_t dev = device_of(ctx_dev, nctx, r->context);
         if (!track_named(named, nnamed, dev, UINT32_MAX)) device_meta(w, dev, named, &nnamed);
         if (!track_named(named, nnamed, dev, r->stream))
             stream_meta(w, dev, r->stream, named, &nnamed);
@@ -675,9 +682,7 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
             /* Kineto's placement and args: on the device of its context (0 when the window
              * ran no GPU work there, as Kineto) and the stream waited for (-1 for a context
              * or event sync); event waits name the event record they wait on */
-            int c = 0;
-            while (c < nctx && ctx_dev[c].context != r->context) c++;
-            uint32_t dev = c < nctx ? ctx_dev[c].device : 0;
+            uint32_t dev = device_of(ctx_dev, nctx, r->context);
             int64_t stream = r->stream == 0xFFFFFFFFu ? -1 : (int64_t)r->stream;
             event_head(w, "cuda_sync", r->name_id, dev, stream, ts, dur);
             cprof_buf_puts(b, "\"External id\":");
