@@ -86,8 +86,10 @@ enum cprof_cat {
 
 enum cprof_record_flags {
     CPROF_REC_TRUNCATED = 1u << 0, /* still open when the window closed: end = window end */
-    CPROF_REC_RAW_ARGS = 1u << 1   /* reserved holds the name id of a JSON fragment of args
+    CPROF_REC_RAW_ARGS = 1u << 1,  /* reserved holds the name id of a JSON fragment of args
                                     * members ("k":v,...) that the writer pastes verbatim */
+    CPROF_REC_MODULE = 1u << 2     /* an nn.Module call (py_hooks.c): with with_stack, the
+                                    * writer mirrors it as torch's "nn.Module: " python_function */
 };
 
 /* One complete range. 64 bytes, fixed; records live in chunks and never move. */
@@ -215,6 +217,9 @@ void cprof_events_counts(uint64_t *stored, uint64_t *dropped);
  * writer pastes into the event's args. Caller holds the GIL. Returns 0 (also when the range
  * is not recorded) or CPROF_E_EMPTY. */
 int cprof_events_set_raw_args(uint32_t frag_id);
+/* ORs flags (enum cprof_record_flags) into the innermost open range of this thread. Caller holds
+ * the GIL. Returns 0 (also when the range is not recorded) or CPROF_E_EMPTY. */
+int cprof_events_mark(uint8_t flags);
 /* hook() runs once per thread, on that thread, right after its first push / set_thread_name
  * registered it (GIL held): the binding names the thread there, so a thread that exits before
  * the window closes keeps its name. The hook may call cprof_events_set_thread_name. */

@@ -514,6 +514,14 @@ int cprof_events_set_raw_args(uint32_t frag_id) {
     return CPROF_OK;
 }
 
+int cprof_events_mark(uint8_t flags) {
+    tstate *t = tls;
+    if (!t || t->depth == 0) return CPROF_E_EMPTY;
+    cprof_record *r = t->stack[t->depth - 1];
+    if (r) r->flags |= flags;
+    return CPROF_OK;
+}
+
 /* ---- windows ---- */
 
 int cprof_events_active(void) { return g_active; }

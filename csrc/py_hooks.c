@@ -464,6 +464,7 @@ static int open_module(HooksObject *self, PyObject *m, PyObject *const *args, Py
         return 0;
     }
     if (frag) cprof_events_set_raw_args(frag);
+    cprof_events_mark(CPROF_REC_MODULE);
     *mark = s->n;
     s->calls[s->n++] = (open_call){Py_NewRef(m), self->gen, name_id, cprof_events_depth()};
     return 1;

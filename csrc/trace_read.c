@@ -576,6 +576,44 @@ static cprof_trace *trace_new(void) {
     return t;
 }
 
+/* The id of string s, or 0 when the trace has no such string. */
+static uint32_t find_str(const cprof_trace *t, const char *s, size_t n) {
+    if (!t->table) return 0;
+    uint32_t h = hash_bytes(s, n);
+    for (uint32_t i = h & t->tmask, cur; (cur = t->table[i]) != 0; i = (i + 1) & t->tmask) {
+        const tstr *e = &t->strs[cur];
+        if (e->hash == h && e->len == n && memcmp(e->s, s, n) == 0) return cur;
+    }
+    return 0;
+}
+
+/* With with_stack, cprof writes each nn.Module call twice: its user_annotation range (named by
+ * its path, listed in cprof.modules) and torch's "nn.Module: <path>" python_function twin, for
+ * TensorBoard's Module view. The twins become CPROF_TK_OTHER here, so the analysis counts each
+ * call once; torch's own "nn.Module: Class_N" events (the rest not a listed module) stay. */
+static int mark_module_twins(cprof_trace *t) {
+    static const char pre[] = "nn.Module: ";
+    const size_t np = sizeof pre - 1;
+    int any = 0;
+    for (uint32_t id = 1; id < t->nstrs && !any; id++) any = t->strs[id].flags & CPROF_TSTR_MODULE;
+    if (!any) return CPROF_OK;
+    uint8_t *twin = calloc(t->nstrs, 1); /* per name: 0 not looked at, 1 a twin, 2 not */
+    if (!twin) return CPROF_E_NOMEM;
+    for (size_t i = 0; i < t->nev; i++) {
+        cprof_tev *e = &t->ev[i];
+        if (e->kind != CPROF_TK_PYTHON_FUNCTION || !e->name || e->name >= t->nstrs) continue;
+        if (!twin[e->name]) {
+            const tstr *n = &t->strs[e->name];
+            uint32_t rest = n->len > np && memcmp(n->s, pre, np) == 0
+                                ? find_str(t, n->s + np, n->len - np) : 0;
+            twin[e->name] = rest && (t->strs[rest].flags & CPROF_TSTR_MODULE) ? 1 : 2;
+        }
+        if (twin[e->name] == 1) e->kind = CPROF_TK_OTHER;
+    }
+    free(twin);
+    return CPROF_OK;
+}
+
 /* Parses text (owned: kept or freed here). */
 static int parse_owned(char *text, size_t len, int keep_text, cprof_trace **out, char *err,
                        size_t errcap) {
@@ -587,6 +625,7 @@ static int parse_owned(char *text, size_t len, int keep_text, cprof_trace **out,
     cprof_js ps = {text, text, text + len, t, err, errcap, 0, NULL, 0};
     int rc = parse_all(&ps, t);
     free(ps.scratch);
+    if (!rc) rc = mark_module_twins(t);
     if (rc == CPROF_E_NOMEM && err && errcap)
         snprintf(err, errcap, "out of memory while parsing the trace (%zu bytes of JSON)", len);
     t->info.text_bytes = len;

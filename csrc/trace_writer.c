@@ -157,6 +157,58 @@ static void range_event(writer *w, const cprof_trace_meta *m, const cprof_snapsh
     maybe_flush(w);
 }
 
+/* The "nn.Module: <path>" python_function torch.profiler's Python tracer writes for a module
+ * call (with_stack), mirroring module range r: TensorBoard's Module view is built from these
+ * ("Python module id" marks them; their "Python id" / "Python parent id" give the hierarchy).
+ * Its Python id is r's External id, which no python_function uses; the module id is the path's
+ * name id. No External id of its own: the user_annotation range carries r's. */
+static void module_twin(writer *w, const cprof_trace_meta *m, const cprof_snapshot *snap,
+                        const cprof_thread_data *t, const cprof_record *r, uint64_t py_id,
+                        uint64_t py_parent) {
+    cprof_buf *b = &w->b;
+    int64_t to_base = snap->unix_offset_ns - m->base_time_ns;
+    uint64_t end = r->end_ns ? r->end_ns : snap->stop_ns;
+    cprof_buf_puts(b, "{\"ph\":\"X\",\"cat\":\"python_function\",\"name\":\"nn.Module: ");
+    /* the path's escaped name without its opening quote (counted once in w->replaced) */
+    size_t at = b->len, replaced = w->replaced;
+    put_name(w, r->name_id);
+    w->replaced = replaced;
+    if (!b->oom && b->len > at) {
+        memmove(b->data + at, b->data + at + 1, b->len - at - 1);
+        b->len--;
+    }
+    cprof_buf_puts(b, ",\"pid\":");
+    cprof_buf_i64(b, m->pid);
+    cprof_buf_puts(b, ",\"tid\":");
+    cprof_buf_u64(b, t->tid);
+    cprof_buf_puts(b, ",\"ts\":");
+    cprof_buf_us3(b, (int64_t)r->begin_ns + to_base);
+    cprof_buf_puts(b, ",\"dur\":");
+    cprof_buf_us3(b, end >= r->begin_ns ? (int64_t)(end - r->begin_ns) : 0);
+    cprof_buf_puts(b, ",\"args\":{\"Python id\":");
+    cprof_buf_u64(b, py_id);
+    cprof_buf_puts(b, ",\"Python parent id\":");
+    if (py_parent) cprof_buf_u64(b, py_parent);
+    else cprof_buf_puts(b, "null");
+    cprof_buf_puts(b, ",\"Python module id\":");
+    cprof_buf_u64(b, r->name_id);
+    if (r->flags & CPROF_REC_TRUNCATED) cprof_buf_puts(b, ",\"cprof truncated\":1");
+    cprof_buf_puts(b, "}},\n");
+    w->events++;
+    maybe_flush(w);
+}
+
+/* Whether the window has python_function records (with_stack was on): module calls get their
+ * "nn.Module: " twins only then, as torch.profiler writes them only with with_stack. Stops at
+ * the first one. */
+static int has_python_functions(const cprof_snapshot *snap) {
+    for (size_t i = 0; i < snap->nthreads; i++)
+        for (const cprof_chunk *c = snap->threads[i].chunks; c; c = c->next)
+            for (uint32_t k = 0; k < c->count; k++)
+                if (c->rec[k].cat == CPROF_CAT_PYTHON_FUNCTION) return 1;
+    return 0;
+}
+
 typedef struct ctx_device {
     uint32_t context, device;
 } ctx_device;
@@ -304,6 +356,7 @@ int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap, const cprof_
     uint64_t external_id = 0;
     struct py_open { uint64_t end, id; } *pys = NULL;
     size_t npy = 0, cap_py = 0;
+    int twins = has_python_functions(snap); /* module calls as "nn.Module: " python_functions */
     for (size_t i = 0; i < snap->nthreads && !w.err; i++) {
         const cprof_thread_data *t = &snap->threads[i];
         npy = 0;
@@ -312,7 +365,8 @@ int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap, const cprof_
                 const cprof_record *r = &c->rec[k];
                 uint64_t parent = 0;
                 ++external_id;
-                if (r->cat == CPROF_CAT_PYTHON_FUNCTION) {
+                int twin = twins && (r->flags & CPROF_REC_MODULE);
+                if (r->cat == CPROF_CAT_PYTHON_FUNCTION || twin) {
                     while (npy && pys[npy - 1].end <= r->begin_ns) npy--;
                     if (npy) parent = pys[npy - 1].id;
                     if (npy == cap_py &&
@@ -325,6 +379,7 @@ int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap, const cprof_
                     npy++;
                 }
                 range_event(&w, m, snap, t, r, external_id, parent);
+                if (twin) module_twin(&w, m, snap, t, r, external_id, parent);
             }
     }
     free(pys);

@@ -56,6 +56,9 @@ if [ "${1:-}" = "--test" ]; then
   # Holistic Trace Analysis reads our traces in a test; installed without touching torch
   $PY -c "import hta, pandas; assert int(pandas.__version__.split('.')[0]) < 3" 2>/dev/null ||
     bash scripts/install_hta.sh || echo "setup: HTA not installed; its test will skip"
+  # TensorBoard's profiler plugin (its parser only) reads our traces in a test
+  $PY -c "import torch_tb_profiler.profiler.run_generator" 2>/dev/null ||
+    bash scripts/install_tb_profiler.sh || echo "setup: torch-tb-profiler not installed; its test will skip"
 fi
 
 # build the extension in place (warnings are errors), and install the package + `cprof`

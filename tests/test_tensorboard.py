@@ -1,0 +1,184 @@
+"""cprof traces in TensorBoard's profiler plugin, and the "nn.Module: " python_function events its
+Module view is built from (written with with_stack, as torch.profiler writes them)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, load_trace
+from tb_check import load_with_tb, module_tree, tb_available, timeline_modules
+
+torch = pytest.importorskip("torch")
+import cprof  # noqa: E402
+
+needs_tb = pytest.mark.skipif(not tb_available(), reason="torch-tb-profiler not installed "
+                              "(scripts/install_tb_profiler.sh)")
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 16)
+        self.act = torch.nn.ReLU()
+
+    def forward(self, x):
+        return self.act(self.fc(x))
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([Block(), Block()])
+        self.head = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+PATHS = ["Net", "layers.0", "layers.0.fc", "layers.0.act", "layers.1", "layers.1.fc",
+         "layers.1.act", "head"]
+
+
+def profile_dir(P, out, **opts):
+    """5 steps of Net under P.profile (cprof or torch.profiler), a wait 1 / warmup 1 / active 2
+    schedule, the trace written by P's tensorboard_trace_handler. Returns the trace's path."""
+    torch.manual_seed(0)
+    m, x = Net(), torch.randn(4, 16)
+    with P.profile(activities=[P.ProfilerActivity.CPU],
+                   schedule=P.schedule(wait=1, warmup=1, active=2),
+                   on_trace_ready=P.tensorboard_trace_handler(str(out)), **opts) as p:
+        for _ in range(5):
+            m(x).sum().backward()
+            p.step()
+    files = [f for f in os.listdir(out) if ".pt.trace.json" in f]
+    assert len(files) == 1, files
+    return out / files[0]
+
+
+@pytest.fixture(scope="module")
+def stacked(tmp_path_factory):
+    path = profile_dir(cprof, tmp_path_factory.mktemp("stacked"), with_stack=True,
+                       with_modules=True)
+    return path, load_trace(path)
+
+
+def xs(trace, cat=None):
+    return [e for e in trace["traceEvents"] if e.get("ph") == "X" and
+            (cat is None or e.get("cat") == cat)]
+
+
+def test_module_calls_get_torch_module_events_with_with_stack(stacked):
+    _, trace = stacked
+    ranges = [e for e in xs(trace, "user_annotation") if e["name"] in PATHS]
+    twins = [e for e in xs(trace, "python_function") if e["name"].startswith("nn.Module: ")]
+    assert len(ranges) == 2 * len(PATHS)  # two active steps
+    # one twin per module range: same thread, start and duration, named after its path
+    key = lambda e: (e["tid"], e["ts"], e["dur"])  # noqa: E731
+    assert sorted((key(e), "nn.Module: " + e["name"]) for e in ranges) == \
+        sorted((key(e), e["name"]) for e in twins)
+    pys = {e["args"]["Python id"]: e for e in xs(trace, "python_function")}
+    assert len(pys) == len(xs(trace, "python_function"))  # Python ids stay unique
+    for t in twins:
+        a = t["args"]
+        assert "External id" not in a and isinstance(a["Python module id"], int)
+    # the same module has the same module id in both steps; different modules differ
+    ids = {}
+    for t in twins:
+        ids.setdefault(t["name"], set()).add(t["args"]["Python module id"])
+    assert all(len(v) == 1 for v in ids.values())
+    assert len({next(iter(v)) for v in ids.values()}) == len(PATHS)
+
+    def module_parent(e):
+        """The nearest enclosing twin through the Python parent id chain."""
+        p = pys.get(e["args"]["Python parent id"])
+        while p is not None and not p["name"].startswith("nn.Module: "):
+            p = pys.get(p["args"]["Python parent id"])
+        return p and p["name"][len("nn.Module: "):]
+    parents = {t["name"][len("nn.Module: "):]: module_parent(t) for t in twins}
+    assert parents == {"Net": None, "layers.0": "Net", "layers.1": "Net", "head": "Net",
+                       "layers.0.fc": "layers.0", "layers.0.act": "layers.0",
+                       "layers.1.fc": "layers.1", "layers.1.act": "layers.1"}
+    # Python functions run by a module call have its twin up their parent chain
+    fwd = [e for e in xs(trace, "python_function") if e["name"].endswith(": forward")]
+    assert fwd and all(module_parent(e) is not None for e in fwd)
+
+
+def test_no_module_events_without_with_stack(tmp_path):
+    trace = load_trace(profile_dir(cprof, tmp_path, with_modules=True))
+    assert {e["name"] for e in xs(trace, "user_annotation")} >= set(PATHS)
+    assert not [e for e in xs(trace) if e["name"].startswith("nn.Module: ")]
+
+
+def test_report_counts_each_module_once(stacked):
+    path, _ = stacked
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-m", "cprof", "report", str(path), "--format", "json"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = json.loads(r.stdout)["modules"]
+    assert sorted(row["name"] for row in rows) == sorted(PATHS)
+    assert all(row["calls"] == 2 for row in rows)
+
+
+@needs_tb
+def test_tensorboard_module_view_matches_torch_profilers(stacked, tmp_path):
+    path, _ = stacked
+    prof, data, _ = load_with_tb(path)
+    ref_prof, ref_data, _ = load_with_tb(profile_dir(torch.profiler, tmp_path, with_stack=True,
+                                                     with_modules=True))
+    assert "module" in [v.name for v in ref_prof.views]
+    assert "module" in [v.name for v in prof.views]
+    mine, ref = module_tree(prof.module_stats), module_tree(ref_prof.module_stats)
+
+    def shape(tree):
+        return [(n, shape(c)) for _, n, c in tree]
+    assert shape(mine) == shape(ref)  # same hierarchy, same number of calls per module
+    assert mine == [("Net", 2, [("layers.0", 2, [("layers.0.fc", 2, []), ("layers.0.act", 2, [])]),
+                                ("layers.1", 2, [("layers.1.fc", 2, []), ("layers.1.act", 2, [])]),
+                                ("head", 2, [])])]
+    by_name = {s.name: s for s in prof.module_stats}
+    assert by_name["Net"].host_duration > 0 and by_name["Net"].operators > 0
+    # the view's timeline: one Net per active step, its children in call order
+    step = ("Net", [("layers.0", [("layers.0.fc", []), ("layers.0.act", [])]),
+                    ("layers.1", [("layers.1.fc", []), ("layers.1.act", [])]), ("head", [])])
+    assert timeline_modules(data) == [step, step]
+    assert [len(c) for _, c in timeline_modules(ref_data)] == [3, 3]
+    assert data.steps_names == ref_data.steps_names == ["2", "3"]
+
+
+@needs_tb
+def test_tensorboard_overview_and_operator_views(stacked):
+    path, trace = stacked
+    prof, data, log = load_with_tb(path)
+    views = [v.name for v in prof.views]
+    assert views[:2] == ["overall", "operator"] and "trace" in views
+    perf = prof.overview["performance"][0]
+    assert perf["name"] == "Average Step Time" and perf["value"] > 0
+    steps = [e for e in xs(trace, "user_annotation") if e["name"].startswith("ProfilerStep#")]
+    assert len(steps) == 2
+    ops = {r["name"]: r for r in prof.operation_table_by_name["data"]}
+    c_calls = [e for e in xs(trace, "cpu_op") if e["name"] == "torch._C._nn.linear"]
+    assert ops["torch._C._nn.linear"]["calls"] == len(c_calls) == 6
+    assert not [ln for ln in log if "intersect" in ln]  # ranges nest on every thread
+
+
+@needs_tb
+def test_tensorboard_kernel_view_of_a_gpu_trace(tmp_path, fake_so):
+    from test_gpu_fake import run
+    res = run("stack_spans", tmp_path, fake_so)
+    trace = load_trace(res["trace"])
+    prof, data, log = load_with_tb(res["trace"])
+    assert "kernel" in [v.name for v in prof.views]
+    kernels = xs(trace, "kernel")
+    rows = prof.kernel_table["data"]["rows"]
+    cols = [c["name"] for c in prof.kernel_table["data"]["columns"]]
+    calls = {r[cols.index("Name")]: r[cols.index("Calls")] for r in rows}
+    assert sum(calls.values()) == len(kernels)
+    summary = {d["title"]: d["value"] for d in prof.gpu_summary}
+    assert summary["Name"] == trace["deviceProperties"][0]["name"]
+    assert "Est. Achieved Occupancy" in summary and "Est. SM Efficiency" in summary
+    assert not [ln for ln in log if "intersect" in ln]
