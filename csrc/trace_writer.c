@@ -198,10 +198,12 @@ static void module_twin(writer *w, const cprof_trace_meta *m, const cprof_snapsh
     maybe_flush(w);
 }
 
-/* Whether the window has python_function records (with_stack was on): module calls get their
- * "nn.Module: " twins only then, as torch.profiler writes them only with with_stack. Stops at
- * the first one. */
-static int has_python_functions(const cprof_snapshot *snap) {
+/* Whether module calls get their "nn.Module: " twins: when the window has python_function
+ * records (with_stack was on), as torch.profiler writes them only with with_stack, unless
+ * CPROF_MODULE_EVENTS=0 (a smaller trace, no TensorBoard Module view). Stops at the first. */
+static int module_twins_wanted(const cprof_snapshot *snap) {
+    const char *env = getenv("CPROF_MODULE_EVENTS");
+    if (env && strcmp(env, "0") == 0) return 0;
     for (size_t i = 0; i < snap->nthreads; i++)
         for (const cprof_chunk *c = snap->threads[i].chunks; c; c = c->next)
             for (uint32_t k = 0; k < c->count; k++)
@@ -356,7 +358,7 @@ int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap, const cprof_
     uint64_t external_id = 0;
     struct py_open { uint64_t end, id; } *pys = NULL;
     size_t npy = 0, cap_py = 0;
-    int twins = has_python_functions(snap); /* module calls as "nn.Module: " python_functions */
+    int twins = module_twins_wanted(snap); /* module calls as "nn.Module: " python_functions */
     for (size_t i = 0; i < snap->nthreads && !w.err; i++) {
         const cprof_thread_data *t = &snap->threads[i];
         npy = 0;

@@ -113,6 +113,14 @@ def test_no_module_events_without_with_stack(tmp_path):
     assert not [e for e in xs(trace) if e["name"].startswith("nn.Module: ")]
 
 
+def test_module_events_can_be_turned_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("CPROF_MODULE_EVENTS", "0")
+    trace = load_trace(profile_dir(cprof, tmp_path, with_stack=True, with_modules=True))
+    assert {e["name"] for e in xs(trace, "user_annotation")} >= set(PATHS)
+    assert xs(trace, "python_function")
+    assert not [e for e in xs(trace) if e["name"].startswith("nn.Module: ")]
+
+
 def test_report_counts_each_module_once(stacked):
     path, _ = stacked
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
