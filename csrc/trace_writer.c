@@ -59,6 +59,47 @@ static void put_str(writer *w, const char *s) {
     w->replaced += cprof_buf_json_str(&w->b, s, strlen(s));
 }
 
+/* name_id's escaped name with prefix (plain JSON-safe text) inside the same quotes. */
+static void put_name_prefixed(writer *w, const char *prefix, uint32_t name_id) {
+    cprof_buf *b = &w->b;
+    cprof_buf_puts(b, "\"");
+    cprof_buf_puts(b, prefix);
+    size_t at = b->len, replaced = w->replaced;
+    put_name(w, name_id); /* "escaped": its opening quote is dropped below */
+    w->replaced = replaced; /* the name is counted where it is written whole */
+    if (!b->oom && b->len > at) {
+        memmove(b->data + at, b->data + at + 1, b->len - at - 1);
+        b->len--;
+    }
+}
+
+/* {"ph":"X","cat":<cat>,"name":<prefix + name>,"pid":..,"tid":..,"ts":..,"dur":..,"args":{
+ * (name_prefix NULL: the name alone); event_tail closes it. */
+static void event_head(writer *w, const char *cat, const char *name_prefix, uint32_t name_id,
+                       int64_t pid, int64_t tid, int64_t ts_ns, int64_t dur_ns) {
+    cprof_buf *b = &w->b;
+    cprof_buf_puts(b, "{\"ph\":\"X\",\"cat\":\"");
+    cprof_buf_puts(b, cat);
+    cprof_buf_puts(b, "\",\"name\":");
+    if (name_prefix) put_name_prefixed(w, name_prefix, name_id);
+    else put_name(w, name_id);
+    cprof_buf_puts(b, ",\"pid\":");
+    cprof_buf_i64(b, pid);
+    cprof_buf_puts(b, ",\"tid\":");
+    cprof_buf_i64(b, tid);
+    cprof_buf_puts(b, ",\"ts\":");
+    cprof_buf_us3(b, ts_ns);
+    cprof_buf_puts(b, ",\"dur\":");
+    cprof_buf_us3(b, dur_ns > 0 ? dur_ns : 0);
+    cprof_buf_puts(b, ",\"args\":{");
+}
+
+static void event_tail(writer *w) {
+    cprof_buf_puts(&w->b, "}},\n");
+    w->events++;
+    maybe_flush(w);
+}
+
 /* {"ph":"M","name":<what>,"ts":0,"pid":P,"tid":T,"args":{<key>:<value>}} ; value pre-rendered */
 static void meta_event(writer *w, const char *what, int64_t pid, uint64_t tid, const char *key,
                        const char *value_json, size_t value_len) {
@@ -106,6 +147,17 @@ static void thread_meta(writer *w, const cprof_trace_meta *m, const cprof_thread
     meta_event(w, "thread_sort_index", m->pid, t->tid, "sort_index", num, nb.len);
 }
 
+/* event_head of a CPU range record on its thread's track (still open at stop: ends there). */
+static void record_head(writer *w, const cprof_trace_meta *m, const cprof_snapshot *snap,
+                        const cprof_thread_data *t, const cprof_record *r, const char *cat,
+                        const char *name_prefix) {
+    int64_t to_base = snap->unix_offset_ns - m->base_time_ns;
+    uint64_t end = r->end_ns ? r->end_ns : snap->stop_ns;
+    event_head(w, cat, name_prefix, r->name_id, m->pid, (int64_t)t->tid,
+               (int64_t)r->begin_ns + to_base,
+               end >= r->begin_ns ? (int64_t)(end - r->begin_ns) : 0);
+}
+
 /* py_parent: for a python_function, the Python id of the python_function enclosing it on its
  * thread (0: none); ignored for other categories. A python_function's Python id is its
  * External id (unique in the trace), as torch.profiler gives each Python event an id. */
@@ -113,21 +165,8 @@ static void range_event(writer *w, const cprof_trace_meta *m, const cprof_snapsh
                         const cprof_thread_data *t, const cprof_record *r, uint64_t external_id,
                         uint64_t py_parent) {
     cprof_buf *b = &w->b;
-    int64_t to_base = snap->unix_offset_ns - m->base_time_ns;
-    uint64_t end = r->end_ns ? r->end_ns : snap->stop_ns;
-    cprof_buf_puts(b, "{\"ph\":\"X\",\"cat\":\"");
-    cprof_buf_puts(b, cat_names[r->cat < CPROF_CAT_COUNT ? r->cat : 0]);
-    cprof_buf_puts(b, "\",\"name\":");
-    put_name(w, r->name_id);
-    cprof_buf_puts(b, ",\"pid\":");
-    cprof_buf_i64(b, m->pid);
-    cprof_buf_puts(b, ",\"tid\":");
-    cprof_buf_u64(b, t->tid);
-    cprof_buf_puts(b, ",\"ts\":");
-    cprof_buf_us3(b, (int64_t)r->begin_ns + to_base);
-    cprof_buf_puts(b, ",\"dur\":");
-    cprof_buf_us3(b, end >= r->begin_ns ? (int64_t)(end - r->begin_ns) : 0);
-    cprof_buf_puts(b, ",\"args\":{\"External id\":");
+    record_head(w, m, snap, t, r, cat_names[r->cat < CPROF_CAT_COUNT ? r->cat : 0], NULL);
+    cprof_buf_puts(b, "\"External id\":");
     cprof_buf_u64(b, external_id);
     if (r->cat == CPROF_CAT_PYTHON_FUNCTION) {
         cprof_buf_puts(b, ",\"Python id\":");
@@ -152,9 +191,7 @@ static void range_event(writer *w, const cprof_trace_meta *m, const cprof_snapsh
         }
     }
     if (r->flags & CPROF_REC_TRUNCATED) cprof_buf_puts(b, ",\"cprof truncated\":1");
-    cprof_buf_puts(b, "}},\n");
-    w->events++;
-    maybe_flush(w);
+    event_tail(w);
 }
 
 /* The "nn.Module: <path>" python_function torch.profiler's Python tracer writes for a module
@@ -166,26 +203,8 @@ static void module_twin(writer *w, const cprof_trace_meta *m, const cprof_snapsh
                         const cprof_thread_data *t, const cprof_record *r, uint64_t py_id,
                         uint64_t py_parent) {
     cprof_buf *b = &w->b;
-    int64_t to_base = snap->unix_offset_ns - m->base_time_ns;
-    uint64_t end = r->end_ns ? r->end_ns : snap->stop_ns;
-    cprof_buf_puts(b, "{\"ph\":\"X\",\"cat\":\"python_function\",\"name\":\"nn.Module: ");
-    /* the path's escaped name without its opening quote (counted once in w->replaced) */
-    size_t at = b->len, replaced = w->replaced;
-    put_name(w, r->name_id);
-    w->replaced = replaced;
-    if (!b->oom && b->len > at) {
-        memmove(b->data + at, b->data + at + 1, b->len - at - 1);
-        b->len--;
-    }
-    cprof_buf_puts(b, ",\"pid\":");
-    cprof_buf_i64(b, m->pid);
-    cprof_buf_puts(b, ",\"tid\":");
-    cprof_buf_u64(b, t->tid);
-    cprof_buf_puts(b, ",\"ts\":");
-    cprof_buf_us3(b, (int64_t)r->begin_ns + to_base);
-    cprof_buf_puts(b, ",\"dur\":");
-    cprof_buf_us3(b, end >= r->begin_ns ? (int64_t)(end - r->begin_ns) : 0);
-    cprof_buf_puts(b, ",\"args\":{\"Python id\":");
+    record_head(w, m, snap, t, r, "python_function", "nn.Module: ");
+    cprof_buf_puts(b, "\"Python id\":");
     cprof_buf_u64(b, py_id);
     cprof_buf_puts(b, ",\"Python parent id\":");
     if (py_parent) cprof_buf_u64(b, py_parent);
@@ -193,9 +212,7 @@ static void module_twin(writer *w, const cprof_trace_meta *m, const cprof_snapsh
     cprof_buf_puts(b, ",\"Python module id\":");
     cprof_buf_u64(b, r->name_id);
     if (r->flags & CPROF_REC_TRUNCATED) cprof_buf_puts(b, ",\"cprof truncated\":1");
-    cprof_buf_puts(b, "}},\n");
-    w->events++;
-    maybe_flush(w);
+    event_tail(w);
 }
 
 /* Whether module calls get their "nn.Module: " twins: when the window has python_function
@@ -473,30 +490,6 @@ static void kv_i64(cprof_buf *b, const char *key, int64_t v) {
     cprof_buf_i64(b, v);
 }
 
-static void event_head(writer *w, const char *cat, uint32_t name_id, int64_t pid, int64_t tid,
-                       int64_t ts_ns, int64_t dur_ns) {
-    cprof_buf *b = &w->b;
-    cprof_buf_puts(b, "{\"ph\":\"X\",\"cat\":\"");
-    cprof_buf_puts(b, cat);
-    cprof_buf_puts(b, "\",\"name\":");
-    put_name(w, name_id);
-    cprof_buf_puts(b, ",\"pid\":");
-    cprof_buf_i64(b, pid);
-    cprof_buf_puts(b, ",\"tid\":");
-    cprof_buf_i64(b, tid);
-    cprof_buf_puts(b, ",\"ts\":");
-    cprof_buf_us3(b, ts_ns);
-    cprof_buf_puts(b, ",\"dur\":");
-    cprof_buf_us3(b, dur_ns > 0 ? dur_ns : 0);
-    cprof_buf_puts(b, ",\"args\":{");
-}
-
-static void event_tail(writer *w) {
-    cprof_buf_puts(&w->b, "}},\n");
-    w->events++;
-    maybe_flush(w);
-}
-
 /* ,"key":[x,y,z] */
 static void kv_dim3(cprof_buf *b, const char *key, const int32_t v[3]) {
     cprof_buf_puts(b, ",\"");
@@ -675,7 +668,7 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
             links.launch_of[idx] ? by_index[links.launch_of[idx] - 1] : NULL;
         switch (r->kind) {
         case CPROF_GPU_KERNEL:
-            event_head(w, "kernel", r->name_id, r->device, r->stream, ts, dur);
+            event_head(w, "kernel", NULL, r->name_id, r->device, r->stream, ts, dur);
             gpu_common_args(b, r, ext);
             kv_u64(b, "registers per thread", r->u.k.regs);
             kv_i64(b, "shared memory", (int64_t)r->u.k.smem_static + r->u.k.smem_dynamic);
@@ -712,8 +705,8 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
             break;
         case CPROF_GPU_MEMCPY:
         case CPROF_GPU_MEMSET:
-            event_head(w, r->kind == CPROF_GPU_MEMCPY ? "gpu_memcpy" : "gpu_memset", r->name_id,
-                       r->device, r->stream, ts, dur);
+            event_head(w, r->kind == CPROF_GPU_MEMCPY ? "gpu_memcpy" : "gpu_memset", NULL,
+                       r->name_id, r->device, r->stream, ts, dur);
             gpu_common_args(b, r, ext);
             kv_u64(b, "bytes", r->u.m.bytes);
             cprof_buf_puts(b, ",\"memory bandwidth (GB/s)\":");
@@ -726,7 +719,7 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
             break;
         case CPROF_GPU_RUNTIME:
         case CPROF_GPU_DRIVER:
-            event_head(w, r->kind == CPROF_GPU_RUNTIME ? "cuda_runtime" : "cuda_driver",
+            event_head(w, r->kind == CPROF_GPU_RUNTIME ? "cuda_runtime" : "cuda_driver", NULL,
                        r->name_id, m->pid, r->tid, ts, dur);
             cprof_buf_puts(b, "\"External id\":");
             cprof_buf_u64(b, ext);
@@ -741,7 +734,7 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
              * or event sync); event waits name the event record they wait on */
             uint32_t dev = device_of(ctx_dev, nctx, r->context);
             int64_t stream = r->stream == 0xFFFFFFFFu ? -1 : (int64_t)r->stream;
-            event_head(w, "cuda_sync", r->name_id, dev, stream, ts, dur);
+            event_head(w, "cuda_sync", NULL, r->name_id, dev, stream, ts, dur);
             cprof_buf_puts(b, "\"External id\":");
             cprof_buf_u64(b, ext);
             cprof_buf_puts(b, ",\"cuda_sync_kind\":");
@@ -759,12 +752,12 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
             break;
         }
         case CPROF_GPU_OVERHEAD:
-            event_head(w, "overhead", r->name_id, m->pid, r->tid, ts, dur);
+            event_head(w, "overhead", NULL, r->name_id, m->pid, r->tid, ts, dur);
             cprof_buf_puts(b, "\"cprof\":\"CUPTI's own cost\"");
             event_tail(w);
             break;
         case CPROF_GPU_MARKER:
-            event_head(w, "user_annotation", r->name_id, m->pid, r->tid, ts, dur);
+            event_head(w, "user_annotation", NULL, r->name_id, m->pid, r->tid, ts, dur);
             cprof_buf_puts(b, "\"nvtx\":1");
             if (r->aux_id) {
                 cprof_buf_puts(b, ",\"domain\":");
@@ -840,7 +833,7 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
             if (spans[j].end > end) end = spans[j].end;
         }
         const cprof_record *owner = by_ext[spans[i].ext];
-        event_head(w, "gpu_user_annotation", owner->name_id, spans[i].device, spans[i].stream,
+        event_head(w, "gpu_user_annotation", NULL, owner->name_id, spans[i].device, spans[i].stream,
                    (int64_t)spans[i].start + to_base, (int64_t)(end - spans[i].start));
         cprof_buf_puts(&w->b, "\"External id\":");
         cprof_buf_u64(&w->b, spans[i].ext);
