@@ -72,6 +72,23 @@ def test_trace_with_memory_counters_loads_in_hta(tmp_path):
     assert count(d, name="ProfilerStep#1") == 1
 
 
+def test_trace_with_module_events_loads_in_hta(tmp_path):
+    """ProfilerContext's defaults (with_stack, record_shapes) on a model: module ranges and
+    their "nn.Module: " python_function events (for TensorBoard's Module view) side by side."""
+    torch = pytest.importorskip("torch")
+    m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+    with cprof.ProfilerContext(output_dir=tmp_path, profile_name="mods", verbose=False,
+                               activities=["CPU"]) as p:
+        for i in range(2):
+            with cprof.range(f"ProfilerStep#{i}"):
+                m(torch.randn(2, 8))
+    ok, d = load_with_hta(str(p.trace_path))
+    assert ok, d.get("error")
+    assert count(d, name="0", cat="user_annotation") == 2
+    assert count(d, name="nn.Module: 0", cat="python_function") == 2
+    assert count(d, name="nn.Module: Sequential", cat="python_function") == 2
+
+
 def test_critical_path_draws_cross_stream_edges_from_event_waits(tmp_path, fake_so):
     """HTA's critical path analysis turns a Stream Wait Event into a kernel-to-kernel edge
     across streams and an Event Sync into a GPU-to-CPU edge, from the wait_on_* args cprof
