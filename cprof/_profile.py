@@ -283,6 +283,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         self.current_action = as_action(self.schedule(self.step_num))
         self.collected_activities, self._notes = (None, {})
         self._window = None        # the open window, if any
+        self._toggled_off = set()  # toggle_collection_dynamic: "CPU" / "GPU" switched off
         self._last = None          # the last closed window, kept until the next one opens
         self._prepared_at = None   # the transition that opened the current window
         self._transitions = 0      # transitions run (start, each step, stop)
@@ -596,6 +597,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                    strict=self.strict, nvtx=not _glue.python_nvtx_installed())
         w.notes.update(self._notes)
         w.trace_id = self._new_trace_id()
+        w.cpu_off = "CPU" in self._toggled_off
+        w.cuda_off_since = 0 if "GPU" in self._toggled_off else None
         w.start()
         if gpu and not w.gpu:  # CUPTI refused (busy with strict=False, no permission, ...)
             w.config["collected_activities"] = [a for a in self.collected_activities
@@ -938,11 +941,33 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             "memory history for pytorch.org/memory_viz")
 
     def toggle_collection_dynamic(self, enable, activities):
-        """Not available: a cprof window collects what it was opened with. Use a schedule, or
-        close the window and open another with the activities wanted."""
-        raise NotImplementedError(
-            "cprof.profile cannot switch activities inside a window; use schedule= (or stop() "
-            "and a new cprof.profile with the activities wanted) to leave parts out")
+        """torch.profiler's: stops (enable=False) or resumes (True) collecting activities from
+        now on, inside a window. CPU: ranges of every kind (operators, record_function,
+        modules, Python functions) opened while off are not recorded; ranges already open end
+        normally, and ProfilerStep ranges are always kept. CUDA: GPU work asked for while off
+        (kernels, copies, sets, the runtime calls that launched them, syncs, memory records)
+        is left out of the window's results. The counts left out are in the trace's metadata.
+        The setting stays until toggled back, across the schedule's windows; called with no
+        window open it applies to the next one. MEM cannot be toggled (a warning; ignored)."""
+        if isinstance(enable, str) or not isinstance(enable, (bool, int)):
+            raise TypeError(f"cprof.profile.toggle_collection_dynamic: enable must be True or "
+                            f"False, got {enable!r}")
+        if isinstance(activities, (str, enum.Enum)) or not hasattr(activities, "__iter__"):
+            activities = [activities]
+        activities = list(activities)
+        if not activities:
+            return  # torch.profiler: nothing to toggle
+        acts = normalize_activities(activities)
+        if "MEM" in acts:
+            warnings.warn("cprof.profile.toggle_collection_dynamic: MEM cannot be toggled "
+                          "(CPU and CUDA can, as in torch.profiler); ignored", RuntimeWarning,
+                          stacklevel=2)
+        cpu, cuda = "CPU" in acts, "GPU" in acts
+        for name, on in (("CPU", cpu), ("GPU", cuda)):
+            if on:
+                (self._toggled_off.discard if enable else self._toggled_off.add)(name)
+        if (cpu or cuda) and self._window is not None and not self._in_other_process():
+            self._window.toggle(bool(enable), cpu=cpu, cuda=cuda)
 
 
 def supported_activities():

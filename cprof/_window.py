@@ -110,6 +110,13 @@ class Window:
         self.end_reason = None
         self.pid = None  # the process that opened it: elsewhere (a forked child) it is not ours
         self.held_at_start = 0  # range memory earlier results held when it opened (bytes)
+        # toggle_collection_dynamic: CPU collection off; CUDA off since (cprof clock ns, 0 =
+        # the window's start) and the closed intervals it was off, [(off_ns, on_ns)]
+        self.cpu_off = False
+        self.cuda_off_since = None
+        self.cuda_off = []
+        self.toggles = []  # what was toggled when, for the trace's metadata
+        self.off_at_start = []
 
     def foreign(self, what):
         """True (with a debug note) in a process other than the one that opened the window: a
@@ -130,9 +137,10 @@ class Window:
         mem = _C.memory()
         # range memory that results of earlier windows still hold counts against the cap
         self.held_at_start = max(mem["allocated_bytes"] - mem["pooled_bytes"], 0)
-        _C.start()
+        _C.start(cpu_on=not self.cpu_off)
         self.pid = os.getpid()
         self.start_time = time.time()
+        self._note_off_at_start()
         if self.gpu:
             try:
                 _C.gpu_start(memory=self.memory, nvtx=self.nvtx, share=_kineto_idle(),
@@ -177,8 +185,11 @@ class Window:
             except _C.CprofError:
                 pass
         _C.stop().close()
-        _C.start()
+        _C.start(cpu_on=not self.cpu_off)
         self.start_time = time.time()
+        self.cuda_off = []
+        self.toggles = []
+        self._note_off_at_start()
         if gpu_on:
             try:
                 _C.gpu_start(memory=self.memory, nvtx=self.nvtx, share=_kineto_idle(),
@@ -190,6 +201,38 @@ class Window:
                               f"{err} -- recording CPU activity only", RuntimeWarning,
                               stacklevel=3)
 
+    def _note_off_at_start(self):
+        if self.cuda_off_since is not None:
+            self.cuda_off_since = 0  # off from the window's start
+        self.off_at_start = [a for a, off in (("CPU", self.cpu_off),
+                                              ("CUDA", self.cuda_off_since is not None)) if off]
+
+    def toggle(self, enable, cpu=False, cuda=False):
+        """toggle_collection_dynamic: turns CPU range collection and / or CUDA activity off
+        (enable False) or back on from now on. Before start(), it sets how the window opens."""
+        now = _C.now_ns()
+        if cpu and self.cpu_off == bool(enable):
+            self.cpu_off = not enable
+            if self.pid is not None and _C.active():
+                _C.toggle_cpu(bool(enable))
+        if cuda:
+            if not enable and self.cuda_off_since is None:
+                self.cuda_off_since = now
+            elif enable and self.cuda_off_since is not None:
+                if self.pid is not None:
+                    self.cuda_off.append((self.cuda_off_since, now))
+                self.cuda_off_since = None
+        if self.pid is not None:
+            self.toggles.append({"enable": bool(enable),
+                                 "activities": [a for a, on in (("CPU", cpu), ("CUDA", cuda))
+                                                if on],
+                                 "ts_us": (now + _C.unix_offset_ns()) // 1000})
+
+    def _cuda_off_intervals(self):
+        if self.cuda_off_since is None:
+            return self.cuda_off
+        return self.cuda_off + [(self.cuda_off_since, None)]
+
     def stop(self, exc_type=None):
         """Closes the window. exc_type: the exception that ended it (or a str: "SIGTERM",
         "exit"), if any. Returns the snapshot (None in a forked child: nothing is closed)."""
@@ -199,7 +242,8 @@ class Window:
             user_end = _C.now_ns()  # the sync below is cprof's, not the program's
             _sync_cuda()  # let launched work finish, so its records are complete
             try:
-                self.gpu_snapshot = _C.gpu_stop(host_stop_ns=user_end)
+                self.gpu_snapshot = _C.gpu_stop(host_stop_ns=user_end,
+                                                toggled_off=self._cuda_off_intervals())
             except _C.CprofError as err:
                 self.notes["gpu_error"] = str(err)
                 warnings.warn(f"cprof: GPU records of this window are lost: {err}",
@@ -267,6 +311,9 @@ class Window:
         if torch is not None:
             meta["torch"] = getattr(torch, "__version__", None)
         meta.update(self.notes)
+        if self.toggles or self.off_at_start:
+            meta["toggle_collection_dynamic"] = {"off_at_start": self.off_at_start,
+                                                 "toggles": self.toggles}
         if self.gpu_snapshot is not None:
             d = self.notes["gpu"]["dropped"]
             meta["dropped"] = {"gpu_cupti": d["cupti"], "gpu_decode": d["decode"],

@@ -136,6 +136,7 @@ typedef struct cprof_snapshot {
     uint64_t nrecords;
     uint64_t dropped;
     uint64_t truncated;         /* ranges still open at stop, closed at stop time */
+    uint64_t toggled_off;       /* pushes not recorded while CPU collection was toggled off */
 } cprof_snapshot;
 
 /* Memory cap for range chunks (all threads, all held snapshots). Default 256 MiB.
@@ -145,10 +146,17 @@ uint64_t cprof_events_cap(void);
 uint64_t cprof_events_bytes_in_use(void);
 uint64_t cprof_events_bytes_pooled(void);
 
-/* Opens a window. CPROF_E_STATE if one is open. Caller holds the GIL. */
-int cprof_events_start(void);
-/* 1 while a window is open. */
+/* Opens a window, recording (cpu_on) or with CPU collection toggled off. CPROF_E_STATE if one
+ * is open. Caller holds the GIL. */
+int cprof_events_start(int cpu_on);
+/* Non-zero while a window is open (2: CPU collection toggled off). */
 int cprof_events_active(void);
+/* toggle_collection_dynamic's CPU side: while off, pushes record nothing (they still balance
+ * their pops; ranges already open end normally) except ProfilerStep ranges, and are counted in
+ * the snapshot's toggled_off. CPROF_E_STATE without a window. Caller holds the GIL. */
+int cprof_events_toggle_cpu(int on);
+/* 1 while a window is open and recording CPU ranges. */
+int cprof_events_cpu_on(void);
 /* Closes the window and moves its data into a new snapshot (*out).
  * Ranges still open are closed at stop time and flagged TRUNCATED. Caller holds the GIL. */
 int cprof_events_stop(cprof_snapshot **out);

@@ -48,7 +48,11 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static tstate *registry;
 
 static int g_active;           /* read on every push, written under the GIL; operator pushes
-                                * (no GIL) read it with an acquire load under their op lock */
+                                * (no GIL) read it with an acquire load under their op lock.
+                                * 0: no window; 1: recording; 2: open, CPU collection toggled
+                                * off (toggle_collection_dynamic): pushes record nothing but
+                                * ProfilerStep ranges, and are counted in g_toggled_off */
+static uint64_t g_toggled_off; /* ranges not recorded in this window while toggled off */
 static uint64_t g_window_id;
 static uint64_t g_start_ns;
 
@@ -260,8 +264,18 @@ static CPROF_NOINLINE int stack_grow(tstate *t) {
 
 /* Reserves and opens this thread's next record, or returns NULL (no window: nothing recorded;
  * memory cap: counted as dropped). Its depth counts the user's and the tracer's open ranges. */
+/* A push while CPU collection is toggled off: only the profiler's step ranges are recorded,
+ * which keep the timeline's steps; the others are counted. */
+static CPROF_NOINLINE int toggled_off_skips(int active, uint8_t cat) {
+    if (!active) return 1;
+    if (cat == CPROF_CAT_STEP) return 0;
+    __atomic_fetch_add(&g_toggled_off, 1, __ATOMIC_RELAXED); /* operator pushes: no GIL */
+    return 1;
+}
+
 CPROF_INLINE cprof_record *record_open(tstate *t, uint32_t name_id, uint8_t cat) {
-    if (!__atomic_load_n(&g_active, __ATOMIC_ACQUIRE)) return NULL;
+    int active = __atomic_load_n(&g_active, __ATOMIC_ACQUIRE);
+    if (CPROF_UNLIKELY(active != 1) && toggled_off_skips(active, cat)) return NULL;
     cprof_record *r;
     if (CPROF_LIKELY(t->window_id == g_window_id && t->tail &&
                      t->tail->count < CPROF_CHUNK_RECORDS))
@@ -587,17 +601,27 @@ void cprof_events_fork_child(void) {
     pthread_mutex_unlock(&registry_lock);
 }
 
-int cprof_events_start(void) {
+int cprof_events_start(int cpu_on) {
     if (g_active) return CPROF_E_STATE;
     pthread_once(&atfork_once, atfork_register);
     pthread_mutex_lock(&registry_lock);
     reap_dead_locked();
     g_window_id++;
     g_start_ns = cprof_clock_now_ns();
-    __atomic_store_n(&g_active, 1, __ATOMIC_RELEASE); /* after the id: operator pushes read it */
+    __atomic_store_n(&g_toggled_off, 0, __ATOMIC_RELAXED);
+    /* after the id: operator pushes read it */
+    __atomic_store_n(&g_active, cpu_on ? 1 : 2, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&registry_lock);
     return CPROF_OK;
 }
+
+int cprof_events_toggle_cpu(int on) {
+    if (!g_active) return CPROF_E_STATE;
+    __atomic_store_n(&g_active, on ? 1 : 2, __ATOMIC_RELEASE);
+    return CPROF_OK;
+}
+
+int cprof_events_cpu_on(void) { return g_active == 1; }
 
 void cprof_events_counts(uint64_t *stored, uint64_t *dropped) {
     uint64_t s = 0, d = 0;
@@ -639,6 +663,7 @@ int cprof_events_stop(cprof_snapshot **out) {
     cprof_snapshot *snap = calloc(1, sizeof *snap);
     if (!snap) return CPROF_E_NOMEM;
     pthread_mutex_lock(&registry_lock);
+    int was = g_active;
     __atomic_store_n(&g_active, 0, __ATOMIC_RELEASE);
     /* An operator push that saw the window open finishes before we take its thread's lock;
      * one that comes later sees it closed. Only then is each thread's window id stable. */
@@ -652,7 +677,7 @@ int cprof_events_stop(cprof_snapshot **out) {
     snap->threads = calloc(n ? n : 1, sizeof *snap->threads);
     if (!snap->threads) {
         /* keep the window open: nothing collected is lost, the caller may retry */
-        __atomic_store_n(&g_active, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&g_active, was, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&registry_lock);
         free(snap);
         return CPROF_E_NOMEM;
@@ -683,6 +708,7 @@ int cprof_events_stop(cprof_snapshot **out) {
     reap_dead_locked();
     pthread_mutex_unlock(&registry_lock);
     snap->window_id = g_window_id;
+    snap->toggled_off = __atomic_load_n(&g_toggled_off, __ATOMIC_RELAXED);
     snap->start_ns = g_start_ns;
     snap->stop_ns = now;
     snap->unix_offset_ns = cprof_clock_unix_offset_ns();

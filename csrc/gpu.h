@@ -96,6 +96,8 @@ typedef struct cprof_gpu_snapshot {
     uint64_t dropped_incomplete;/* records without an end time (work still running at stop) */
     uint64_t dropped_outside;   /* records entirely outside the window */
     uint64_t dropped_decode;    /* records cprof could not store (out of memory) */
+    uint64_t toggled_off;       /* records left out on request: launched while CUDA collection
+                                   was toggled off (gpu_toggle.c) */
     uint64_t buffers_refused;   /* CUPTI's requests for a buffer refused (pool full): records
                                    were lost from then on, in numbers CUPTI may not report */
     uint64_t pool_cap_bytes;    /* the pool's cap in this window */
@@ -183,6 +185,14 @@ int cprof_occupancy_percent(const cprof_device_limits *d, int regs, int smem_sta
  * and those it could not (the event recorded before the window, or the kind unavailable) in
  * snap->event_waits_resolved / _unresolved. Pure C, at stop. */
 int cprof_gpu_resolve_event_waits(cprof_gpu_snapshot *snap);
+
+/* ---- gpu_toggle.c: toggle_collection_dynamic's CUDA side ---- */
+/* Takes out of snap the records whose work was asked for while CUDA collection was toggled off:
+ * iv holds n [off, on) intervals on the cprof clock as 2n values (sorted, not overlapping; on =
+ * UINT64_MAX while still off). A record's time is the start of the runtime / driver call with
+ * its correlation id, else its own start. Counts them in snap->toggled_off; keeps the order.
+ * CPROF_E_ARG for intervals out of order. Pure C, at stop. */
+int cprof_gpu_drop_toggled_off(cprof_gpu_snapshot *snap, const uint64_t *iv, size_t n);
 
 /* ---- link.c: GPU work -> CPU ranges ---- */
 /* The result of linking: per GPU record index (in chunk order), the External id of the innermost

@@ -48,6 +48,9 @@ int cprof_meta_json(const cprof_snapshot *snap, const char *extra_json, char **o
     cJSON_DeleteItemFromObjectCaseSensitive(counts, "cpu_ranges_truncated");
     cJSON_AddNumberToObject(counts, "cpu_ranges_truncated", (double)snap->truncated);
     cJSON_AddNumberToObject(counts, "threads", (double)snap->nthreads);
+    cJSON_DeleteItemFromObjectCaseSensitive(counts, "cpu_ranges_toggled_off");
+    if (snap->toggled_off) /* toggle_collection_dynamic(False, [CPU]): left out on request */
+        cJSON_AddNumberToObject(counts, "cpu_ranges_toggled_off", (double)snap->toggled_off);
 
     cJSON *dropped = cJSON_GetObjectItemCaseSensitive(root, "dropped");
     if (!cJSON_IsObject(dropped)) {

@@ -351,6 +351,10 @@ static PyObject *gpu_snapshot_counts(GpuSnapshotObject *self, PyObject *unused) 
                              : NULL;
     if (!waits || PyDict_SetItemString(counts, "event_waits", waits) < 0) Py_CLEAR(counts);
     Py_XDECREF(waits);
+    /* left out on request (toggle_collection_dynamic), not lost: apart from "dropped" */
+    PyObject *off = counts ? PyLong_FromUnsignedLongLong(g->toggled_off) : NULL;
+    if (!off || PyDict_SetItemString(counts, "toggled_off", off) < 0) Py_CLEAR(counts);
+    Py_XDECREF(off);
     return counts;
 }
 
@@ -711,6 +715,7 @@ static PyObject *snapshot_summary(SnapshotObject *self, PyObject *unused) {
 SNAP_GETTER(nrecords)
 SNAP_GETTER(dropped)
 SNAP_GETTER(truncated)
+SNAP_GETTER(toggled_off)
 SNAP_GETTER(start_ns)
 SNAP_GETTER(stop_ns)
 SNAP_GETTER(window_id)
@@ -736,6 +741,8 @@ static PyGetSetDef snapshot_getset[] = {
     {"ranges", (getter)snapshot_get_nrecords, NULL, "Ranges stored.", NULL},
     {"dropped", (getter)snapshot_get_dropped, NULL, "Ranges dropped (memory cap).", NULL},
     {"truncated", (getter)snapshot_get_truncated, NULL, "Ranges closed by the window end.", NULL},
+    {"toggled_off", (getter)snapshot_get_toggled_off, NULL,
+     "Ranges not recorded while CPU collection was toggled off.", NULL},
     {"start_ns", (getter)snapshot_get_start_ns, NULL, "Window start, cprof clock.", NULL},
     {"stop_ns", (getter)snapshot_get_stop_ns, NULL, "Window stop, cprof clock.", NULL},
     {"window_id", (getter)snapshot_get_window_id, NULL, "Window number in this process.", NULL},
@@ -864,8 +871,12 @@ static PyObject *mod_add_arg(PyObject *module, PyObject *const *args, Py_ssize_t
     Py_RETURN_NONE;
 }
 
-static PyObject *mod_start(PyObject *module, PyObject *unused) {
-    int rc = cprof_events_start();
+/* start(cpu_on=True): opens a window; cpu_on=False opens it with CPU collection toggled off */
+static PyObject *mod_start(PyObject *module, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"cpu_on", NULL};
+    int cpu_on = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p", kwlist, &cpu_on)) return NULL;
+    int rc = cprof_events_start(cpu_on);
     if (rc == CPROF_E_STATE) {
         PyErr_SetString(get_state(module)->WindowStateError,
                         "a cprof window is already open in this process; close it (exit its "
@@ -896,6 +907,21 @@ static PyObject *mod_stop(PyObject *module, PyObject *unused) {
 
 static PyObject *mod_active(PyObject *module, PyObject *unused) {
     return PyBool_FromLong(cprof_events_active());
+}
+
+/* toggle_cpu(on): toggle_collection_dynamic's CPU side for the open window */
+static PyObject *mod_toggle_cpu(PyObject *module, PyObject *arg) {
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) return NULL;
+    if (cprof_events_toggle_cpu(on) == CPROF_E_STATE) {
+        PyErr_SetString(get_state(module)->WindowStateError, "no cprof window is open");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *mod_cpu_on(PyObject *module, PyObject *unused) {
+    return PyBool_FromLong(cprof_events_cpu_on());
 }
 
 static PyObject *mod_counts(PyObject *module, PyObject *unused) {
@@ -1048,21 +1074,71 @@ static PyObject *mod_gpu_start(PyObject *module, PyObject *args, PyObject *kwds)
     Py_RETURN_NONE;
 }
 
-/* gpu_stop(host_stop_ns=0) -> GpuSnapshot: flushes CUPTI and decodes (GIL released).
- * host_stop_ns: when the user's window ended; API calls and waits that begin after it (cprof's
- * own synchronize before stopping) are left out. 0: now. */
+/* toggled_off's [(off_ns, on_ns or None), ...] as 2n values (None: UINT64_MAX); *n pairs.
+ * Returns a PyMem buffer (NULL with *n = 0 for None or empty), or NULL with an exception. */
+static uint64_t *toggle_intervals(PyObject *seq, size_t *n) {
+    *n = 0;
+    if (seq == NULL || seq == Py_None) return NULL;
+    PyObject *fast = PySequence_Fast(seq, "toggled_off must be a sequence of (off_ns, on_ns)");
+    if (!fast) return NULL;
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(fast);
+    uint64_t *iv = PyMem_Malloc((size_t)(len ? len : 1) * 2 * sizeof *iv);
+    if (!iv) {
+        Py_DECREF(fast);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < len; i++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(fast, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "toggled_off: each interval is (off_ns, on_ns)");
+            goto fail;
+        }
+        for (int k = 0; k < 2; k++) {
+            PyObject *v = PyTuple_GET_ITEM(pair, k);
+            iv[2 * i + k] = k && v == Py_None ? UINT64_MAX : PyLong_AsUnsignedLongLong(v);
+            if (PyErr_Occurred()) goto fail;
+        }
+        if (iv[2 * i] > iv[2 * i + 1] || (i && iv[2 * i] < iv[2 * i - 1])) {
+            PyErr_SetString(PyExc_ValueError, "toggled_off: the intervals must be sorted and "
+                            "disjoint, each (off_ns, on_ns) with off_ns <= on_ns");
+            goto fail;
+        }
+    }
+    Py_DECREF(fast);
+    *n = (size_t)len;
+    return iv;
+fail:
+    Py_DECREF(fast);
+    PyMem_Free(iv);
+    return NULL;
+}
+
+/* gpu_stop(host_stop_ns=0, toggled_off=None) -> GpuSnapshot: flushes CUPTI and decodes (GIL
+ * released). host_stop_ns: when the user's window ended; API calls and waits that begin after
+ * it (cprof's own synchronize before stopping) are left out. 0: now. toggled_off: the
+ * intervals CUDA collection was toggled off, [(off_ns, on_ns or None)], sorted: the records of
+ * work asked for in them are left out. */
 static PyObject *mod_gpu_stop(PyObject *module, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"host_stop_ns", NULL};
+    static char *kwlist[] = {"host_stop_ns", "toggled_off", NULL};
     unsigned long long host_stop = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|K", kwlist, &host_stop)) return NULL;
+    PyObject *toggled = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|KO", kwlist, &host_stop, &toggled))
+        return NULL;
     module_state *st = get_state(module);
+    size_t niv;
+    uint64_t *iv = toggle_intervals(toggled, &niv);
+    if (!iv && PyErr_Occurred()) return NULL;
     cprof_gpu_snapshot *snap = NULL;
-    int rc;
+    int rc, trc = CPROF_OK;
     uint64_t now = cprof_clock_now_ns();
     if (!host_stop || host_stop > now) host_stop = now;
     Py_BEGIN_ALLOW_THREADS rc = cprof_cupti_stop(now, host_stop, &snap);
+    if (rc == CPROF_OK) trc = cprof_gpu_drop_toggled_off(snap, iv, niv);
     Py_END_ALLOW_THREADS
+    PyMem_Free(iv);
     if (rc) return raise_core_error(st, rc, cprof_cupti_last_error(), 0);
+    (void)trc; /* CPROF_E_ARG only, and toggle_intervals checked the order */
     GpuSnapshotObject *obj = PyObject_New(GpuSnapshotObject, st->GpuSnapshotType);
     if (!obj) {
         cprof_gpu_snapshot_free(snap);
@@ -1144,7 +1220,13 @@ static PyMethodDef module_methods[] = {
     {"depth", (PyCFunction)mod_depth, METH_NOARGS, "Open ranges on this thread."},
     {"add_arg", (PyCFunction)(void (*)(void))mod_add_arg, METH_FASTCALL,
      "add_arg(key, int): an integer arg on the innermost open range."},
-    {"start", (PyCFunction)mod_start, METH_NOARGS, "Opens a window."},
+    {"start", (PyCFunction)(void (*)(void))mod_start, METH_VARARGS | METH_KEYWORDS,
+     "start(cpu_on=True): opens a window (cpu_on=False: with CPU collection toggled off)."},
+    {"toggle_cpu", (PyCFunction)mod_toggle_cpu, METH_O,
+     "toggle_cpu(on): records CPU ranges again (True) or not (False) in the open window; "
+     "ProfilerStep ranges are always recorded."},
+    {"cpu_on", (PyCFunction)mod_cpu_on, METH_NOARGS,
+     "True while a window is open and recording CPU ranges."},
     {"stop", (PyCFunction)mod_stop, METH_NOARGS, "Closes the window; returns a Snapshot."},
     {"active", (PyCFunction)mod_active, METH_NOARGS, "True while a window is open."},
     {"counts", (PyCFunction)mod_counts, METH_NOARGS, "(stored, dropped) in the open window."},

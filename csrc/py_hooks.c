@@ -457,7 +457,7 @@ static int open_module(HooksObject *self, PyObject *m, PyObject *const *args, Py
     if (CPROF_UNLIKELY(name_id == CPROF_NAME_INVALID)) return -1;
     /* shapes are read before the push, so the range does not include reading them */
     uint32_t frag = 0;
-    if (self->record_shapes && args && cprof_events_active()) frag = fragment_id(self, s, args, n);
+    if (self->record_shapes && args && cprof_events_cpu_on()) frag = fragment_id(self, s, args, n);
     if (CPROF_UNLIKELY(tls_reserve(s) < 0) ||
         CPROF_UNLIKELY(cprof_events_push(name_id, CPROF_CAT_USER_ANNOTATION) != CPROF_OK)) {
         self->errors++;
@@ -534,7 +534,7 @@ static PyObject *hooks_record_args(HooksObject *self, PyObject *args) {
     }
     hooks_tls *s = tls_get();
     if (!s) return PyErr_NoMemory();
-    if (!cprof_events_active()) Py_RETURN_NONE;
+    if (!cprof_events_cpu_on()) Py_RETURN_NONE;
     uint32_t frag = fragment_id(self, s, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args));
     if (frag) cprof_events_set_raw_args(frag);
     Py_RETURN_NONE;

@@ -304,6 +304,83 @@ with warnings.catch_warnings(record=True) as caught:
             fake.fake_cupti_add_sync_ex(STREAM_WAIT, us(4), us(5), 13, 2, 5, 1, 0)
             time.sleep(0.002)
         result["event_names"] = sorted({(e.name, e.category) for e in prof.events()})
+    elif scenario == "toggle":  # toggle_collection_dynamic(False / True, [CUDA] / [CPU])
+        u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+        fake.fake_cupti_add_api.argtypes = [ctypes.c_int, ctypes.c_int, u64, u64, u32, u32]
+        fake.fake_cupti_add_kernel.argtypes = [ctypes.c_char_p, u64, u64, u32, u32]
+        fake.fake_cupti_add_sync.argtypes = [ctypes.c_int, u64, u64, u32, u32, u32]
+        tid = threading.get_native_id()
+        LAUNCH, SYNC, DRV_LAUNCH = 211, 131, 307
+
+        def launch(name, corr, at, run_at, driver=False):
+            """a launch call at `at` (ns) and its kernel running from run_at (ns), 5 us each"""
+            fake.fake_cupti_add_api(int(driver), DRV_LAUNCH if driver else LAUNCH, at,
+                                    at + 5000, tid, corr)
+            fake.fake_cupti_add_kernel(name.encode(), run_at, run_at + 5000, 7, corr)
+
+        CUDA, CPU = cprof.ProfilerActivity.CUDA, cprof.ProfilerActivity.CPU
+        with cprof.profile(activities=["CPU", "CUDA"], record_ops=False) as prof:
+            with cprof.range("on_before"):
+                t = C.now_ns() + 1000
+                launch("k_before", 1, t, t + 20000)
+                early = t + 10000  # a call before the toggle whose kernel runs while off
+                time.sleep(0.001)
+            prof.toggle_collection_dynamic(False, [CUDA])
+            with cprof.range("cuda_off"):
+                t = C.now_ns() + 1000
+                fake.fake_cupti_add_api(0, LAUNCH, early, early + 5000, tid, 2)
+                fake.fake_cupti_add_kernel(b"k_launched_before_runs_while_off", t, t + 5000, 7, 2)
+                launch("k_off", 3, t, t + 20000)
+                launch("k_off_runs_after", 4, t + 1000, t + 5000000)  # ends after the toggle
+                launch("k_off_driver", 5, t + 2000, t + 30000, driver=True)
+                fake.fake_cupti_add_api(0, SYNC, t + 3000, t + 40000, tid, 6)
+                fake.fake_cupti_add_sync(3, t + 3500, t + 39000, 7, 6, 0xFFFFFFFF)
+                time.sleep(0.001)
+            prof.toggle_collection_dynamic(True, ["cuda"])
+            with cprof.range("outer"):
+                prof.toggle_collection_dynamic(False, [CPU])
+                with cprof.range("cpu_off"):
+                    t = C.now_ns() + 1000
+                    launch("k_cpu_off", 7, t, t + 20000)
+                    time.sleep(0.001)
+                prof.toggle_collection_dynamic(True, [CPU])
+            time.sleep(0.006)  # past k_off_runs_after's end
+        result["names"] = sorted({e.name for e in prof.events()})
+        path = os.path.join(out_dir, "toggle.json")
+        prof.export_chrome_trace(path)
+        result["trace"] = path
+        # toggled off before the window opens: it opens with CUDA off
+        p2 = cprof.profile(activities=["CPU", "CUDA"], record_ops=False)
+        p2.toggle_collection_dynamic(False, [CUDA])
+        with p2, cprof.range("whole"):
+            t = C.now_ns() + 1000
+            launch("k_never", 1, t, t + 20000)
+            time.sleep(0.001)
+        result["names_off_at_start"] = sorted({e.name for e in p2.events()})
+        path = os.path.join(out_dir, "toggle_start.json")
+        p2.export_chrome_trace(path)
+        result["trace_off_at_start"] = path
+    elif scenario == "toggle_many":  # more records than one decoded chunk holds, per part
+        u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+        fake.fake_cupti_add_api.argtypes = [ctypes.c_int, ctypes.c_int, u64, u64, u32, u32]
+        fake.fake_cupti_add_kernel.argtypes = [ctypes.c_char_p, u64, u64, u32, u32]
+        tid, n = threading.get_native_id(), 3000
+        with cprof.profile(activities=["CPU", "CUDA"], record_ops=False) as prof:
+            corr = 0
+            for part in ("on1", "off", "on2"):
+                if part == "off":
+                    prof.toggle_collection_dynamic(False, [cprof.ProfilerActivity.CUDA])
+                t = C.now_ns() + 1000
+                for i in range(n):
+                    corr += 1
+                    at = t + i * 100
+                    fake.fake_cupti_add_api(0, 211, at, at + 50, tid, corr)
+                    fake.fake_cupti_add_kernel(f"{part}_{i}".encode(), at + 60, at + 90, 7, corr)
+                time.sleep(n * 100 / 1e9 + 0.001)
+                if part == "off":
+                    prof.toggle_collection_dynamic(True, [cprof.ProfilerActivity.CUDA])
+        result["kernels"] = [e.name for e in prof.events() if e.category == "kernel"]
+        result["gpu"] = prof._last.notes["gpu"]
 result["warnings"] = [str(w.message) for w in caught]
 result["warning_classes"] = [w.category.__name__ for w in caught]
 print("RESULT " + json.dumps(result))

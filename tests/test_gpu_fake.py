@@ -516,3 +516,50 @@ def test_results_charge_gpu_work_once_and_list_the_cuda_calls(tmp_path, fake_so)
     assert res["launches_self_cpu"] == pytest.approx(res["launches_cpu"] - spent, abs=1e-3)
     assert sorted(k[0] for k in res["kernels"]) == sorted(
         n for n, r in gpu.items() for _ in range(r["count"]))
+
+
+def test_toggle_collection_dynamic_leaves_out_what_was_launched_while_off(tmp_path, fake_so):
+    """torch.profiler's toggle_collection_dynamic: GPU work asked for while CUDA is off (its
+    launch call's time, wherever the kernel runs) is left out, its calls and syncs too, and
+    counted; work launched before the toggle that runs while off is kept. CPU off keeps
+    kernels, linked to the range open before the toggle."""
+    res = run("toggle", tmp_path, fake_so)
+    names = set(res["names"])
+    assert {"k_before", "k_launched_before_runs_while_off", "k_cpu_off"} <= names
+    assert not {"k_off", "k_off_runs_after", "k_off_driver"} & names
+    assert {"on_before", "cuda_off", "outer"} <= names and "cpu_off" not in names
+    t = load_trace(res["trace"])
+    kernels = {e["name"]: e for e in events(t, "kernel")}
+    assert set(kernels) == {"k_before", "k_launched_before_runs_while_off", "k_cpu_off"}
+    launches = events(t, "cuda_runtime") + events(t, "cuda_driver")
+    corr = sorted(e["args"]["correlation"] for e in launches)
+    assert corr == [1, 2, 7]  # the off interval's calls (3-6) and its sync are gone
+    assert not events(t, "cuda_sync")
+    outer = [e for e in events(t, "user_annotation") if e["name"] == "outer"]
+    assert kernels["k_cpu_off"]["args"]["External id"] == outer[0]["args"]["External id"]
+    meta = t["cprof"]
+    assert meta["gpu"]["toggled_off"] == 8  # 3 kernels, their 3 calls, a sync call, its sync
+    assert meta["counts"]["cpu_ranges_toggled_off"] == 1
+    toggles = meta["toggle_collection_dynamic"]["toggles"]
+    assert [(x["enable"], x["activities"]) for x in toggles] == [
+        (False, ["CUDA"]), (True, ["CUDA"]), (False, ["CPU"]), (True, ["CPU"])]
+    assert [x["ts_us"] for x in toggles] == sorted(x["ts_us"] for x in toggles)
+    # toggled off before the window: nothing of the GPU's, said so
+    assert "k_never" not in res["names_off_at_start"] and "whole" in res["names_off_at_start"]
+    t2 = load_trace(res["trace_off_at_start"])
+    assert not events(t2, "kernel") and not events(t2, "cuda_runtime")
+    assert t2["cprof"]["toggle_collection_dynamic"]["off_at_start"] == ["CUDA"]
+    assert t2["cprof"]["gpu"]["toggled_off"] == 2
+
+
+def test_toggle_leaves_order_and_counts_right_across_many_records(tmp_path, fake_so):
+    """The records left out are taken out of the decoded chunks in place (4096 records
+    each): the rest keep their order, counts and kinds add up."""
+    res = run("toggle_many", tmp_path, fake_so)
+    n = 3000
+    kernels = res["kernels"]
+    assert kernels == [f"on1_{i}" for i in range(n)] + [f"on2_{i}" for i in range(n)]
+    gpu = res["gpu"]
+    assert gpu["toggled_off"] == 2 * n
+    assert gpu["records"]["kernel"] == gpu["records"]["runtime"] == 2 * n
+    assert gpu["total"] == sum(gpu["records"].values())

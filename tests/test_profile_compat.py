@@ -1,5 +1,5 @@
 """cprof.profile's smaller torch.profiler methods: trace ids, add_metadata(_json), export_stacks,
-supported_activities, and a clear error for the two it does not offer."""
+supported_activities, and a clear error for the one it does not offer."""
 import json
 import os
 import re
@@ -223,8 +223,7 @@ def test_supported_activities():
 
 def test_methods_cprof_does_not_offer_say_what_to_use(tmp_path):
     with cprof.profile(activities=CPU) as p:
-        with pytest.raises(NotImplementedError, match="schedule"):
-            p.toggle_collection_dynamic(False, [cprof.ProfilerActivity.CUDA])
+        pass
     with pytest.raises(NotImplementedError, match="export_memory_snapshot"):
         p.export_memory_timeline(str(tmp_path / "m.html"))
     assert p.export_chrome_trace(str(tmp_path / "t.json"))
