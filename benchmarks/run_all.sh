@@ -28,6 +28,9 @@ echo
 echo "== bench_module_events: what TensorBoard's module events cost a trace =="
 "$PY" benchmarks/bench_module_events.py $(json_args bench_module_events) 2> >(grep -v '^USDT:' >&2)
 echo
+echo "== bench_toggle: a stretch with CPU collection toggled off, cprof vs torch.profiler =="
+"$PY" benchmarks/bench_toggle.py $(json_args bench_toggle) 2> >(grep -v '^USDT:\|^\[W' >&2)
+echo
 echo "== bench_compiled_regions: torch.compile regions, cprof vs torch.profiler =="
 "$PY" benchmarks/bench_compiled_regions.py $(json_args bench_compiled_regions) 2> >(grep -v '^USDT:' >&2)
 echo
