@@ -190,7 +190,8 @@ int cprof_gpu_resolve_event_waits(cprof_gpu_snapshot *snap);
 /* Takes out of snap the records whose work was asked for while CUDA collection was toggled off:
  * iv holds n [off, on) intervals on the cprof clock as 2n values (sorted, not overlapping; on =
  * UINT64_MAX while still off). A record's time is the start of the runtime / driver call with
- * its correlation id, else its own start. Counts them in snap->toggled_off; keeps the order.
+ * its correlation id, else its own start; memory records are kept (a running total). Counts
+ * them in snap->toggled_off; keeps the order.
  * CPROF_E_ARG for intervals out of order. Pure C, at stop. */
 int cprof_gpu_drop_toggled_off(cprof_gpu_snapshot *snap, const uint64_t *iv, size_t n);
 

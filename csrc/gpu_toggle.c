@@ -5,7 +5,9 @@
  * on costs what the window's start costs (decision 91). A record belongs to the time its work
  * was asked for: the start of the host call with its correlation id (the runtime or driver
  * record of the launch, copy, set or event record), else its own start (host calls, syncs,
- * NVTX ranges, memory records without a call). Pure C, no lock: runs at stop, GIL released. */
+ * NVTX ranges). Memory records are kept: the memory track is a running total that would stay
+ * wrong after the toggle back on (a release counted without its allocation), and MEM is not
+ * an activity torch.profiler toggles. Pure C, no lock: runs at stop, GIL released. */
 #include <stdlib.h>
 
 #include "gpu.h"
@@ -87,7 +89,7 @@ int cprof_gpu_drop_toggled_off(cprof_gpu_snapshot *snap, const uint64_t *iv, siz
     for (cprof_gpu_chunk *c = snap->chunks; c; c = c->next)
         for (uint32_t i = 0; i < c->count; i++) {
             const cprof_gpu_record *r = &c->rec[i];
-            if (in_intervals(iv, n, launch_time(&m, r))) {
+            if (r->kind != CPROF_GPU_MEMORY && in_intervals(iv, n, launch_time(&m, r))) {
                 snap->toggled_off++;
                 snap->nrecords--;
                 snap->per_kind[r->kind]--;

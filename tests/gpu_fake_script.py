@@ -318,8 +318,10 @@ with warnings.catch_warnings(record=True) as caught:
                                     at + 5000, tid, corr)
             fake.fake_cupti_add_kernel(name.encode(), run_at, run_at + 5000, 7, corr)
 
+        fake.fake_cupti_add_memory.argtypes = [ctypes.c_int, ctypes.c_int, u64, u64, u64, u32,
+                                               u32]
         CUDA, CPU = cprof.ProfilerActivity.CUDA, cprof.ProfilerActivity.CPU
-        with cprof.profile(activities=["CPU", "CUDA"], record_ops=False) as prof:
+        with cprof.profile(activities=["CPU", "CUDA", "MEM"], record_ops=False) as prof:
             with cprof.range("on_before"):
                 t = C.now_ns() + 1000
                 launch("k_before", 1, t, t + 20000)
@@ -335,8 +337,10 @@ with warnings.catch_warnings(record=True) as caught:
                 launch("k_off_driver", 5, t + 2000, t + 30000, driver=True)
                 fake.fake_cupti_add_api(0, SYNC, t + 3000, t + 40000, tid, 6)
                 fake.fake_cupti_add_sync(3, t + 3500, t + 39000, 7, 6, 0xFFFFFFFF)
+                fake.fake_cupti_add_memory(1, 3, 0xB000, 4 << 20, t + 4000, 7, 20)  # kept
                 time.sleep(0.001)
             prof.toggle_collection_dynamic(True, ["cuda"])
+            fake.fake_cupti_add_memory(2, 3, 0xB000, 4 << 20, C.now_ns() + 1000, 7, 21)
             with cprof.range("outer"):
                 prof.toggle_collection_dynamic(False, [CPU])
                 with cprof.range("cpu_off"):

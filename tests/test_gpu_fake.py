@@ -535,6 +535,10 @@ def test_toggle_collection_dynamic_leaves_out_what_was_launched_while_off(tmp_pa
     corr = sorted(e["args"]["correlation"] for e in launches)
     assert corr == [1, 2, 7]  # the off interval's calls (3-6) and its sync are gone
     assert not events(t, "cuda_sync")
+    # memory records are kept (a running total): the allocation while off and its release
+    mem = [e["args"]["allocated bytes"] for e in events(t, ph="C")
+           if e["name"] == "GPU memory (CUPTI)"]
+    assert mem == [4 << 20, 0]
     outer = [e for e in events(t, "user_annotation") if e["name"] == "outer"]
     assert kernels["k_cpu_off"]["args"]["External id"] == outer[0]["args"]["External id"]
     meta = t["cprof"]
