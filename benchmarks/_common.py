@@ -43,3 +43,18 @@ def write_results(path, out):
     with open(path, "w") as f:
         json.dump(out, f, indent=2)
     print(f"results written to {path}")
+
+
+def launch_step_model(torch):
+    """The launch-bound step of the CUPTI issue, as a module: 16 x (Linear(256, 256) + ReLU)
+    in an nn.Sequential (`body`) inside it; feed it torch.randn(8, 256)."""
+    class Step(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = torch.nn.Sequential(*[m for _ in range(16) for m in
+                                              (torch.nn.Linear(256, 256), torch.nn.ReLU())])
+
+        def forward(self, x):
+            return self.body(x)
+
+    return Step()

@@ -32,17 +32,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 import cprof  # noqa: E402
-from _common import machine_info, paired_ratios, write_results  # noqa: E402
-
-
-class Step(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.body = torch.nn.Sequential(*[m for _ in range(16)
-                                          for m in (torch.nn.Linear(256, 256), torch.nn.ReLU())])
-
-    def forward(self, x):
-        return self.body(x)
+from _common import (launch_step_model, machine_info, paired_ratios,  # noqa: E402
+                     write_results)
 
 
 def block(model, x, steps):
@@ -83,7 +74,7 @@ def main():
     a = ap.parse_args()
     warnings.simplefilter("ignore")
     torch.manual_seed(0)
-    model, x = Step(), torch.randn(8, 256)
+    model, x = launch_step_model(torch), torch.randn(8, 256)
     kinds = ["none", "cprof on", "cprof off", "torch on", "torch off"]
     runs = {k: [] for k in kinds}
     with torch.no_grad():
