@@ -945,8 +945,9 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         now on, inside a window. CPU: ranges of every kind (operators, record_function,
         modules, Python functions) opened while off are not recorded; ranges already open end
         normally, and ProfilerStep ranges are always kept. CUDA: GPU work asked for while off
-        (kernels, copies, sets, the runtime calls that launched them, syncs, memory records)
-        is left out of the window's results. The counts left out are in the trace's metadata.
+        (kernels, copies, sets, the runtime calls that launched them, syncs, NVTX ranges) is
+        left out of the window's results, judged by its launch call's time; CUPTI's memory
+        records are kept. The counts left out are in the trace's metadata.
         The setting stays until toggled back, across the schedule's windows; called with no
         window open it applies to the next one. MEM cannot be toggled (a warning; ignored)."""
         if isinstance(enable, str) or not isinstance(enable, (bool, int)):

@@ -262,8 +262,6 @@ static CPROF_NOINLINE int stack_grow(tstate *t) {
     return CPROF_OK;
 }
 
-/* Reserves and opens this thread's next record, or returns NULL (no window: nothing recorded;
- * memory cap: counted as dropped). Its depth counts the user's and the tracer's open ranges. */
 /* A push while CPU collection is toggled off: only the profiler's step ranges are recorded,
  * which keep the timeline's steps; the others are counted. */
 static CPROF_NOINLINE int toggled_off_skips(int active, uint8_t cat) {
@@ -273,6 +271,9 @@ static CPROF_NOINLINE int toggled_off_skips(int active, uint8_t cat) {
     return 1;
 }
 
+/* Reserves and opens this thread's next record, or returns NULL (no window, or CPU collection
+ * toggled off: nothing recorded; memory cap: counted as dropped). Its depth counts the user's
+ * and the tracer's open ranges. */
 CPROF_INLINE cprof_record *record_open(tstate *t, uint32_t name_id, uint8_t cat) {
     int active = __atomic_load_n(&g_active, __ATOMIC_ACQUIRE);
     if (CPROF_UNLIKELY(active != 1) && toggled_off_skips(active, cat)) return NULL;
