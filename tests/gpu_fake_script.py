@@ -20,6 +20,15 @@ fake.fake_cupti_set_other_subscriber.argtypes = [ctypes.c_char_p]
 fake.fake_cupti_set_dropped.argtypes = [ctypes.c_uint64]
 fake.fake_cupti_add_marker.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint32,
                                        ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint32]
+# the record adders the scenarios script (their C signatures, so 64-bit times pass whole)
+u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+fake.fake_cupti_add_api.argtypes = [ctypes.c_int, ctypes.c_int, u64, u64, u32, u32]
+fake.fake_cupti_add_kernel.argtypes = [ctypes.c_char_p, u64, u64, u32, u32]
+fake.fake_cupti_add_sync.argtypes = [ctypes.c_int, u64, u64, u32, u32, u32]
+fake.fake_cupti_add_sync_ex.argtypes = [ctypes.c_int, u64, u64, u32, u32, u32, u32, u64]
+fake.fake_cupti_add_cuda_event.argtypes = [u32, u32, u32, u32, u32, u64]
+fake.fake_cupti_add_memory.argtypes = [ctypes.c_int, ctypes.c_int, u64, u64, u64, u32, u32]
+fake.fake_cupti_add_mempool.argtypes = [ctypes.c_int, ctypes.c_int, u64, u64, u64, u64]
 out_dir = os.environ["CPROF_OUT"]
 scenario = sys.argv[1]
 result = {"warnings": []}
@@ -133,12 +142,6 @@ with warnings.catch_warnings(record=True) as caught:
         result["trace"] = str(p.trace_path)
         result["nvtx_env"] = os.environ.get("NVTX_INJECTION64_PATH")
     elif scenario == "memory":  # MEMORY2 and MEMORY_POOL records with MEM
-        fake.fake_cupti_add_memory.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_uint64,
-                                               ctypes.c_uint64, ctypes.c_uint64,
-                                               ctypes.c_uint32, ctypes.c_uint32]
-        fake.fake_cupti_add_mempool.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_uint64,
-                                                ctypes.c_uint64, ctypes.c_uint64,
-                                                ctypes.c_uint64]
         with cprof.ProfilerContext(output_dir=out_dir, profile_name="mem", verbose=False,
                                    activities=["CPU", "CUDA", "MEM"], with_stack=False) as p:
             t0 = C.now_ns() + 1000
@@ -174,8 +177,6 @@ with warnings.catch_warnings(record=True) as caught:
         result["after_third_stop"] = state()
         result["traces"] = traces
     elif scenario == "pool_full":  # run with CPROF_GPU_BUFFER_MB=8 (or gpu_buffer_mb)
-        u64, u32 = ctypes.c_uint64, ctypes.c_uint32
-        fake.fake_cupti_add_kernel.argtypes = [ctypes.c_char_p, u64, u64, u32, u32]
         n = int(os.environ.get("POOL_KERNELS", "200000"))
         kw = {}
         if os.environ.get("POOL_MB_ARG"):
@@ -231,9 +232,6 @@ with warnings.catch_warnings(record=True) as caught:
     elif scenario == "stack_spans":  # with_stack on: time.sleep is a cpu_op around launches
         result["trace"] = str(scene("spans", with_stack=True).trace_path)
     elif scenario == "launch13":  # CUDA 13's __cudaLaunchKernel (nvcc 13 <<<>>> launches)
-        u64, u32 = ctypes.c_uint64, ctypes.c_uint32
-        fake.fake_cupti_add_api.argtypes = [ctypes.c_int, ctypes.c_int, u64, u64, u32, u32]
-        fake.fake_cupti_add_kernel.argtypes = [ctypes.c_char_p, u64, u64, u32, u32]
         with cprof.ProfilerContext(output_dir=out_dir, profile_name="l13", verbose=False,
                                    with_stack=False) as p:
             with cprof.range("r"):
@@ -248,11 +246,6 @@ with warnings.catch_warnings(record=True) as caught:
                 time.sleep(0.001)
         result["trace"] = str(p.trace_path)
     elif scenario == "event_waits":  # cudaEventRecord / cudaStreamWaitEvent / EventSynchronize
-        u64, u32 = ctypes.c_uint64, ctypes.c_uint32
-        fake.fake_cupti_add_api.argtypes = [ctypes.c_int, ctypes.c_int, u64, u64, u32, u32]
-        fake.fake_cupti_add_kernel.argtypes = [ctypes.c_char_p, u64, u64, u32, u32]
-        fake.fake_cupti_add_cuda_event.argtypes = [u32, u32, u32, u32, u32, u64]
-        fake.fake_cupti_add_sync_ex.argtypes = [ctypes.c_int, u64, u64, u32, u32, u32, u32, u64]
         tid = threading.get_native_id()
         STREAM_WAIT, EVENT_SYNC = 2, 1
         with cprof.ProfilerContext(output_dir=out_dir, profile_name="ev", verbose=False,
@@ -305,10 +298,6 @@ with warnings.catch_warnings(record=True) as caught:
             time.sleep(0.002)
         result["event_names"] = sorted({(e.name, e.category) for e in prof.events()})
     elif scenario == "toggle":  # toggle_collection_dynamic(False / True, [CUDA] / [CPU])
-        u64, u32 = ctypes.c_uint64, ctypes.c_uint32
-        fake.fake_cupti_add_api.argtypes = [ctypes.c_int, ctypes.c_int, u64, u64, u32, u32]
-        fake.fake_cupti_add_kernel.argtypes = [ctypes.c_char_p, u64, u64, u32, u32]
-        fake.fake_cupti_add_sync.argtypes = [ctypes.c_int, u64, u64, u32, u32, u32]
         tid = threading.get_native_id()
         LAUNCH, SYNC, DRV_LAUNCH = 211, 131, 307
 
@@ -318,8 +307,6 @@ with warnings.catch_warnings(record=True) as caught:
                                     at + 5000, tid, corr)
             fake.fake_cupti_add_kernel(name.encode(), run_at, run_at + 5000, 7, corr)
 
-        fake.fake_cupti_add_memory.argtypes = [ctypes.c_int, ctypes.c_int, u64, u64, u64, u32,
-                                               u32]
         CUDA, CPU = cprof.ProfilerActivity.CUDA, cprof.ProfilerActivity.CPU
         with cprof.profile(activities=["CPU", "CUDA", "MEM"], record_ops=False) as prof:
             with cprof.range("on_before"):
@@ -365,9 +352,6 @@ with warnings.catch_warnings(record=True) as caught:
         p2.export_chrome_trace(path)
         result["trace_off_at_start"] = path
     elif scenario == "toggle_many":  # more records than one decoded chunk holds, per part
-        u64, u32 = ctypes.c_uint64, ctypes.c_uint32
-        fake.fake_cupti_add_api.argtypes = [ctypes.c_int, ctypes.c_int, u64, u64, u32, u32]
-        fake.fake_cupti_add_kernel.argtypes = [ctypes.c_char_p, u64, u64, u32, u32]
         tid, n = threading.get_native_id(), 3000
         with cprof.profile(activities=["CPU", "CUDA"], record_ops=False) as prof:
             corr = 0
