@@ -1,15 +1,21 @@
 #!/usr/bin/env python
-"""Cost of recording one torch operator: cprof (ITT collector in C) vs torch.profiler.
+"""Cost of recording one torch operator: cprof (ITT collector in C; with record_shapes, the
+RecordFunction observer) vs torch.profiler.
 
 Workload: N calls of torch.add on two 4-element CPU tensors (one aten op each, no children),
 so the per-call difference to the unprofiled loop is the cost of recording one operator.
 
-Configurations, interleaved over rounds (the order rotates each round), medians reported:
+Configurations, interleaved over rounds (the order rotates each round); reported: the median
+ns per call, and the median over rounds of each config's ns per call minus the same round's
+unprofiled loop (paired: the machine drifts between rounds), and the fastest round of each:
 
   none            no profiler
   cprof:ops       cprof.profile(activities=[CPU], record_ops=True)
   cprof:no_ops    cprof.profile(activities=[CPU], record_ops=False) (no operators)
   torch           torch.profiler.profile(activities=[CPU])
+  cprof:shapes    cprof.profile(activities=[CPU], record_ops=True, record_shapes=True)
+                  (csrc/torch_ops.cpp: the op with its inputs' shapes, types, strides)
+  torch:shapes    torch.profiler.profile(activities=[CPU], record_shapes=True)
 
 Only the loop is timed (not opening, closing or exporting). cprof must be imported before
 torch for its operator capture (this script does so).
@@ -31,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import cprof  # noqa: E402  (before torch: see the docstring)
 
-CONFIGS = ("none", "cprof:ops", "cprof:no_ops", "torch")
+CONFIGS = ("none", "cprof:ops", "cprof:no_ops", "torch", "cprof:shapes", "torch:shapes")
 
 
 def run(torch, config, n, a, b):
@@ -45,8 +51,11 @@ def run(torch, config, n, a, b):
             prof = cprof.profile(activities=["CPU"], record_ops=True)
         elif config == "cprof:no_ops":
             prof = cprof.profile(activities=["CPU"], record_ops=False)
+        elif config == "cprof:shapes":
+            prof = cprof.profile(activities=["CPU"], record_ops=True, record_shapes=True)
         else:
-            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                          record_shapes=config == "torch:shapes")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if prof is not None:
@@ -59,11 +68,13 @@ def run(torch, config, n, a, b):
             finally:
                 if prof is not None:
                     prof.__exit__(None, None, None)
-        if config == "cprof:ops":
-            # the measurement is only valid if the operators were recorded
-            got = sum(1 for e in prof.events() if e.name == "aten::add")
-            if got != n:
-                raise SystemExit(f"bench_ops: cprof recorded {got} of {n} aten::add calls "
+        if config in ("cprof:ops", "cprof:shapes"):
+            # the measurement is only valid if the operators (and their shapes) were recorded
+            adds = [e for e in prof.events() if e.name == "aten::add"]
+            shaped = sum(1 for e in adds if e.input_shapes == [[4], [4], []])
+            if len(adds) != n or (config == "cprof:shapes" and shaped != n):
+                raise SystemExit(f"bench_ops: cprof recorded {len(adds)} of {n} aten::add calls, "
+                                 f"{shaped} with shapes "
                                  f"({prof._last.notes.get('ops') if prof._last else None})")
         return (t1 - t0) / n * 1e9
     finally:
@@ -87,15 +98,23 @@ def main(argv=None):
         for c in order:
             times[c].append(run(torch, c, args.n, a, b))
     med = {c: statistics.median(v) for c, v in times.items()}
+    # the machine drifts between rounds: each config against the same round's unprofiled loop
+    paired = {c: statistics.median(t - n for t, n in zip(times[c], times["none"]))
+              for c in CONFIGS}
     print(f"machine: {machine_info(torch, cprof)}")
     print(f"{args.rounds} rounds x {args.n} torch.add calls, medians of ns per call")
-    print(f"{'config':<14} {'ns/call':>9} {'+ns vs none':>12}")
+    # and the fastest round of each: on a VM whose rounds are bimodal (a neighbour's load
+    # doubles some of them), the uncontended cost
+    best = {c: min(v) for c, v in times.items()}
+    print(f"{'config':<14} {'ns/call':>9} {'+ns paired':>11} {'best':>7} {'+ns best':>9}")
     for c in CONFIGS:
-        print(f"{c:<14} {med[c]:>9.0f} {med[c] - med['none']:>12.0f}")
+        print(f"{c:<14} {med[c]:>9.0f} {paired[c]:>11.0f} {best[c]:>7.0f} "
+              f"{best[c] - best['none']:>9.0f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": machine_info(torch, cprof), "ns_per_call": med,
-                       "rounds": args.rounds, "n": args.n}, f, indent=1)
+                       "added_ns_paired": paired, "best_ns_per_call": best, "rounds": args.rounds, "n": args.n,
+                       "per_round": times}, f, indent=1)
     return 0
 
 

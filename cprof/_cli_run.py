@@ -57,7 +57,8 @@ Options
                       then runs in a re-executed interpreter (same process id, same
                       interpreter options): cprof's tracer records nothing under cprof's own
                       frames, which `cprof run` would otherwise leave under the program.
-  --record-shapes     record nn.Module calls with their input shapes; default off.
+  --record-shapes     record nn.Module calls (and, with --record-ops, torch's operators) with
+                      their input shapes; default off.
   --gzip / --no-gzip  .trace.json.gz (default) or .trace.json.
   --quiet             no informational "cprof: ..." lines. Errors (the window could not open,
                       the trace could not be written) and cprof's warnings still print.
@@ -158,7 +159,8 @@ def _add_options(p):
     p.add_argument("--with-stack", action="store_true",
                    help="record Python calls and C calls (default off)")
     p.add_argument("--record-shapes", action="store_true",
-                   help="record nn.Module calls with input shapes (default off)")
+                   help="record nn.Module calls (and, with --record-ops, torch's operators) with "
+                        "input shapes (default off)")
     p.add_argument("--record-ops", action="store_true",
                    help="record torch's operators (aten::*, autograd nodes) as cpu_op ranges, "
                         "kernels linked to them, as torch.profiler does (default off)")
@@ -792,7 +794,7 @@ def _catch_up_torch(session, torch):
         if (prof.record_shapes or prof.with_modules) and _modules._installed is None:
             # removed with the rest of the window's glue when the window closes
             prof._glue.parts.append(_modules.install(record_shapes=prof.record_shapes))
-        _catch_up_ops(prof._glue, prof.record_ops)
+        _catch_up_ops(prof._glue, prof.record_ops, prof.record_shapes)
         _catch_up_compiled(prof._glue, prof.with_stack)
     finally:
         session.lock.release()
@@ -810,13 +812,13 @@ def _catch_up_compiled(glue, with_stack):
         glue.parts.append(regions)
 
 
-def _catch_up_ops(glue, record_ops):
+def _catch_up_ops(glue, record_ops, record_shapes=False):
     """torch's operators from now on in the open window (cprof/_ops.py); torch's own compiled
     region ranges then come with them, so cprof's region capture steps aside."""
     if not record_ops or any(hasattr(p, "ops_note") for p in glue.parts):
         return
     from . import _ops
-    part, glue.ops = _ops.install()
+    part, glue.ops = _ops.install(record_shapes=record_shapes)
     if part is None:
         return
     for p in [p for p in glue.parts if hasattr(p, "note")]:  # cprof/_compiled.py's capture

@@ -263,6 +263,12 @@ def _warn_ops_once(note):
                   f"process: {reason}", RuntimeWarning, stacklevel=4)
 
 
+def _warn_once(text):
+    if text not in _ops_warned:
+        _ops_warned.add(text)
+        warnings.warn(text, RuntimeWarning, stacklevel=4)
+
+
 def install(with_stack=False, with_modules=False, record_shapes=False, c_calls=True,
             min_duration_us=0.0, ops=False, ops_asked=True):
     """Installs the captures asked for; the window must be open. Returns a handle whose
@@ -272,9 +278,12 @@ def install(with_stack=False, with_modules=False, record_shapes=False, c_calls=T
     try:
         if ops:
             from . import _ops
-            part, handle.ops = _ops.install()
+            part, handle.ops = _ops.install(record_shapes=record_shapes)
             if part is not None:
                 handle.parts.append(part)
+                if part.shapes_note:
+                    _warn_once(f"cprof: record_shapes=True, but torch's operators are recorded "
+                               f"without their shapes: {part.shapes_note}")
             elif ops_asked:  # by default (not asked for), the trace's cprof.ops says why
                 _warn_ops_once(handle.ops)
         if with_modules or record_shapes:

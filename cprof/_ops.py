@@ -1,5 +1,7 @@
 """Torch operators (aten ops, autograd nodes, Inductor's triton_ launch ranges) as cpu_op
-ranges, recorded in C through torch's ITT hooks (csrc/ops_itt.c; docs/design.md decision 58).
+ranges, recorded in C through torch's ITT hooks (csrc/ops_itt.c; docs/design.md decision 58),
+or, when record_shapes asks for their inputs' shapes (which ITT does not pass) or ITT cannot
+attach, through a RecordFunction observer built against torch (csrc/torch_ops.cpp, decision 92).
 
 torch's emit_itt profiler state makes every RecordFunction call ITT's task begin/end; cprof's
 extension is the ITT collector those calls reach. ITT names its collector through
@@ -14,7 +16,7 @@ from . import _C
 
 ENV = "INTEL_LIBITTNOTIFY64"
 _state = {"env_set": False, "attach": None, "owner": None, "suspended": False,
-          "patched": False}
+          "patched": False, "rf": None, "capture": None}
 _lock = threading.Lock()
 
 
@@ -87,6 +89,74 @@ def _disable(torch):
     torch._C._autograd._disable_profiler()
 
 
+def observer():
+    """cprof._torch_ops (the RecordFunction observer) when it is built for the running torch:
+    (module, None), else (None, the reason and what to do)."""
+    if _state["rf"] is not None:
+        return _state["rf"]
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None, "torch is not imported"
+    rebuild = ("rebuild cprof with torch installed (bash scripts/setup.sh, or python setup.py "
+               "build_ext --inplace)")
+    try:
+        from . import _torch_ops
+    except ImportError as err:
+        res = (None, f"cprof._torch_ops is not built or does not load ({err}): {rebuild}")
+    else:
+        built = getattr(_torch_ops, "TORCH_VERSION", "?")
+        if built != torch.__version__:
+            res = (None, f"cprof._torch_ops was built for torch {built}, this is torch "
+                         f"{torch.__version__}: {rebuild}")
+        else:
+            res = (_torch_ops, None)
+    _state["rf"] = res
+    return res
+
+
+class _Itt:
+    """Capture through torch's ITT profiler state (names only)."""
+    mode = "itt"
+    shapes = False
+
+    def __init__(self, torch):
+        self.torch = torch
+
+    def on(self):
+        _enable(self.torch)
+
+    def off(self):
+        _disable(self.torch)
+
+    def note(self):
+        return {"mode": self.mode, "names": _C.ops_stats()["names"]}
+
+
+class _Observer:
+    """Capture through the RecordFunction observer (names, and shapes if asked)."""
+    mode = "record_function"
+
+    def __init__(self, mod, shapes):
+        self.mod = mod
+        self.shapes = bool(shapes)
+        self.handle = None
+
+    def on(self):
+        self.handle = self.mod.add(self.shapes)
+
+    def off(self):
+        handle, self.handle = self.handle, None
+        if handle is not None:
+            self.mod.remove(handle)
+
+    def note(self):
+        st = self.mod.stats()
+        note = {"mode": self.mode, "names": _C.ops_stats()["names"], "shapes": self.shapes}
+        if st["errors"]:
+            note["shape_errors"] = st["errors"]
+        return note
+
+
 def _patch_torch_profiler(torch):
     """torch allows one profiler per thread: torch.profiler / emit_nvtx started inside a cprof
     window would fail with "Profiler is already enabled on this thread". The patched entry
@@ -99,14 +169,14 @@ def _patch_torch_profiler(torch):
 
     def _enable_profiler(*args, **kwargs):
         if _state["owner"] == threading.get_ident() and not _state["suspended"]:
-            _disable(torch)
+            _state["capture"].off()
             _state["suspended"] = True
         return orig_enable(*args, **kwargs)
 
     def _disable_profiler(*args, **kwargs):
         result = orig_disable(*args, **kwargs)
         if _state["owner"] == threading.get_ident() and _state["suspended"]:
-            _enable(torch)
+            _state["capture"].on()
             ap._run_on_profiler_start()
             _state["suspended"] = False
         return result
@@ -119,12 +189,17 @@ def _patch_torch_profiler(torch):
 class _Ops:
     """One window's operator capture on the thread that opened it."""
 
-    def __init__(self, torch):
+    def __init__(self, torch, capture, shapes_note):
         self.torch = torch
+        self.capture = capture
+        self.shapes_note = shapes_note
         self.thread = threading.get_ident()
 
     def ops_note(self):
-        return {"mode": "itt", "names": _C.ops_stats()["names"]}
+        note = self.capture.note()
+        if self.shapes_note:
+            note["shapes_unavailable"] = self.shapes_note
+        return note
 
     def remove(self):
         with _lock:
@@ -136,19 +211,41 @@ class _Ops:
                 return
             _state["owner"] = None
             suspended, _state["suspended"] = _state["suspended"], False
+            capture, _state["capture"] = _state["capture"], None
         if not suspended:
-            _disable(self.torch)
+            capture.off()
         self.torch.autograd.profiler._run_on_profiler_stop()
 
 
-def install():
+def _choose(torch, record_shapes):
+    """(capture, why_no_shapes) for a window, or (None, why_no_ops). Shapes need the observer;
+    without shapes ITT comes first (it is what GPU runs were measured with), the observer where
+    ITT cannot attach."""
+    why_shapes = None
+    if record_shapes:
+        mod, why_shapes = observer()
+        if mod is not None:
+            return _Observer(mod, True), None
+    why = attach()
+    if why is None:
+        return _Itt(torch), why_shapes
+    mod, why_rf = observer()
+    if mod is not None and not disabled_by_env():
+        return _Observer(mod, False), why_shapes
+    return None, why
+
+
+def install(record_shapes=False):
     """Starts operator capture for the open window. Returns (part, None) or (None, note): the
-    part's ops_note() or the note go into the trace's metadata as cprof.ops."""
+    part's ops_note() or the note go into the trace's metadata as cprof.ops. With record_shapes,
+    operators carry their inputs' shapes where the observer is built (else the note says why)."""
     torch = sys.modules.get("torch")
     if torch is None:
         return None, {"mode": "off", "reason": "torch is not imported"}
-    why = attach()
-    if why is not None:
+    if disabled_by_env():
+        return None, {"mode": "unavailable", "reason": "turned off by CPROF_OPS=0"}
+    capture, why = _choose(torch, record_shapes)
+    if capture is None:
         return None, {"mode": "unavailable", "reason": why}
     _patch_torch_profiler(torch)
     me = threading.get_ident()
@@ -158,14 +255,22 @@ def install():
             return None, {"mode": "unavailable",
                           "reason": "operator capture is held by another thread's window"}
         fresh = owner is None
-        _state["owner"] = me
+        if fresh:
+            _state["owner"] = me
+            _state["capture"] = capture
+        else:  # this thread's capture outlived its window (closed from another thread)
+            capture = _state["capture"]
     if fresh:
         try:
-            _enable(torch)
+            capture.on()
         except RuntimeError as err:  # torch's own profiler is running on this thread
             with _lock:
                 _state["owner"] = None
+                _state["capture"] = None
             return None, {"mode": "unavailable", "reason": f"torch.profiler is active: {err}"}
     torch.autograd.profiler._run_on_profiler_start()
-    part = _Ops(torch)
+    shapes_note = None
+    if record_shapes and not capture.shapes:
+        shapes_note = why or "an earlier window's capture without shapes is still on this thread"
+    part = _Ops(torch, capture, shapes_note)
     return part, None

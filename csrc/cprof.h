@@ -210,6 +210,8 @@ void cprof_events_close_traced_all(void);
  * CPROF_E_NOMEM; outside a window only the depth is tracked. pop_op: 0 or CPROF_E_EMPTY.
  * A thread first seen here is named by its OS name until its first GIL-held record. */
 int cprof_events_push_op(uint32_t name_id);
+/* push_op whose record carries raw args frag_id (as cprof_events_set_raw_args; 0: none). */
+int cprof_events_push_op_args(uint32_t name_id, uint32_t frag_id);
 int cprof_events_pop_op(void);
 /* Adds an integer arg to the innermost open range of this thread if it is recorded.
  * Returns 0, CPROF_E_EMPTY, or CPROF_E_FULL (already 2 args). */
@@ -243,6 +245,10 @@ int cprof_ops_itt_attach(const char *torch_lib, const char *self_path, const cha
 int cprof_ops_itt_attached(void);
 /* Distinct operator names seen so far. */
 uint64_t cprof_ops_itt_names(void);
+/* The name id of an operator's name through the collector's handle cache (per-thread pointer
+ * cache, text checked; interned on a miss), for the RecordFunction observer (op_api.h) too.
+ * CPROF_NAME_INVALID when the name table fails. Any thread, no GIL. */
+uint32_t cprof_ops_name_id(const char *name);
 
 /* ---- sink.c: buffered output to a file, plain or gzip, temp file + rename ---- */
 typedef struct cprof_sink cprof_sink;

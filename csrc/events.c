@@ -468,7 +468,7 @@ CPROF_INLINE void oplock_release(tstate *t) {
     atomic_store_explicit(&t->oplock, 0, memory_order_release);
 }
 
-int cprof_events_push_op(uint32_t name_id) {
+int cprof_events_push_op_args(uint32_t name_id, uint32_t frag_id) {
     tstate *t = tls;
     if (CPROF_UNLIKELY(!t) && !(t = register_thread(0))) return CPROF_E_NOMEM;
     oplock_acquire(t);
@@ -476,11 +476,17 @@ int cprof_events_push_op(uint32_t name_id) {
     if (CPROF_UNLIKELY(t->odepth >= t->ostack_cap)) rc = side_stack_grow(&t->ostack, &t->ostack_cap);
     if (CPROF_LIKELY(rc == CPROF_OK)) {
         cprof_record *r = record_open(t, name_id, CPROF_CAT_CPU_OP);
+        if (frag_id && r) {
+            r->reserved = frag_id;
+            r->flags |= CPROF_REC_RAW_ARGS;
+        }
         t->ostack[t->odepth++] = r;
     }
     oplock_release(t);
     return rc;
 }
+
+int cprof_events_push_op(uint32_t name_id) { return cprof_events_push_op_args(name_id, 0); }
 
 int cprof_events_pop_op(void) {
     uint64_t now = cprof_clock_now_ns();

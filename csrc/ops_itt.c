@@ -165,6 +165,11 @@ static itt_string_handle *itt_string_handle_create(const char *name) {
     return h ? &h->h : NULL;
 }
 
+uint32_t cprof_ops_name_id(const char *name) {
+    itt_string_handle *h = itt_string_handle_create(name);
+    return h ? ((op_handle *)h)->name_id : CPROF_NAME_INVALID;
+}
+
 static void itt_task_begin(const itt_domain *d, itt_id id, itt_id parent, itt_string_handle *name) {
     (void)d; (void)id; (void)parent;
     /* a NULL handle (out of memory) still pushes, so the matching end stays balanced */

@@ -1,7 +1,9 @@
-/* Binding of ops_itt.c: attaching cprof as torch's ITT collector (cprof/_ops.py drives it). */
+/* Binding of ops_itt.c: attaching cprof as torch's ITT collector (cprof/_ops.py drives it),
+ * and the capsule of C functions the RecordFunction observer (csrc/torch_ops.cpp) records with. */
 #include "py_binding.h"
 
 #include "cprof.h"
+#include "op_api.h"
 
 /* ops_attach(torch_lib, self_path) -> None when attached, else the reason (str). */
 static PyObject *py_ops_attach(PyObject *self, PyObject *args) {
@@ -32,4 +34,22 @@ static PyMethodDef ops_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int cprof_py_ops_add(PyObject *m) { return PyModule_AddFunctions(m, ops_methods); }
+static const cprof_op_api op_api = {
+    .version = CPROF_OP_API_VERSION,
+    .size = sizeof(cprof_op_api),
+    .name_id = cprof_ops_name_id,
+    .intern = cprof_names_intern,
+    .text = cprof_names_get,
+    .push_op = cprof_events_push_op_args,
+    .pop_op = cprof_events_pop_op,
+    .cpu_on = cprof_events_cpu_on,
+};
+
+int cprof_py_ops_add(PyObject *m) {
+    if (PyModule_AddFunctions(m, ops_methods) < 0) return -1;
+    PyObject *cap = PyCapsule_New((void *)&op_api, CPROF_OP_API_CAPSULE, NULL);
+    if (!cap) return -1;
+    int rc = PyModule_AddObject(m, "_op_api", cap);
+    if (rc < 0) Py_DECREF(cap);
+    return rc;
+}

@@ -12,7 +12,8 @@ def is_binding(p):
 
 
 def sources():
-    return sorted(p for p in CSRC.glob("*.[ch]"))
+    """The C files, and the C++ of the RecordFunction observer (torch_ops.cpp and its binding)."""
+    return sorted(p for p in CSRC.glob("*.[ch]")) + sorted(CSRC.glob("*.cpp"))
 
 
 def code_of(path):

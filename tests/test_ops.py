@@ -174,12 +174,27 @@ print(json.dumps({"symtab": "_ZN5torch8profilerL11_itt_domainE" in out}))
 
 def test_torch_imported_first_without_symbols_gives_no_ops_and_says_why(tmp_path):
     """Where libtorch's symbol table does not name the domain (a stripped build; forced here
-    with CPROF_OPS_LATE=0): no operators, one warning, and the metadata says why."""
-    out = run_py(TORCH_FIRST, tmp_path, env={"CPROF_OPS_LATE": "0"})
+    with CPROF_OPS_LATE=0) and the RecordFunction observer is not built (hidden here): no
+    operators, one warning, and the metadata says why."""
+    hide = "import sys\nsys.modules['cprof._torch_ops'] = None\n"
+    out = run_py(hide + TORCH_FIRST, tmp_path, env={"CPROF_OPS_LATE": "0"})
     assert out["names"] == ["r"]
     assert len(out["warned"]) == 1 and "import cprof first" in out["warned"][0]
     assert out["meta"]["mode"] == "unavailable"
     assert "import cprof first" in out["meta"]["reason"]
+
+
+def test_torch_imported_first_without_symbols_records_ops_through_the_observer(tmp_path):
+    """The same process with cprof._torch_ops built for this torch: ITT cannot attach, and the
+    RecordFunction observer records the operators instead, with no warning."""
+    try:
+        from cprof import _torch_ops  # noqa: F401
+    except ImportError as err:
+        pytest.skip(f"cprof._torch_ops is not built: {err}")
+    out = run_py(TORCH_FIRST, tmp_path, env={"CPROF_OPS_LATE": "0"})
+    assert "aten::add" in out["names"] and out["nested"]
+    assert out["warned"] == []
+    assert out["meta"]["mode"] == "record_function" and out["meta"]["shapes"] is False
 
 
 def test_record_ops_defaults(tmp_path):
@@ -234,8 +249,11 @@ OTHER = "/nonexistent/libittnotify_collector.so"
 ], ids=["CPROF_OPS=0", "user-named-collector"])
 def test_switched_off_or_left_to_another_collector(tmp_path, env, seen, reason):
     """CPROF_OPS=0: cprof names no collector at import; a collector the user named (VTune) is
-    never taken over. Either way no operators, and the metadata says why."""
-    out = run_py(ENV_PROBE, tmp_path, env=env)
+    never taken over. Either way, without the RecordFunction observer (hidden here; with it,
+    the operators come through it: test_op_shapes.py), no operators, and the metadata says
+    why."""
+    hide = "import sys\nsys.modules['cprof._torch_ops'] = None\n"
+    out = run_py(hide + ENV_PROBE, tmp_path, env=env)
     assert out["env"] == seen and out["names"] == []
     assert out["meta"]["mode"] == "unavailable" and reason in out["meta"]["reason"]
 

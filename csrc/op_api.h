@@ -1,0 +1,31 @@
+/* The C functions cprof._C lends to cprof._torch_ops (csrc/torch_ops.cpp), the RecordFunction
+ * observer built against torch, through a capsule (`cprof._C._op_api`): _C's symbols are hidden,
+ * and the observer must not link against a particular build of _C. Plain C, read by C++ too.
+ * A new member goes at the end with the version raised; the observer refuses another version. */
+#ifndef CPROF_OP_API_H
+#define CPROF_OP_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CPROF_OP_API_VERSION 1u
+#define CPROF_OP_API_CAPSULE "cprof._C._op_api"
+
+typedef struct cprof_op_api {
+    uint32_t version;  /* CPROF_OP_API_VERSION */
+    uint32_t size;     /* sizeof(cprof_op_api) */
+    /* an operator's name -> its name id (per-thread pointer cache; 0 when the table fails) */
+    uint32_t (*name_id)(const char *name);
+    /* interns len bytes (a JSON args fragment): 0 and *id, or an error code */
+    int (*intern)(const char *p, size_t len, uint32_t *id);
+    /* an interned text by id (NULL if unknown), for checking a cached fragment */
+    const char *(*text)(uint32_t id, size_t *len);
+    /* opens a cpu_op range on this thread's operator stack, its args the fragment frag_id
+     * (0: none); closes the innermost one. Any thread, no GIL (events.c) */
+    int (*push_op)(uint32_t name_id, uint32_t frag_id);
+    int (*pop_op)(void);
+    /* 1 when a window is open with CPU collection on (shapes are read only then) */
+    int (*cpu_on)(void);
+} cprof_op_api;
+
+#endif

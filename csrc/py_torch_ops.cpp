@@ -1,0 +1,82 @@
+/* Binding of the RecordFunction observer (torch_ops.cpp): the module cprof._torch_ops, which
+ * takes cprof._C's C functions from their capsule (op_api.h) and says which torch it was
+ * built for (cprof/_ops.py checks before using it). */
+#include <Python.h>
+
+#include <cstdint>
+#include <string>
+
+#include "torch_ops.h"
+
+#ifndef CPROF_TORCH_VERSION
+#define CPROF_TORCH_VERSION "unknown"
+#endif
+
+namespace {
+
+PyObject *py_add(PyObject *, PyObject *arg) {
+    int shapes = PyObject_IsTrue(arg);
+    if (shapes < 0) return nullptr;
+    uint64_t h = 0;
+    std::string err;
+    if (cprof_torch_ops_add(shapes, &h, &err) != 0) {
+        PyErr_Format(PyExc_RuntimeError, "cprof: adding the RecordFunction observer failed: %s",
+                     err.c_str());
+        return nullptr;
+    }
+    return PyLong_FromUnsignedLongLong(static_cast<unsigned long long>(h));
+}
+
+PyObject *py_remove(PyObject *, PyObject *arg) {
+    unsigned long long h = PyLong_AsUnsignedLongLong(arg);
+    if (h == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return nullptr;
+    std::string err;
+    if (cprof_torch_ops_remove(static_cast<uint64_t>(h), &err) != 0) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "cprof: removing the RecordFunction observer failed: %s", err.c_str());
+        return nullptr;
+    }
+    Py_RETURN_NONE;
+}
+
+PyObject *py_stats(PyObject *, PyObject *) {
+    uint64_t shaped = 0, errors = 0;
+    cprof_torch_ops_stats(&shaped, &errors);
+    return Py_BuildValue("{s:K,s:K}", "shaped", static_cast<unsigned long long>(shaped),
+                         "errors", static_cast<unsigned long long>(errors));
+}
+
+PyMethodDef methods[] = {
+    {"add", py_add, METH_O,
+     "add(record_shapes) -> handle: records torch's operators (and their inputs' shapes) on this "
+     "thread and the threads it hands work to, until remove(handle) on this thread."},
+    {"remove", py_remove, METH_O, "remove(handle): takes the observer away (its own thread)."},
+    {"stats", py_stats, METH_NOARGS,
+     "stats() -> {shaped, errors}: ops recorded with shapes; shapes that could not be read."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "cprof._torch_ops",
+                      "torch's operators with shapes, through a RecordFunction observer.", -1,
+                      methods, nullptr, nullptr, nullptr, nullptr};
+
+} // namespace
+
+extern "C" __attribute__((visibility("default"))) PyObject *PyInit__torch_ops(void) {
+    auto *api = static_cast<const cprof_op_api *>(PyCapsule_Import(CPROF_OP_API_CAPSULE, 0));
+    if (!api) return nullptr;
+    if (api->version != CPROF_OP_API_VERSION || api->size < sizeof(cprof_op_api)) {
+        PyErr_SetString(PyExc_ImportError,
+                        "cprof._torch_ops was built for another cprof._C: rebuild cprof "
+                        "(python setup.py build_ext --inplace)");
+        return nullptr;
+    }
+    cprof_torch_ops_init(api);
+    PyObject *m = PyModule_Create(&moddef);
+    if (!m) return nullptr;
+    if (PyModule_AddStringConstant(m, "TORCH_VERSION", CPROF_TORCH_VERSION) < 0) {
+        Py_DECREF(m);
+        return nullptr;
+    }
+    return m;
+}

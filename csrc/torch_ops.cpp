@@ -1,0 +1,395 @@
+/* torch's operators with their inputs' shapes, through a RecordFunction observer.
+ *
+ * ITT (ops_itt.c) hands cprof an operator's name only; record_shapes asks for what torch.profiler
+ * writes for each op: "Input Dims", "Input type", "Input Strides", "Concrete Inputs". Those need
+ * the RecordFunction's inputs, a C++ API, so this one file is C++ and is built against the
+ * installed torch (setup.py builds it when torch is importable; it is optional, and Python checks
+ * the torch version it was built for before using it; docs/design.md decision 92).
+ *
+ * The observer is a thread-local RecordFunction callback of the thread that opens the window (torch
+ * carries it into autograd's threads, as it does torch.profiler's), for every scope but
+ * USER_SCOPE (record_function is recorded by cprof's own patch). It records through the C
+ * functions cprof._C lends it in a capsule (op_api.h): the same per-thread operator stack as the
+ * ITT collector, so ops nest with Python functions, modules and user ranges exactly as there.
+ * The shapes are read before the push (a range does not include reading them) and become one JSON
+ * fragment, interned once per distinct text (a per-thread cache in front of the name table).
+ * Callbacks never throw into torch: a failure records the op without shapes and is counted.
+ * Binding: py_torch_ops.cpp (the two files make the extension cprof._torch_ops). */
+#include <ATen/core/List.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/record_function.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "torch_ops.h"
+
+namespace {
+
+const cprof_op_api *api = nullptr;
+std::atomic<uint64_t> n_errors{0};
+std::atomic<uint64_t> n_shaped{0};
+
+/* ---- the fragment: torch.profiler's four lists, one entry per input ---- */
+
+struct Frag {
+    std::string dims, types, strides, concrete, out;
+};
+
+/* The per-thread cache in front of the text: keyed by the inputs' binary description (what
+ * the text is made of: kinds, dtypes, sizes, strides, scalar bits), so a repeated call costs a
+ * walk over its inputs, a hash and a compare, and no formatting. */
+struct FragSlot {
+    uint64_t hash = 0;
+    uint32_t id = 0;
+    std::vector<uint64_t> key;
+};
+constexpr size_t FRAG_CACHE = 256; /* a power of two */
+
+thread_local Frag frag_buf;
+thread_local FragSlot frag_cache[FRAG_CACHE];
+thread_local std::vector<uint64_t> key_buf;
+
+void put_i64(std::string &s, int64_t v) {
+    char b[24];
+    int n = std::snprintf(b, sizeof b, "%lld", static_cast<long long>(v));
+    s.append(b, static_cast<size_t>(n));
+}
+
+/* A list of sizes or strides; a symbolic one (a traced shape) is -1. */
+void put_syms(std::string &s, c10::SymIntArrayRef v) {
+    s.push_back('[');
+    for (size_t i = 0; i < v.size(); i++) {
+        if (i) s.push_back(',');
+        auto n = v[i].maybe_as_int();
+        put_i64(s, n ? *n : -1);
+    }
+    s.push_back(']');
+}
+
+/* text as the body of a JSON string (quotes not included) */
+void put_escaped(std::string &s, const char *p, size_t len) {
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = static_cast<unsigned char>(p[i]);
+        if (c == '"' || c == '\\') {
+            s.push_back('\\');
+            s.push_back(static_cast<char>(c));
+        } else if (c < 0x20) {
+            char b[8];
+            std::snprintf(b, sizeof b, "\\u%04x", c);
+            s.append(b);
+        } else {
+            s.push_back(static_cast<char>(c));
+        }
+    }
+}
+
+/* A scalar as torch prints an IValue (ivalue.cpp): ints in decimal, bools True / False, a
+ * double with an integral value as "1." (and "-0."), other doubles with 17 significant digits;
+ * anything else (complex, symbolic) through IValue's own operator<<. */
+void put_scalar_text(std::string &s, const c10::IValue &v) {
+    if (v.isInt()) {
+        put_i64(s, v.toInt());
+    } else if (v.isBool()) {
+        s.append(v.toBool() ? "True" : "False");
+    } else if (v.isDouble()) {
+        double d = v.toDouble();
+        int c = std::fpclassify(d);
+        if ((c == FP_NORMAL || c == FP_ZERO) && std::abs(d) < 1e10 &&
+            static_cast<double>(static_cast<int64_t>(d)) == d) {
+            if (d == 0 && std::signbit(d)) s.push_back('-');
+            put_i64(s, static_cast<int64_t>(d));
+            s.push_back('.');
+        } else {
+            char b[40];
+            int n = std::snprintf(b, sizeof b, "%.17g", d);
+            s.append(b, static_cast<size_t>(n));
+        }
+    } else {
+        std::ostringstream o;
+        o << v;
+        std::string t = o.str();
+        put_escaped(s, t.data(), t.size());
+    }
+}
+
+/* torch.profiler keeps a list's elements only up to 30 of them (collection.cpp): a longer list
+ * of scalars is written as an unknown input, a longer tensor list without its shapes */
+constexpr size_t LIST_LIMIT = 30;
+
+bool is_scalar_list(const c10::IValue &v) {
+    if (!v.isList()) return false;
+    auto l = v.toListRef();
+    if (l.size() > LIST_LIMIT) return false;
+    for (const auto &e : l)
+        if (!(e.isInt() || e.isDouble() || e.isBool())) return false;
+    return true;
+}
+
+/* One tensor: its sizes, strides and dtype (torch's C++ type name: "float", "c10::Half");
+ * undefined or nested: nothing known ([], ""). */
+void put_tensor(Frag &f, const at::Tensor &t) {
+    if (!t.defined() || t.is_nested()) {
+        f.dims.append("[]");
+        f.strides.append("[]");
+        f.types.append("\"\"");
+        return;
+    }
+    put_syms(f.dims, t.sym_sizes());
+    if (t.layout() == c10::kStrided) put_syms(f.strides, t.sym_strides());
+    else f.strides.append("[]");
+    auto name = t.dtype().name();
+    f.types.push_back('"');
+    put_escaped(f.types, name.data(), name.size());
+    f.types.push_back('"');
+}
+
+void put_input(Frag &f, const c10::IValue &v) {
+    if (v.isTensor()) {
+        put_tensor(f, v.toTensor());
+        f.concrete.append("\"\"");
+    } else if (v.isScalar()) {
+        f.dims.append("[]");
+        f.strides.append("[]");
+        f.types.append("\"Scalar\"");
+        f.concrete.push_back('"');
+        put_scalar_text(f.concrete, v);
+        f.concrete.push_back('"');
+    } else if (v.isTensorList() && v.toTensorList().size() > LIST_LIMIT) {
+        f.dims.append("[]");
+        f.strides.append("[]");
+        f.types.append("\"TensorList\"");
+        f.concrete.append("\"\"");
+    } else if (v.isTensorList()) {
+        Frag inner;
+        f.dims.push_back('[');
+        f.strides.push_back('[');
+        size_t i = 0;
+        for (const at::Tensor &t : v.toTensorList()) {
+            if (i++) {
+                f.dims.push_back(',');
+                f.strides.push_back(',');
+            }
+            put_tensor(inner, t);
+            f.dims.append(inner.dims);
+            f.strides.append(inner.strides);
+            inner.dims.clear();
+            inner.strides.clear();
+        }
+        f.dims.push_back(']');
+        f.strides.push_back(']');
+        f.types.append("\"TensorList\"");
+        f.concrete.append("\"\"");
+    } else if (is_scalar_list(v)) {
+        f.dims.append("[]");
+        f.strides.append("[]");
+        f.types.append("\"ScalarList\"");
+        f.concrete.append("\"[");
+        size_t i = 0;
+        for (const auto &e : v.toListRef()) {
+            if (i++) f.concrete.append(", ");
+            put_scalar_text(f.concrete, e);
+        }
+        f.concrete.append("]\"");
+    } else {
+        f.dims.append("[]");
+        f.strides.append("[]");
+        f.types.append("\"\"");
+        f.concrete.append("\"\"");
+    }
+}
+
+/* ---- the key: one word per fact, in input order; false when an input has no exact key
+ * (a complex or symbolic scalar: printed by IValue, not cached) ---- */
+
+enum : uint64_t { K_TENSOR = 1, K_NONE_TENSOR, K_SCALAR_INT, K_SCALAR_BOOL, K_SCALAR_DOUBLE,
+                  K_TENSORLIST, K_LONG_TENSORLIST, K_SCALARLIST, K_OTHER };
+
+uint64_t sym_word(const c10::SymInt &v) {
+    auto n = v.maybe_as_int();
+    return static_cast<uint64_t>(n ? *n : -1);
+}
+
+void key_tensor(std::vector<uint64_t> &k, const at::Tensor &t) {
+    if (!t.defined() || t.is_nested()) {
+        k.push_back(K_NONE_TENSOR);
+        return;
+    }
+    auto sizes = t.sym_sizes();
+    bool strided = t.layout() == c10::kStrided;
+    k.push_back(K_TENSOR | static_cast<uint64_t>(t.scalar_type()) << 8 |
+                static_cast<uint64_t>(strided) << 16 | static_cast<uint64_t>(sizes.size()) << 24);
+    for (const auto &d : sizes) k.push_back(sym_word(d));
+    if (strided) {
+        auto strides = t.sym_strides();
+        k.push_back(strides.size());
+        for (const auto &d : strides) k.push_back(sym_word(d));
+    }
+}
+
+bool key_scalar(std::vector<uint64_t> &k, const c10::IValue &v) {
+    if (v.isInt()) {
+        k.push_back(K_SCALAR_INT);
+        k.push_back(static_cast<uint64_t>(v.toInt()));
+    } else if (v.isBool()) {
+        k.push_back(K_SCALAR_BOOL);
+        k.push_back(v.toBool());
+    } else if (v.isDouble()) {
+        double d = v.toDouble();
+        uint64_t bits;
+        std::memcpy(&bits, &d, sizeof bits);
+        k.push_back(K_SCALAR_DOUBLE);
+        k.push_back(bits);
+    } else {
+        return false;
+    }
+    return true;
+}
+
+bool key_of(std::vector<uint64_t> &k, c10::ArrayRef<const c10::IValue> in) {
+    k.clear();
+    for (const auto &v : in) {
+        if (v.isTensor()) {
+            key_tensor(k, v.toTensor());
+        } else if (v.isScalar()) {
+            if (!key_scalar(k, v)) return false;
+        } else if (v.isTensorList()) {
+            auto l = v.toTensorList();
+            if (l.size() > LIST_LIMIT) {
+                k.push_back(K_LONG_TENSORLIST);
+                continue;
+            }
+            k.push_back(K_TENSORLIST | static_cast<uint64_t>(l.size()) << 8);
+            for (const at::Tensor &t : l) key_tensor(k, t);
+        } else if (is_scalar_list(v)) {
+            auto l = v.toListRef();
+            k.push_back(K_SCALARLIST | static_cast<uint64_t>(l.size()) << 8);
+            for (const auto &e : l) key_scalar(k, e);
+        } else {
+            k.push_back(K_OTHER);
+        }
+    }
+    return true;
+}
+
+uint64_t key_hash(const std::vector<uint64_t> &k) {
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ k.size();
+    for (uint64_t w : k) {
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+    }
+    return h;
+}
+
+/* The inputs' fragment as text, interned: its id, or 0 (a failure: counted). */
+uint32_t fragment_text_id(c10::ArrayRef<const c10::IValue> in) {
+    Frag &f = frag_buf;
+    f.dims.clear();
+    f.types.clear();
+    f.strides.clear();
+    f.concrete.clear();
+    for (size_t i = 0; i < in.size(); i++) {
+        if (i) {
+            f.dims.push_back(',');
+            f.types.push_back(',');
+            f.strides.push_back(',');
+            f.concrete.push_back(',');
+        }
+        put_input(f, in[i]);
+    }
+    std::string &o = f.out;
+    o.assign("\"Input Dims\":[").append(f.dims);
+    o.append("],\"Input type\":[").append(f.types);
+    o.append("],\"Input Strides\":[").append(f.strides);
+    o.append("],\"Concrete Inputs\":[").append(f.concrete).push_back(']');
+    uint32_t id = 0;
+    if (o.size() > UINT32_MAX || api->intern(o.data(), o.size(), &id) != 0) {
+        n_errors.fetch_add(1, std::memory_order_relaxed);
+        return 0;
+    }
+    return id;
+}
+
+/* The interned id of the inputs' fragment, or 0 (no inputs, or a failure: counted). */
+uint32_t fragment_id(c10::ArrayRef<const c10::IValue> in) {
+    if (in.empty()) return 0; /* torch writes no shape keys for an op without inputs */
+    std::vector<uint64_t> &k = key_buf;
+    if (!key_of(k, in)) return fragment_text_id(in);
+    uint64_t h = key_hash(k);
+    FragSlot &slot = frag_cache[h & (FRAG_CACHE - 1)];
+    if (slot.id && slot.hash == h && slot.key == k) return slot.id;
+    uint32_t id = fragment_text_id(in);
+    if (id) {
+        slot.hash = h;
+        slot.id = id;
+        slot.key = k;
+    }
+    return id;
+}
+
+/* ---- the callbacks (any thread, GIL or not; never throw) ---- */
+
+std::unique_ptr<at::ObserverContext> enter_shapes(const at::RecordFunction &fn) {
+    uint32_t name = api->name_id(fn.name());
+    uint32_t frag = 0;
+    if (api->cpu_on()) {
+        try {
+            frag = fragment_id(fn.inputs());
+            if (frag) n_shaped.fetch_add(1, std::memory_order_relaxed);
+        } catch (...) {
+            n_errors.fetch_add(1, std::memory_order_relaxed);
+            frag = 0;
+        }
+    }
+    api->push_op(name, frag); /* pushed even on failure, so the exit stays balanced */
+    return nullptr;
+}
+
+std::unique_ptr<at::ObserverContext> enter_plain(const at::RecordFunction &fn) {
+    api->push_op(api->name_id(fn.name()), 0);
+    return nullptr;
+}
+
+void leave(const at::RecordFunction &, at::ObserverContext *) { api->pop_op(); }
+
+} // namespace
+
+void cprof_torch_ops_init(const cprof_op_api *a) { api = a; }
+
+int cprof_torch_ops_add(int shapes, uint64_t *handle, std::string *err) {
+    try {
+        std::unordered_set<at::RecordScope, std::hash<at::RecordScope>> scopes;
+        for (int i = 0; i < static_cast<int>(at::RecordScope::NUM_SCOPES); i++)
+            if (i != static_cast<int>(at::RecordScope::USER_SCOPE))
+                scopes.insert(static_cast<at::RecordScope>(i));
+        at::RecordFunctionCallback cb(shapes ? enter_shapes : enter_plain, leave);
+        cb.needsInputs(shapes != 0).scopes(scopes);
+        *handle = static_cast<uint64_t>(at::addThreadLocalCallback(cb));
+        return 0;
+    } catch (const std::exception &e) {
+        *err = e.what();
+        return -1;
+    }
+}
+
+int cprof_torch_ops_remove(uint64_t handle, std::string *err) {
+    try {
+        at::removeCallback(static_cast<at::CallbackHandle>(handle));
+        return 0;
+    } catch (const std::exception &e) {
+        *err = e.what();
+        return -1;
+    }
+}
+
+void cprof_torch_ops_stats(uint64_t *shaped, uint64_t *errors) {
+    *shaped = n_shaped.load(std::memory_order_relaxed);
+    *errors = n_errors.load(std::memory_order_relaxed);
+}

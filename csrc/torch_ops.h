@@ -1,0 +1,22 @@
+/* The RecordFunction observer (torch_ops.cpp) as its binding (py_torch_ops.cpp) sees it: C++,
+ * no torch and no Python types. Error codes with a message; the binding raises. */
+#ifndef CPROF_TORCH_OPS_H
+#define CPROF_TORCH_OPS_H
+
+#include <cstdint>
+#include <string>
+
+#include "op_api.h"
+
+/* The C functions of cprof._C the callbacks record with; set once, before the first add. */
+void cprof_torch_ops_init(const cprof_op_api *api);
+/* Adds the observer on the calling thread (torch carries it into the threads it hands work
+ * to): every scope but USER_SCOPE; with shapes, each op's inputs as torch.profiler's four
+ * lists. 0 and *handle, or -1 and *err. */
+int cprof_torch_ops_add(int shapes, uint64_t *handle, std::string *err);
+/* Removes it (only on the thread that added it). 0, or -1 and *err. */
+int cprof_torch_ops_remove(uint64_t handle, std::string *err);
+/* Ops recorded with shapes, and shapes that could not be read, since load. */
+void cprof_torch_ops_stats(uint64_t *shaped, uint64_t *errors);
+
+#endif

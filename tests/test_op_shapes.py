@@ -1,0 +1,289 @@
+"""record_shapes for torch's operators: the RecordFunction observer (csrc/torch_ops.cpp,
+cprof/_ops.py) writes what torch.profiler writes for each op ("Input Dims", "Input type",
+"Input Strides", "Concrete Inputs"), and says so where it cannot. Each scenario runs in a fresh
+interpreter: which capture a window gets depends on the process (cprof imported before torch,
+an ITT collector named, the observer built for this torch)."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+torch = pytest.importorskip("torch")
+try:
+    from cprof import _torch_ops  # noqa: F401  (built by setup.py where torch is importable)
+except ImportError as err:
+    pytest.skip(f"cprof._torch_ops is not built: {err}", allow_module_level=True)
+
+KEYS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")
+
+
+def run_py(code, tmp_path, env=None, timeout=300):
+    e = dict(os.environ)
+    e.pop("INTEL_LIBITTNOTIFY64", None)
+    e.pop("CPROF_OPS", None)
+    e["PYTHONPATH"] = ROOT + os.pathsep + e.get("PYTHONPATH", "")
+    e.update(env or {})
+    r = subprocess.run([sys.executable, "-W", "always", "-c", textwrap.dedent(code)],
+                       cwd=tmp_path, env=e, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
+
+
+HELPERS = """
+import json, os, sys, warnings
+KEYS = %r
+def load(prof, path):
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        return json.load(f)
+def ops(trace):
+    return [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+def shapes(trace):
+    return [[e["name"]] + [e["args"].get(k) for k in KEYS] for e in ops(trace)]
+""" % (KEYS,)
+
+WORKLOAD = """
+import torch
+torch.manual_seed(0)
+a = torch.randn(4, 8)
+b = torch.randn(8, 16)
+i = torch.arange(5)
+conv_in = torch.randn(1, 3, 8, 8)
+conv_w = torch.randn(4, 3, 3, 3)
+sp = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]]), torch.tensor([1., 2.]), (2, 2))
+def work():
+    torch.mm(a, b)
+    torch.cat([a, a], 1)              # TensorList, Scalar
+    torch.cat([a] * 31)               # a tensor list past torch's 30: no shapes
+    torch.zeros(*([1] * 31))          # a scalar list past 30: an unknown input
+    a.add(1.5); a.mul(-0.0); a.mul(0.1); a.add(float("inf")); a.mul(3.000001e12)
+    a.sum(dim=[0])                    # ScalarList
+    torch.nn.functional.linear(a, b.t())   # None bias
+    a.to(torch.float16).to(torch.bfloat16)
+    i + 1                             # long int
+    torch.tensor([True, False]).logical_not()
+    a[torch.tensor([0, 1])]           # a list of optional tensors
+    a[:, 1:3]
+    sp + sp                           # sparse: no strides
+    torch.nn.functional.conv2d(conv_in, conv_w, padding=1)
+    torch.clamp(a, min=-1.5, max=2)
+    w = torch.randn(3, 3, requires_grad=True)
+    (w * 2).sum().backward()          # autograd nodes and their ops
+"""
+
+
+def test_operator_shapes_are_torch_profilers_field_for_field(tmp_path):
+    out, err = run_py(HELPERS + WORKLOAD + """
+import cprof
+with cprof.profile(activities=["CPU"], record_shapes=True) as p:
+    work()
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                            record_shapes=True) as q:
+    work()
+c = load(p, "c.json")
+t = load(q, "t.json")
+print(json.dumps({"cprof": shapes(c), "torch": shapes(t), "meta": c["cprof"]["ops"]}))
+""", tmp_path)
+    assert out["meta"]["mode"] == "record_function" and out["meta"]["shapes"] is True
+    assert "shapes_unavailable" not in out["meta"] and "shape_errors" not in out["meta"]
+    assert len(out["cprof"]) > 50
+    # the same operators in the same order, each with torch's four lists exactly
+    assert out["cprof"] == out["torch"]
+    by_name = {r[0]: r for r in out["cprof"]}
+    assert by_name["aten::mm"][1:3] == [[[4, 8], [8, 16]], ["float", "float"]]
+    assert "cprof: record_shapes=True" not in err
+
+
+def test_group_by_input_shape_splits_ops_by_their_shapes_as_torch_does(tmp_path):
+    out, _ = run_py(HELPERS + """
+import cprof
+import torch
+x, y = torch.randn(2, 3), torch.randn(5, 7)
+def work():
+    for _ in range(3):
+        torch.relu(x)
+    torch.relu(y)
+with cprof.profile(activities=["CPU"], record_shapes=True) as p:
+    work()
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                            record_shapes=True) as q:
+    work()
+def rows(prof):
+    return sorted([r.key, str(r.input_shapes), r.count]
+                  for r in prof.key_averages(group_by_input_shape=True)
+                  if r.key in ("aten::relu", "aten::clamp_min"))
+table = p.key_averages(group_by_input_shape=True).table(sort_by="cpu_time_total")
+print(json.dumps({"cprof": rows(p), "torch": rows(q), "table": table}))
+""", tmp_path)
+    assert out["cprof"] == out["torch"]
+    assert ["aten::relu", "[[2, 3]]", 3] in out["cprof"]
+    assert ["aten::relu", "[[5, 7]]", 1] in out["cprof"]
+    assert "[[2, 3]]" in out["table"] and "Input Shapes" in out["table"]
+
+
+def test_without_record_shapes_ops_carry_no_shapes_and_itt_records_them(tmp_path):
+    out, _ = run_py(HELPERS + """
+import cprof
+import torch
+a = torch.randn(4, 4)
+with cprof.profile(activities=["CPU"]) as p:
+    torch.mm(a, a)
+t = load(p, "t.json")
+mm = next(e for e in ops(t) if e["name"] == "aten::mm")
+print(json.dumps({"meta": t["cprof"]["ops"], "keys": sorted(mm["args"])}))
+""", tmp_path)
+    assert out["meta"]["mode"] == "itt"
+    assert not set(KEYS) & set(out["keys"])
+
+
+def test_ops_nest_in_user_ranges_and_modules_with_shapes_on_both(tmp_path):
+    out, _ = run_py(HELPERS + """
+import cprof
+import torch
+lin = torch.nn.Linear(8, 4)
+x = torch.randn(2, 8)
+with cprof.profile(activities=["CPU"], record_shapes=True, with_modules=True,
+                   record_ops=True) as p:
+    with cprof.record_function("outer"):
+        lin(x)
+t = load(p, "t.json")
+ev = [e for e in t["traceEvents"] if e.get("ph") == "X"]
+outer = next(e for e in ev if e["name"] == "outer")
+mod = next(e for e in ev if e["cat"] == "user_annotation" and e["name"] != "outer")
+linear = next(e for e in ops(t) if e["name"] == "aten::linear")
+def inside(o, i):
+    return (o["tid"] == i["tid"] and o["ts"] <= i["ts"]
+            and i["ts"] + i["dur"] <= o["ts"] + o["dur"] + 0.002)
+print(json.dumps({"in_mod": inside(mod, linear), "mod_in_outer": inside(outer, mod),
+                  "mod_dims": mod["args"].get("Input Dims"),
+                  "linear_dims": linear["args"].get("Input Dims"),
+                  "linear_types": linear["args"].get("Input type")}))
+""", tmp_path)
+    assert out["in_mod"] and out["mod_in_outer"]
+    assert out["mod_dims"] == [[2, 8]]
+    assert out["linear_dims"] == [[2, 8], [4, 8], [4]]
+    assert out["linear_types"] == ["float", "float", "float"]
+
+
+def test_shapes_are_not_read_while_cpu_is_toggled_off(tmp_path):
+    out, _ = run_py(HELPERS + """
+import cprof
+import torch
+a = torch.randn(3, 3)
+with cprof.profile(activities=["CPU"], record_shapes=True) as p:
+    torch.mm(a, a)
+    p.toggle_collection_dynamic(False, ["CPU"])
+    torch.mm(a, a)
+    torch.add(a, a)
+    p.toggle_collection_dynamic(True, ["CPU"])
+    torch.add(a, 2)
+t = load(p, "t.json")
+from cprof import _torch_ops
+print(json.dumps({"ops": [[e["name"], e["args"].get("Input Dims")] for e in ops(t)
+                          if e["name"] in ("aten::mm", "aten::add")],
+                  "with_dims": sum("Input Dims" in e["args"] for e in ops(t)),
+                  "shaped": _torch_ops.stats()["shaped"]}))
+""", tmp_path)
+    assert out["ops"] == [["aten::mm", [[3, 3], [3, 3]]], ["aten::add", [[3, 3], [], []]]]
+    # the ops while off were neither recorded nor measured
+    assert out["shaped"] == out["with_dims"]
+
+
+def test_torch_profiler_inside_a_shapes_window_gets_the_ops_then_cprof_resumes(tmp_path):
+    out, _ = run_py(HELPERS + """
+import cprof
+import torch
+a = torch.randn(2, 2)
+with cprof.profile(activities=["CPU"], record_shapes=True) as p:
+    torch.mm(a, a)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                record_shapes=True) as tp:
+        torch.relu(a)
+    torch.add(a, a)
+c = load(p, "c.json")
+t = load(tp, "t.json")
+print(json.dumps({"cprof": [e["name"] for e in ops(c)], "torch": [e["name"] for e in ops(t)],
+                  "add_dims": next(e["args"]["Input Dims"] for e in ops(c)
+                                   if e["name"] == "aten::add")}))
+""", tmp_path)
+    assert "aten::relu" in out["torch"] and "aten::relu" not in out["cprof"]
+    assert out["cprof"][0] == "aten::mm" and "aten::add" in out["cprof"]
+    assert out["add_dims"] == [[2, 2], [2, 2], []]
+
+
+def test_an_observer_built_for_another_torch_is_not_used_and_says_so(tmp_path):
+    out, err = run_py(HELPERS + """
+import types
+import cprof
+import torch
+# what a torch upgraded after cprof was built looks like to cprof
+sys.modules["cprof._torch_ops"] = types.SimpleNamespace(TORCH_VERSION="0.0.1")
+a = torch.randn(3, 3)
+with cprof.profile(activities=["CPU"], record_shapes=True) as p:
+    with cprof.record_function("kept"):
+        torch.mm(a, a)
+t = load(p, "t.json")
+names = [e["name"] for e in t["traceEvents"] if e.get("ph") == "X"]
+mm = next(e for e in ops(t) if e["name"] == "aten::mm")
+print(json.dumps({"meta": t["cprof"]["ops"], "names": names, "keys": sorted(mm["args"])}))
+""", tmp_path)
+    note = out["meta"]["shapes_unavailable"]
+    assert "built for torch 0.0.1" in note and "rebuild" in note
+    assert out["meta"]["mode"] == "itt"  # the ops are still recorded, without shapes
+    assert "kept" in out["names"] and "aten::mm" in out["names"]
+    assert "Input Dims" not in out["keys"]
+    assert "recorded without their shapes" in err and "built for torch 0.0.1" in err
+
+
+def test_a_missing_observer_says_how_to_build_it(tmp_path):
+    out, err = run_py(HELPERS + """
+import cprof
+import torch
+sys.modules["cprof._torch_ops"] = None  # as if setup.py found no torch to build it against
+a = torch.randn(3, 3)
+with cprof.profile(activities=["CPU"], record_shapes=True) as p:
+    torch.mm(a, a)
+t = load(p, "t.json")
+print(json.dumps({"meta": t["cprof"]["ops"], "n": len(ops(t))}))
+""", tmp_path)
+    assert "not built" in out["meta"]["shapes_unavailable"]
+    assert "setup" in out["meta"]["shapes_unavailable"] and out["n"] >= 1
+    assert "recorded without their shapes" in err
+
+
+def test_the_observer_records_ops_where_itt_cannot_attach(tmp_path):
+    """Another ITT collector is named (VTune's): cprof leaves ITT alone, and records operators
+    (without shapes, not asked for) through the observer instead."""
+    out, _ = run_py(HELPERS + """
+import cprof
+import torch
+a = torch.randn(3, 3)
+with cprof.profile(activities=["CPU"]) as p:
+    torch.mm(a, a)
+t = load(p, "t.json")
+mm = next(e for e in ops(t) if e["name"] == "aten::mm")
+print(json.dumps({"meta": t["cprof"]["ops"], "keys": sorted(mm["args"])}))
+""", tmp_path, env={"INTEL_LIBITTNOTIFY64": "/nonexistent/libittnotify_collector.so"})
+    assert out["meta"]["mode"] == "record_function" and out["meta"]["shapes"] is False
+    assert "Input Dims" not in out["keys"]
+
+
+def test_cprof_run_record_shapes_gives_ops_their_shapes(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text("import torch\na = torch.randn(4, 5)\nfor _ in range(3):\n"
+                      "    torch.mm(a, a.t())\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-m", "cprof", "run", "--record-ops", "--record-shapes",
+                        "--no-gzip", "-o", str(tmp_path / "out"), str(script)],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    [path] = [p for p in (tmp_path / "out").rglob("*.json")]
+    t = json.loads(path.read_text())
+    mms = [e for e in t["traceEvents"] if e.get("name") == "aten::mm"]
+    assert len(mms) == 3
+    assert all(e["args"]["Input Dims"] == [[4, 5], [5, 4]] for e in mms)
