@@ -188,8 +188,10 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
 
     Parameters as torch.profiler.profile (activities, schedule, on_trace_ready,
     record_shapes, profile_memory, with_stack, with_modules, execution_trace_observer
-    (driven as torch drives it: cprof/_et.py); with_flops and experimental_config are
-    accepted and ignored with a warning), plus:
+    (driven as torch drives it: cprof/_et.py); with_flops (as torch's: implies
+    record_shapes, and key_averages() rows and events carry torch.profiler's FLOP estimates
+    for mm / addmm / bmm / baddbmm / mul / add / conv2d, with a "Total FLOPs" column);
+    experimental_config is accepted and ignored with a warning), plus:
     ``min_duration_us`` (with_stack: drop Python calls shorter than this), ``c_calls``
     (with_stack: also record calls of C functions such as torch ops; default True),
     ``ranks`` (profile only these ranks; others run unprofiled), ``buffer_size_mb`` (cap of
@@ -221,11 +223,12 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                           FutureWarning, stacklevel=2)
             if use_cuda and activities is None:
                 activities = ["CPU", "CUDA"]
-        ignored = [n for n, v in (("with_flops", with_flops),
-                                  ("experimental_config", experimental_config)) if v]
-        if ignored:
-            warnings.warn(f"cprof.profile: {', '.join(ignored)} not supported by cprof; "
+        if experimental_config:
+            warnings.warn("cprof.profile: experimental_config not supported by cprof; "
                           "ignored", RuntimeWarning, stacklevel=2)
+        # with_flops estimates FLOPs from the operators' shapes: it records them, as torch's
+        self.with_flops = bool(with_flops)
+        record_shapes = bool(record_shapes) or self.with_flops
         self.activities = normalize_activities(activities)
         # torch's Execution Trace observer: started and stopped with each recording window
         # and cleaned up at the with block's end, as torch.profiler.profile does (cprof/_et.py)
@@ -576,6 +579,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             "activities": self.activities,
             "collected_activities": self.collected_activities,
             "record_shapes": self.record_shapes,
+            "with_flops": self.with_flops,
             "profile_memory": self.profile_memory,
             "with_stack": self.with_stack,
             "with_modules": self.with_modules,
@@ -856,7 +860,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         top = {"trace_id": json.dumps(w.trace_id)}  # set when _prepare_trace made w
         for key, on in (("profile_memory", self.profile_memory), ("with_stack", self.with_stack),
                         ("record_shapes", self.record_shapes),
-                        ("with_modules", self.with_modules)):
+                        ("with_modules", self.with_modules), ("with_flops", self.with_flops)):
             if on:
                 top[key] = "1"
         top["host_name"] = json.dumps(socket.gethostname())

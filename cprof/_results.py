@@ -6,6 +6,7 @@ a launch on thread T at time t belongs to the innermost range open on T at t, an
 work with the launch's correlation id belongs to that launch."""
 import bisect
 import json
+import math
 from collections import namedtuple
 
 _CPU_CATS = {0: "user_annotation", 1: "cpu_op", 2: "python_function", 3: "user_annotation"}
@@ -117,7 +118,8 @@ class ProfilerEvent(_TorchCompat):
                  "stream", "device", "correlation", "truncated", "self_cpu_time_total",
                  "device_time_total", "self_device_time_total", "input_shapes", "input_types",
                  "stack", "_ns", "_parent", "cpu_parent", "cpu_children", "id", "step_name",
-                 "kernels", "self_cpu_percent", "total_cpu_percent", "total_device_percent")
+                 "kernels", "self_cpu_percent", "total_cpu_percent", "total_device_percent",
+                 "flops")
 
     def __init__(self, name, category, device_type, thread, start_us, end_us, depth=0,
                  stream=None, device=None, correlation=None, truncated=False,
@@ -149,6 +151,7 @@ class ProfilerEvent(_TorchCompat):
         self.id = None           # its index in events()
         self.kernels = []        # Kernel tuples of the GPU work it launched itself
         self.self_cpu_percent = self.total_cpu_percent = self.total_device_percent = -1
+        self.flops = 0           # with_flops: torch.profiler's estimate for this operator
 
     key = property(lambda self: self.name)
     duration_us = property(lambda self: self.end_us - self.start_us)
@@ -178,6 +181,7 @@ def events_of(window):
 
 def _build(window):
     snap, gpu = window.snapshot, window.gpu_snapshot
+    with_flops = bool(window.config.get("with_flops"))
     off_us = snap.unix_offset_ns / 1000.0
     stop = snap.stop_ns
     cpu = []
@@ -186,11 +190,14 @@ def _build(window):
     for tid, name, cat, begin, end, depth, trunc, frag in snap.records(args=True):
         end = end or stop
         shapes = types = None
+        flops = 0
         if frag is not None:
             got = parsed.get(frag)
             if got is None:
                 got = parsed[frag] = _shapes_of(frag)
-            shapes, types = got
+            shapes, types, concrete = got
+            if with_flops and name in _FLOP_OPS:
+                flops = _flops_of(name, shapes, concrete)
         step_name = None
         if cat == _CAT_STEP and name.startswith("ProfilerStep#"):
             # torch.profiler's events() and key_averages() name every step "ProfilerStep*"
@@ -200,6 +207,7 @@ def _build(window):
                            begin / 1000.0 + off_us, end / 1000.0 + off_us, depth,
                            truncated=bool(trunc), input_shapes=shapes, input_types=types)
         ev.step_name = step_name
+        ev.flops = flops
         ev._ns = (begin, end)
         cpu.append(ev)
         by_thread.setdefault(tid, []).append(ev)
@@ -330,12 +338,71 @@ def export_stacks(window, path, metric):
 
 
 def _shapes_of(frag):
-    """(Input Dims, Input type) of a range's JSON args fragment ('"k":v,...'), as lists."""
+    """(Input Dims, Input type, Concrete Inputs) of a range's JSON args fragment
+    ('"k":v,...'), as lists."""
     try:
         args = json.loads("{" + frag + "}")
     except ValueError:  # a fragment is written by cprof's own C code: never expected
-        return [], []
-    return list(args.get("Input Dims", [])), list(args.get("Input type", []))
+        return [], [], []
+    return (list(args.get("Input Dims", [])), list(args.get("Input type", [])),
+            list(args.get("Concrete Inputs", [])))
+
+
+# with_flops: the operators torch.profiler estimates FLOPs for, with its formulas
+# (torch/csrc/profiler/util.cpp computeFlops): a multiply-add is 2 FLOPs, an elementwise
+# mul / add 1 per element of the first input; anything it cannot read is 0 ("--")
+_FLOP_OPS = frozenset(("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mul",
+                       "aten::add", "aten::conv2d"))
+
+
+def _ints(text):
+    """A Concrete Inputs entry of a scalar list ("[1, 1]") or a scalar ("1") as ints."""
+    try:
+        v = json.loads(text)
+    except (TypeError, ValueError):
+        return None
+    v = v if isinstance(v, list) else [v]
+    return v if all(isinstance(x, int) and not isinstance(x, bool) for x in v) else None
+
+
+def _flops_of(name, dims, concrete):
+    def dim(i, rank):
+        d = dims[i] if i < len(dims) else None
+        ok = isinstance(d, list) and len(d) == rank and all(isinstance(x, int) and x >= 0
+                                                            for x in d)
+        return d if ok else None
+
+    if name in ("aten::mm", "aten::addmm"):
+        first = 0 if name == "aten::mm" else 1
+        a, b = dim(first, 2), dim(first + 1, 2)
+        return 2 * a[0] * a[1] * b[1] if a and b else 0
+    if name in ("aten::bmm", "aten::baddbmm"):
+        first = 0 if name == "aten::bmm" else 1
+        a, b = dim(first, 3), dim(first + 1, 3)
+        return 2 * a[0] * a[1] * a[2] * b[2] if a and b else 0
+    if name in ("aten::mul", "aten::add"):
+        d = dims[0] if dims and isinstance(dims[0], list) else None
+        if d is None or not all(isinstance(x, int) and x >= 0 for x in d):
+            return 0
+        n = 1
+        for x in d:
+            n *= x
+        return n
+    # aten::conv2d(input, weight, bias, stride, padding, dilation, groups)
+    x, w = dim(0, 4), dim(1, 4)
+    params = [_ints(concrete[i]) if i < len(concrete) else None for i in (3, 4, 5, 6)]
+    if not x or not w or any(p is None for p in params):
+        return 0
+    stride, padding, dilation, groups = params
+    if len(stride) != 2 or len(padding) != 2 or len(dilation) != 2 or len(groups) != 1:
+        return 0
+    if min(stride) <= 0 or groups[0] <= 0:
+        return 0
+    n, c_in, h, wd = x
+    c_out, _, kh, kw = w
+    out_h = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    out_w = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    return max(2 * n * out_h * out_w * kh * kw * c_in * c_out // groups[0], 0)
 
 
 def _innermost(evs, starts, t):
@@ -369,6 +436,7 @@ class FunctionEventAvg(_TorchCompat):
         self.self_cpu_time_total = 0.0
         self.device_time_total = 0.0
         self.self_device_time_total = 0.0
+        self.flops = 0
         self.category = getattr(first, "category", None)
         self.cpu_parent = getattr(first, "cpu_parent", None)
         self.cpu_children = getattr(first, "cpu_children", [])
@@ -381,12 +449,12 @@ class FunctionEventAvg(_TorchCompat):
 
 
 SORT_KEYS = ("cpu_time", "device_time", "cpu_time_total", "device_time_total",
-             "self_cpu_time_total", "self_device_time_total", "count")
-# torch.profiler's per-operator memory and FLOP keys: cprof does not attribute memory or FLOPs
-# to operators (its memory view is the trace's memory track and the snapshot), so sorting by
-# them is accepted with a warning and leaves the rows by self CPU time
+             "self_cpu_time_total", "self_device_time_total", "count", "flops")
+# torch.profiler's per-operator memory keys: cprof does not attribute memory to operators (its
+# memory view is the trace's memory track and the snapshot), so sorting by them is accepted
+# with a warning and leaves the rows by self CPU time
 UNRECORDED_KEYS = ("cpu_memory_usage", "self_cpu_memory_usage", "device_memory_usage",
-                   "self_device_memory_usage", "flops")
+                   "self_device_memory_usage")
 
 
 def _sort_attr(sort_by):
@@ -413,8 +481,8 @@ class EventList(list):
             attr = _sort_attr(sort_by)
             if attr in UNRECORDED_KEYS:
                 import warnings
-                warnings.warn(f"cprof: sort_by={sort_by!r}: cprof does not attribute memory or "
-                              "FLOPs to operators; rows are sorted by self_cpu_time_total "
+                warnings.warn(f"cprof: sort_by={sort_by!r}: cprof does not attribute memory "
+                              "to operators; rows are sorted by self_cpu_time_total "
                               "instead (memory: the trace's memory track with "
                               "profile_memory=True, and export_memory_snapshot)",
                               RuntimeWarning, stacklevel=2)
@@ -468,6 +536,7 @@ class EventList(list):
             total.self_cpu_time_total += r.self_cpu_time_total
             total.device_time_total += r.device_time_total
             total.self_device_time_total += r.self_device_time_total
+            total.flops += r.flops
         return total
 
 
@@ -502,7 +571,15 @@ def _format_table(all_rows, rows, width, header, shapes=False, stack_n=0, top_le
     sw_cap = shapes_width if isinstance(shapes_width, int) and shapes_width > 0 else 80
     shape_strs = [str(r.input_shapes)[:sw_cap] for r in rows] if shapes else []
     sw = max([len("Input Shapes")] + [len(x) for x in shape_strs]) if shapes else 0
+    # with_flops: "Total FLOPs" scaled as torch's (by the smallest non-zero row, of all rows)
+    raw_flops = [r.flops for r in all_rows if r.flops > 0]
+    flops_scale, flops_col = 1.0, ""
+    if raw_flops:
+        units = ("FLOPs", "KFLOPs", "MFLOPs", "GFLOPs", "TFLOPs", "PFLOPs")
+        k = int(max(0.0, min(math.log10(min(raw_flops)) / 3, len(units) - 1.0)))
+        flops_scale, flops_col = 10.0 ** (-3 * k), f"Total {units[k]}"
     line = "-" * (nw + (cw + 2) * len(cols) + (sw + 2 if shapes else 0)
+                  + (cw + 2 if flops_col else 0)
                   + (len("Source Location") + 2 if stack_n else 0))
     out = []
     if header is not None:
@@ -514,6 +591,7 @@ def _format_table(all_rows, rows, width, header, shapes=False, stack_n=0, top_le
     out.append(line)
     out.append(f"{'Name':>{nw}}" + "".join(f"  {c:>{cw}}" for c in cols)
                + (f"  {'Input Shapes':<{sw}}" if shapes else "")
+               + (f"  {flops_col:>{cw}}" if flops_col else "")
                + ("  Source Location" if stack_n else ""))
     out.append(line)
 
@@ -530,6 +608,8 @@ def _format_table(all_rows, rows, width, header, shapes=False, stack_n=0, top_le
         vals.append(str(r.count))
         out.append(f"{name:>{nw}}" + "".join(f"  {v:>{cw}}" for v in vals)
                    + (f"  {shape_strs[i]:<{sw}}" if shapes else "")
+                   + ((f"  {r.flops * flops_scale:>{cw}.3f}" if r.flops > 0 else
+                       f"  {'--':>{cw}}") if flops_col else "")
                    + (f"  {r.stack[0]}" if stack_n and r.stack else ""))
         pad = " " * (len(out[-1]) - len(r.stack[0])) if stack_n and r.stack else ""
         for frame in r.stack[1:stack_n] if stack_n else ():
@@ -573,6 +653,7 @@ def average(cpu, gpu, group_by_input_shape=False, group_by_stack_n=0):
         g.self_cpu_time_total += self_cpu
         g.device_time_total += dev_total
         g.self_device_time_total += self_dev
+        g.flops += getattr(ev, "flops", 0)
 
     for ev in cpu:
         if ev.category != "python_function":

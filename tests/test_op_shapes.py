@@ -287,3 +287,63 @@ def test_cprof_run_record_shapes_gives_ops_their_shapes(tmp_path):
     mms = [e for e in t["traceEvents"] if e.get("name") == "aten::mm"]
     assert len(mms) == 3
     assert all(e["args"]["Input Dims"] == [[4, 5], [5, 4]] for e in mms)
+
+
+FLOPS_WORK = """
+import torch
+torch.manual_seed(0)
+a, b = torch.randn(4, 8), torch.randn(8, 16)
+x, w = torch.randn(2, 3, 16, 16), torch.randn(4, 3, 3, 3)
+c, d = torch.randn(2, 4, 8), torch.randn(2, 8, 5)
+def work():
+    torch.mm(a, b); torch.addmm(torch.randn(16), a, b); a.mul(a); a.add(a); a.add(2); a * 3
+    torch.nn.functional.conv2d(x, w, stride=2, padding=1)
+    torch.nn.functional.conv2d(torch.randn(1, 4, 9, 9), torch.randn(4, 2, 3, 3), stride=(1, 2),
+                               dilation=2, groups=2)
+    torch.bmm(c, d); torch.baddbmm(torch.randn(2, 4, 5), c, d)
+    torch.nn.functional.linear(a, b.t()); torch.matmul(c, d)
+    torch.nn.functional.conv1d(torch.randn(1, 2, 10), torch.randn(3, 2, 3))  # no estimate
+    y = torch.randn(3, 3, requires_grad=True)
+    (y * 2 + y).sum().backward()
+"""
+
+
+def test_with_flops_estimates_what_torch_profiler_estimates(tmp_path):
+    out, err = run_py(HELPERS + FLOPS_WORK + """
+import cprof
+with cprof.profile(activities=["CPU"], with_flops=True) as p:
+    work()
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                            with_flops=True) as q:
+    work()
+def flops(prof):
+    return [[e.name, e.flops] for e in prof.events() if e.flops]
+def rows(prof):
+    return sorted([r.key, r.flops, r.count] for r in prof.key_averages() if r.flops)
+t = load(p, "t.json")
+table = p.key_averages().table(sort_by="flops", row_limit=3)
+print(json.dumps({"cprof": flops(p), "torch": flops(q), "rows_c": rows(p), "rows_t": rows(q),
+                  "table": table, "top": t.get("with_flops"), "shapes": t.get("record_shapes"),
+                  "total": p.key_averages().total_average().flops}))
+""", tmp_path)
+    assert len(out["cprof"]) >= 14
+    assert out["cprof"] == out["torch"]  # same ops, same order, same estimates
+    assert out["rows_c"] == out["rows_t"]
+    assert ["aten::conv2d", 27648 + 2160, 2] in out["rows_c"]
+    assert out["total"] == sum(f for _, f in out["cprof"])
+    lines = out["table"].splitlines()
+    assert lines[1].rstrip().endswith("Total FLOPs")  # smallest estimate 9: plain FLOPs
+    assert lines[3].split()[0] == "aten::conv2d" and lines[3].split()[-1] == "29808.000"
+    assert out["top"] == 1 and out["shapes"] == 1  # with_flops implies record_shapes, as torch
+    assert "not supported" not in err
+
+
+def test_without_with_flops_there_are_no_estimates_and_no_column(tmp_path):
+    out, _ = run_py(HELPERS + FLOPS_WORK + """
+import cprof
+with cprof.profile(activities=["CPU"], record_shapes=True) as p:
+    work()
+print(json.dumps({"n": sum(1 for e in p.events() if e.flops),
+                  "table": p.key_averages().table(row_limit=3)}))
+""", tmp_path)
+    assert out["n"] == 0 and "FLOPs" not in out["table"]
