@@ -221,16 +221,18 @@ def _choose(torch, record_shapes):
     """(capture, why_no_shapes) for a window, or (None, why_no_ops). Shapes need the observer;
     without shapes ITT comes first (it is what GPU runs were measured with), the observer where
     ITT cannot attach."""
+    # attached either way, once: attaching also takes cprof's INTEL_LIBITTNOTIFY64 out of
+    # the environment, which child processes must not inherit
+    why = attach()
     why_shapes = None
     if record_shapes:
         mod, why_shapes = observer()
         if mod is not None:
             return _Observer(mod, True), None
-    why = attach()
     if why is None:
         return _Itt(torch), why_shapes
-    mod, why_rf = observer()
-    if mod is not None and not disabled_by_env():
+    mod, _ = observer()
+    if mod is not None:
         return _Observer(mod, False), why_shapes
     return None, why
 

@@ -347,3 +347,18 @@ print(json.dumps({"n": sum(1 for e in p.events() if e.flops),
                   "table": p.key_averages().table(row_limit=3)}))
 """, tmp_path)
     assert out["n"] == 0 and "FLOPs" not in out["table"]
+
+
+def test_a_shapes_window_leaves_no_itt_variable_for_child_processes(tmp_path):
+    out, _ = run_py(HELPERS + """
+import cprof
+before = os.environ.get("INTEL_LIBITTNOTIFY64")
+import torch
+with cprof.profile(activities=["CPU"], record_shapes=True) as p:
+    torch.mm(torch.ones(2, 2), torch.ones(2, 2))
+t = load(p, "t.json")
+print(json.dumps({"before": before == cprof._C.__file__,
+                  "after": os.environ.get("INTEL_LIBITTNOTIFY64"),
+                  "mode": t["cprof"]["ops"]["mode"]}))
+""", tmp_path)
+    assert out == {"before": True, "after": None, "mode": "record_function"}
