@@ -1,6 +1,7 @@
 import gzip
 import json
 import os
+import signal
 import sys
 
 import pytest
@@ -18,6 +19,13 @@ def load_trace(path):
 
 
 CPU_RANGE_CATS = ("user_annotation", "cpu_op", "python_function")
+
+
+def sigint_default():
+    """preexec_fn for a child a test interrupts with SIGINT: a test run started in the
+    background by a shell without job control inherits SIGINT ignored, and a Python started
+    that way never raises KeyboardInterrupt; the child gets the default disposition back."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def ranges_of(trace, cat=None):

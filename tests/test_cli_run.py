@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.conftest import ROOT, load_trace, ranges_of
+from tests.conftest import ROOT, load_trace, ranges_of, sigint_default
 
 SCRIPTS = os.path.join(ROOT, "tests", "cli_run_scripts")
 BASIC = os.path.join(SCRIPTS, "basic.py")
@@ -199,7 +199,8 @@ def test_exit_code_and_partial_trace(tmp_path, args, code, end, opts):
 def test_signal_writes_partial_trace(tmp_path, sig, code, end, opts):
     mode = "sigint" if sig == signal.SIGINT else "sigterm"
     p = subprocess.Popen(_cmd("-o", tmp_path, *opts, BASIC, mode), env=_env(),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=sigint_default)
     try:
         lines = [p.stdout.readline() for _ in range(4)]
         assert lines[3] == "ready\n", lines  # sleeping inside the range "waiting"

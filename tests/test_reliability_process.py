@@ -15,7 +15,7 @@ import pytest
 
 import cprof
 from cprof import _C, _lifecycle
-from conftest import ROOT, load_trace, ranges_of
+from conftest import ROOT, load_trace, ranges_of, sigint_default
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reliability_scripts")
 CPU = ["CPU"]
@@ -31,7 +31,7 @@ def _env():
 def _spawn(script, *args):
     return subprocess.Popen([sys.executable, os.path.join(SCRIPTS, script), *map(str, args)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=_env(), cwd=ROOT)
+                            env=_env(), cwd=ROOT, preexec_fn=sigint_default)
 
 
 def _run(script, *args, timeout=120):
