@@ -190,3 +190,24 @@ def test_tensorboard_kernel_view_of_a_gpu_trace(tmp_path, fake_so):
     assert summary["Name"] == trace["deviceProperties"][0]["name"]
     assert "Est. Achieved Occupancy" in summary and "Est. SM Efficiency" in summary
     assert not [ln for ln in log if "intersect" in ln]
+
+
+@needs_tb
+def test_tensorboard_operator_view_by_input_shape_matches_torch_profilers(tmp_path):
+    """record_shapes: TensorBoard's operator view grouped by input shape is torch.profiler's
+    (the operators' shapes come from cprof._torch_ops, decision 92)."""
+    try:
+        from cprof import _torch_ops  # noqa: F401
+    except ImportError as err:
+        pytest.skip(f"cprof._torch_ops is not built: {err}")
+    rows = {}
+    for P, name in ((cprof, "cprof"), (torch.profiler, "torch")):
+        (tmp_path / name).mkdir()
+        prof, _, log = load_with_tb(profile_dir(P, tmp_path / name, record_shapes=True))
+        assert not log
+        rows[name] = sorted((r["name"], r["input_shape"], r["calls"])
+                            for r in prof.operation_table_by_name_input["data"]
+                            if r["name"] in ("aten::addmm", "aten::linear", "aten::relu",
+                                             "aten::t", "aten::sum"))
+    assert ("aten::addmm", "[[16], [4, 16], [16, 16], [], []]", 4) in rows["cprof"]
+    assert rows["cprof"] == rows["torch"]
