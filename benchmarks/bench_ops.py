@@ -13,6 +13,8 @@ unprofiled loop (paired: the machine drifts between rounds), and the fastest rou
   cprof:ops       cprof.profile(activities=[CPU], record_ops=True)
   cprof:no_ops    cprof.profile(activities=[CPU], record_ops=False) (no operators)
   torch           torch.profiler.profile(activities=[CPU])
+  cprof:observer  cprof:ops with CPROF_OPS_CAPTURE=record_function (names through the
+                  RecordFunction observer instead of ITT)
   cprof:shapes    cprof.profile(activities=[CPU], record_ops=True, record_shapes=True)
                   (csrc/torch_ops.cpp: the op with its inputs' shapes, types, strides)
   torch:shapes    torch.profiler.profile(activities=[CPU], record_shapes=True)
@@ -37,7 +39,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import cprof  # noqa: E402  (before torch: see the docstring)
 
-CONFIGS = ("none", "cprof:ops", "cprof:no_ops", "torch", "cprof:shapes", "torch:shapes")
+CONFIGS = ("none", "cprof:ops", "cprof:no_ops", "torch", "cprof:observer", "cprof:shapes",
+           "torch:shapes")
 
 
 def run(torch, config, n, a, b):
@@ -47,7 +50,9 @@ def run(torch, config, n, a, b):
     try:
         if config == "none":
             prof = None
-        elif config == "cprof:ops":
+        elif config in ("cprof:ops", "cprof:observer"):
+            os.environ["CPROF_OPS_CAPTURE"] = "record_function" if config == "cprof:observer" \
+                else "auto"
             prof = cprof.profile(activities=["CPU"], record_ops=True)
         elif config == "cprof:no_ops":
             prof = cprof.profile(activities=["CPU"], record_ops=False)
@@ -68,11 +73,13 @@ def run(torch, config, n, a, b):
             finally:
                 if prof is not None:
                     prof.__exit__(None, None, None)
-        if config in ("cprof:ops", "cprof:shapes"):
+        if config in ("cprof:ops", "cprof:observer", "cprof:shapes"):
             # the measurement is only valid if the operators (and their shapes) were recorded
             adds = [e for e in prof.events() if e.name == "aten::add"]
             shaped = sum(1 for e in adds if e.input_shapes == [[4], [4], []])
-            if len(adds) != n or (config == "cprof:shapes" and shaped != n):
+            mode = (prof._last.notes.get("ops") or {}).get("mode")
+            want = "itt" if config == "cprof:ops" else "record_function"
+            if len(adds) != n or (config == "cprof:shapes" and shaped != n) or mode != want:
                 raise SystemExit(f"bench_ops: cprof recorded {len(adds)} of {n} aten::add calls, "
                                  f"{shaped} with shapes "
                                  f"({prof._last.notes.get('ops') if prof._last else None})")

@@ -217,18 +217,38 @@ class _Ops:
         self.torch.autograd.profiler._run_on_profiler_stop()
 
 
+CAPTURES = ("auto", "itt", "record_function")
+
+
+def capture_choice():
+    """CPROF_OPS_CAPTURE: auto (default), itt or record_function (the observer even without
+    shapes). A ValueError names the valid values."""
+    v = os.environ.get("CPROF_OPS_CAPTURE", "auto").strip().lower() or "auto"
+    if v not in CAPTURES:
+        raise ValueError(f"cprof: CPROF_OPS_CAPTURE={v!r}; valid values are "
+                         f"{', '.join(CAPTURES)}")
+    return v
+
+
 def _choose(torch, record_shapes):
     """(capture, why_no_shapes) for a window, or (None, why_no_ops). Shapes need the observer;
     without shapes ITT comes first (it is what GPU runs were measured with), the observer where
-    ITT cannot attach."""
+    ITT cannot attach; CPROF_OPS_CAPTURE=record_function takes the observer for names too,
+    itt never takes it."""
+    choice = capture_choice()
     # attached either way, once: attaching also takes cprof's INTEL_LIBITTNOTIFY64 out of
     # the environment, which child processes must not inherit
     why = attach()
+    if choice == "itt":
+        if why is not None:
+            return None, why
+        return _Itt(torch), ("CPROF_OPS_CAPTURE=itt: ITT passes operator names only"
+                             if record_shapes else None)
     why_shapes = None
-    if record_shapes:
+    if record_shapes or choice == "record_function":
         mod, why_shapes = observer()
         if mod is not None:
-            return _Observer(mod, True), None
+            return _Observer(mod, record_shapes), None
     if why is None:
         return _Itt(torch), why_shapes
     mod, _ = observer()
@@ -246,7 +266,10 @@ def install(record_shapes=False):
         return None, {"mode": "off", "reason": "torch is not imported"}
     if disabled_by_env():
         return None, {"mode": "unavailable", "reason": "turned off by CPROF_OPS=0"}
-    capture, why = _choose(torch, record_shapes)
+    try:
+        capture, why = _choose(torch, record_shapes)
+    except ValueError as err:  # CPROF_OPS_CAPTURE changed since cprof.profile() checked it
+        return None, {"mode": "unavailable", "reason": str(err)}
     if capture is None:
         return None, {"mode": "unavailable", "reason": why}
     _patch_torch_profiler(torch)

@@ -264,6 +264,9 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         if record_ops is None:
             record_ops = not self.with_modules
         self.record_ops = bool(record_ops) and "CPU" in self.activities
+        if self.record_ops:
+            from . import _ops
+            _ops.capture_choice()  # a bad CPROF_OPS_CAPTURE is a ValueError here, not later
         self.buffer_size_mb = buffer_size_mb
         self.strict = bool(strict)
         # acc_events: events() / key_averages() cover every window so far, as torch's do

@@ -362,3 +362,32 @@ print(json.dumps({"before": before == cprof._C.__file__,
                   "mode": t["cprof"]["ops"]["mode"]}))
 """, tmp_path)
     assert out == {"before": True, "after": None, "mode": "record_function"}
+
+
+def test_cprof_ops_capture_chooses_the_mechanism_and_rejects_typos(tmp_path):
+    out, _ = run_py(HELPERS + """
+import cprof
+import torch
+a = torch.randn(3, 3)
+res = {}
+for choice in ("record_function", "itt", "auto", "bogus"):
+    os.environ["CPROF_OPS_CAPTURE"] = choice
+    try:
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            with cprof.profile(activities=["CPU"], record_shapes=choice == "itt") as p:
+                torch.mm(a, a)
+    except ValueError as err:
+        res[choice] = str(err)
+        continue
+    t = load(p, choice + ".json")
+    mm = next(e for e in ops(t) if e["name"] == "aten::mm")
+    res[choice] = [t["cprof"]["ops"]["mode"], "Input Dims" in mm["args"],
+                   [str(x.message) for x in w if "shapes" in str(x.message)]]
+print(json.dumps(res))
+""", tmp_path)
+    assert out["record_function"] == ["record_function", False, []]
+    mode, shaped, warned = out["itt"]
+    assert mode == "itt" and not shaped and "CPROF_OPS_CAPTURE=itt" in warned[0]
+    assert out["auto"] == ["itt", False, []]
+    assert "CPROF_OPS_CAPTURE='bogus'" in out["bogus"] and "record_function" in out["bogus"]
