@@ -93,6 +93,8 @@ def features():
     - ``gpu_activity``: kernels, copies, sets and runtime calls from CUPTI (with which library
       and version were found).
     - ``cuda_timers``: CUDA-event bucket timers of the Profiler class.
+    - ``operator_shapes``: record_shapes / with_flops for torch's operators (the
+      RecordFunction observer cprof._torch_ops, built against the installed torch).
     - ``build``: how the extension was built.
     """
     gpu_ok, gpu_reason, details = _gpu_status()
@@ -100,8 +102,26 @@ def features():
         "cpu_ranges": {"available": True, "reason": None},
         "gpu_activity": dict({"available": gpu_ok, "reason": gpu_reason}, **details),
         "cuda_timers": _timers_status(),
+        "operator_shapes": _op_shapes_status(),
         "build": dict(_C.build_info()),
     }
+
+
+def _op_shapes_status():
+    """Whether operators can carry their shapes. Without torch imported only the file is
+    looked for (loading the observer loads libtorch); with torch, the observer is loaded and
+    its torch version checked, as a window would."""
+    if sys.modules.get("torch") is None:
+        import importlib.util
+        built = importlib.util.find_spec("cprof._torch_ops") is not None
+        return {"available": built, "checked": "file only (torch is not imported)",
+                "reason": None if built else (
+                    "cprof._torch_ops is not built: build cprof with torch installed (bash "
+                    "scripts/setup.sh, or python setup.py build_ext --inplace)")}
+    from . import _ops
+    mod, why = _ops.observer()
+    return {"available": mod is not None, "reason": why,
+            "built_for_torch": getattr(mod, "TORCH_VERSION", None)}
 
 
 def _timers_status():

@@ -29,6 +29,8 @@ $PY -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cu
 $PY -c "import triton; print('triton', triton.__version__)" 2>/dev/null || echo "triton: not importable (the torch.compile test will skip)"
 $PY -c "import pytest; print('pytest', pytest.__version__)" 2>/dev/null || echo "pytest: NOT importable (tests cannot run)"
 command -v gcc >/dev/null && echo "gcc: $(gcc -dumpfullversion 2>/dev/null)" || echo "gcc: not found"
+command -v g++ >/dev/null && echo "g++: $(g++ -dumpfullversion 2>/dev/null)" \
+  || echo "g++: not found (cprof._torch_ops, operator shapes, will not build)"
 
 echo
 echo "== build: $PY setup.py build_ext --inplace =="
@@ -66,6 +68,13 @@ else
   tail -n 30 "$OUT/build.log"
   failed=1
 fi
+# the RecordFunction observer (operator shapes; optional, built against this torch)
+if $PY -c "import torch, cprof._C, cprof._torch_ops as t
+assert t.TORCH_VERSION == torch.__version__, t.TORCH_VERSION" >>"$OUT/build.log" 2>&1; then
+  status_build="$status_build; cprof._torch_ops built"
+else
+  status_build="$status_build; cprof._torch_ops NOT available (no operator shapes; see build.log)"
+fi
 echo "build: $status_build"
 if ! $PY -c "import cprof._C" >>"$OUT/build.log" 2>&1; then
   echo "gpu_check: cprof._C cannot be imported:"; tail -n 5 "$OUT/build.log"
@@ -88,7 +97,7 @@ if [ "$failed" = 0 ]; then
   # The GPU files first (test_gpu_fake.py carries no gpu mark: it runs on CI too), then the rest
   # of the suite, which must also pass where a GPU is visible. A per-test limit where
   # pytest-timeout is there, so one hang cannot eat the whole call.
-  gpu_files=${GPU_CHECK_TESTS:-"tests/test_gpu_real.py tests/test_gpu_profile.py tests/test_gpu_timers.py tests/test_gpu_fake.py tests/test_compiled_regions.py tests/test_ops.py"}
+  gpu_files=${GPU_CHECK_TESTS:-"tests/test_gpu_real.py tests/test_gpu_profile.py tests/test_gpu_timers.py tests/test_gpu_fake.py tests/test_compiled_regions.py tests/test_ops.py tests/test_op_shapes.py"}
   tlimit=""
   $PY -c "import pytest_timeout" 2>/dev/null && tlimit="--timeout=180"
   if [ "$gpu_files" = none ]; then

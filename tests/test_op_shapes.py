@@ -391,3 +391,25 @@ print(json.dumps(res))
     assert mode == "itt" and not shaped and "CPROF_OPS_CAPTURE=itt" in warned[0]
     assert out["auto"] == ["itt", False, []]
     assert "CPROF_OPS_CAPTURE='bogus'" in out["bogus"] and "record_function" in out["bogus"]
+
+
+def test_features_say_whether_operators_can_carry_shapes(tmp_path):
+    out, _ = run_py("""
+import json, sys
+import cprof
+before = cprof.features()["operator_shapes"]
+import torch
+after = cprof.features()["operator_shapes"]
+# as a process where it is missing: unloaded, unimportable, and the loaded one forgotten
+sys.modules["cprof._torch_ops"] = None
+del cprof._torch_ops
+from cprof import _ops
+_ops._state["rf"] = None
+missing = cprof.features()["operator_shapes"]
+print(json.dumps({"before": before, "after": after, "missing": missing}))
+""", tmp_path)
+    assert out["before"]["available"] is True
+    assert "torch is not imported" in out["before"]["checked"]
+    assert out["after"] == {"available": True, "reason": None,
+                            "built_for_torch": torch.__version__}
+    assert out["missing"]["available"] is False and "setup" in out["missing"]["reason"]
