@@ -63,12 +63,12 @@ def torch_ops_extension():
     abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True))
     return Extension(
         "cprof._torch_ops",
-        sources=["csrc/torch_ops.cpp", "csrc/py_torch_ops.cpp"],
+        sources=["csrc/torch_ops.cpp", "csrc/py_torch_ops.cpp", "csrc/py_torch_shapes.cpp"],
         # torch's own headers are system headers here: their warnings are not ours
         depends=["csrc/op_api.h", "csrc/torch_ops.h", os.path.join(os.path.dirname(torch.__file__), "version.py")],
         include_dirs=["csrc"],
         library_dirs=libdirs,
-        libraries=["c10", "torch_cpu"],
+        libraries=["c10", "torch_cpu", "torch_python"],
         define_macros=[("_GLIBCXX_USE_CXX11_ABI", str(abi)),
                        ("CPROF_TORCH_VERSION", json.dumps(torch.__version__))],
         extra_compile_args=[std, "-O2", "-fvisibility=hidden", "-Wall", "-Wextra"]

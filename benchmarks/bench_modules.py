@@ -15,7 +15,11 @@ Variants (each timed as `--n` forwards; us/forward = elapsed / n):
                                       what torch's hooked Module._call_impl costs by itself
   cprof call                          _modules.install(mode="call") (the default) in an open
                                       cprof window: nn.Module.__call__ replaced by the C wrapper
-  cprof call + shapes                 _modules.install(mode="call", record_shapes=True)
+  cprof call + shapes                 _modules.install(mode="call", record_shapes=True): tensors
+                                      read through torch's C++ tensors (cprof._torch_ops,
+                                      decision 94) where it is built
+  cprof call + shapes read from Python  the same with CPROF_FAST_SHAPES=0 (py_hooks.c reads
+                                      `.shape` / `.dtype`)
   cprof hooks                         _modules.install(mode="hooks"): the C hooks as torch's
                                       global forward hooks
   cprof hooks + shapes                _modules.install(mode="hooks", record_shapes=True)
@@ -82,11 +86,12 @@ def unprofiled(model, x, n, calls):
     return _timed(model, x, n)
 
 
-def cprof_capture(mode, record_shapes):
+def cprof_capture(mode, record_shapes, fast_shapes=True):
     def run(model, x, n, calls):
         _C.set_buffer_cap(max(256 << 20, n * calls * 64 * 2))
         _C.start()
         try:
+            os.environ["CPROF_FAST_SHAPES"] = "1" if fast_shapes else "0"
             handle = _modules.install(record_shapes=record_shapes, mode=mode)
             try:
                 dt = _timed(model, x, n)
@@ -130,6 +135,7 @@ VARIANTS = [
     ("noop", "no-op Python hooks", noop_hooks),
     ("call", "cprof call", cprof_capture("call", False)),
     ("call_shapes", "cprof call + shapes", cprof_capture("call", True)),
+    ("call_shapes_py", "cprof call + shapes read from Python", cprof_capture("call", True, False)),
     ("hooks", "cprof hooks", cprof_capture("hooks", False)),
     ("hooks_shapes", "cprof hooks + shapes", cprof_capture("hooks", True)),
     ("torch", "torch modules", torch_session(False)),

@@ -25,6 +25,7 @@ a range push, optionally the argument shapes. Python runs once per module, to na
     ...                                    # model(x): one range per module call
     handle.remove()                        # capture gone, names and module references dropped
 """
+import os
 import sys
 import warnings
 
@@ -366,6 +367,20 @@ class ModuleHooksHandle:
         return False
 
 
+def _fast_shapes(torch):
+    """The shape reader of cprof._torch_ops (module-call arguments read through torch's C++
+    tensors, the same text; decision 94), or None: not built for this torch, or turned off
+    with CPROF_FAST_SHAPES=0 (then shapes are read from Python)."""
+    if os.environ.get("CPROF_FAST_SHAPES", "1").strip().lower() in ("0", "off", "false", "no"):
+        return None
+    from . import _ops
+    mod, _ = _ops.observer()
+    base = getattr(torch._C, "TensorBase", None)
+    if mod is None or base is None or not hasattr(mod, "shapes_api"):
+        return None
+    return mod.shapes_api(base, torch.Tensor, torch.nn.Parameter)
+
+
 def install(record_shapes=False, mode="call"):
     """Installs the module capture (see the module doc for the two modes); returns a handle
     whose ``remove()`` takes it away. Only while a cprof window is open, and one at a time."""
@@ -388,7 +403,8 @@ def install(record_shapes=False, mode="call"):
     tensor_type = getattr(torch._C, "TensorBase", None) or torch.Tensor
     resolver = _Resolver()
     hooks = _C.ModuleHooks(tensor_type, record_shapes=bool(record_shapes), resolver=resolver,
-                           dtype_names=_dtype_names(torch))
+                           dtype_names=_dtype_names(torch),
+                           fast_shapes=_fast_shapes(torch) if record_shapes else None)
     if mode == "call":
         capture = _CallCapture(hooks, torch.nn.Module)
     else:

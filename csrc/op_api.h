@@ -28,4 +28,21 @@ typedef struct cprof_op_api {
     int (*cpu_on)(void);
 } cprof_op_api;
 
+/* The other way: what cprof._torch_ops lends the module hooks (py_hooks.c) for record_shapes,
+ * in a capsule (`_torch_ops.shapes_api(...)`): reading module-call arguments through torch's
+ * C++ tensors instead of Python attribute reads. Same text as py_hooks.c's own. */
+#define CPROF_SHAPES_API_VERSION 1u
+#define CPROF_SHAPES_API_CAPSULE "cprof._torch_ops._shapes_api"
+
+struct _object; /* PyObject */
+
+typedef struct cprof_shapes_api {
+    uint32_t version; /* CPROF_SHAPES_API_VERSION */
+    uint32_t size;    /* sizeof(cprof_shapes_api) */
+    /* The fragment (`"Input Dims":[...],"Input type":[...]`) of n positional arguments, GIL
+     * held: 1 when handled (*id its interned id; 0 when interning failed), 0 when an argument
+     * is one the caller must read itself (a tensor subclass, an unusual dtype). Never raises. */
+    int (*args_fragment)(struct _object *const *args, ptrdiff_t n, uint32_t *id);
+} cprof_shapes_api;
+
 #endif

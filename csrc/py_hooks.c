@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "cprof.h"
+#include "op_api.h"
 
 /* ---- per-thread state: the module calls whose range is open, and scratch buffers ---- */
 
@@ -96,6 +97,8 @@ typedef struct {
     PyObject *dtype_names;  /* dict dtype -> str given by the caller, or None */
     PyObject *dtype_json;   /* dict dtype -> bytes: the escaped JSON string, filled on demand */
     PyObject *s_shape, *s_dtype;
+    PyObject *fast_capsule; /* cprof._torch_ops' shape reader (op_api.h), or None */
+    const cprof_shapes_api *fast;
     int record_shapes;
     /* Bumped by clear(): entries of an older generation belong to hooks that were removed and
      * are closed, not matched, when their thread next calls a hook. */
@@ -416,6 +419,13 @@ static int frag_intern(hooks_tls *s, const char *p, size_t len, uint32_t *id) {
  * Never raises. */
 static uint32_t fragment_id(HooksObject *self, hooks_tls *s, PyObject *const *args,
                             Py_ssize_t n) {
+    if (self->fast) { /* torch's C++ tensors read directly, the same text (decision 94) */
+        uint32_t id = 0;
+        if (self->fast->args_fragment(args, n, &id)) {
+            if (!id) self->errors++;
+            return id;
+        }
+    }
     s->dims.len = s->types.len = 0;
     cprof_buf_puts(&s->dims, "\"Input Dims\":[");
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -540,6 +550,12 @@ static PyObject *hooks_record_args(HooksObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* fast_shapes_on() -> bool: tensors are read through cprof._torch_ops (decision 94). */
+static PyObject *hooks_fast_shapes_on(HooksObject *self, PyObject *unused) {
+    (void)unused;
+    return PyBool_FromLong(self->fast != NULL);
+}
+
 /* shapes_json(args) -> str: the fragment record_shapes would attach, for tests and tools. */
 static PyObject *hooks_shapes_json(HooksObject *self, PyObject *args) {
     if (!PyTuple_Check(args)) {
@@ -556,12 +572,28 @@ static PyObject *hooks_shapes_json(HooksObject *self, PyObject *args) {
 }
 
 static PyObject *hooks_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"tensor_type", "record_shapes", "resolver", "dtype_names", NULL};
-    PyObject *tensor_type, *resolver = Py_None, *dtype_names = Py_None;
+    static char *kwlist[] = {"tensor_type", "record_shapes", "resolver", "dtype_names",
+                             "fast_shapes", NULL};
+    PyObject *tensor_type, *resolver = Py_None, *dtype_names = Py_None, *fast = Py_None;
     int record_shapes = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|pOO:ModuleHooks", kwlist, &tensor_type,
-                                     &record_shapes, &resolver, &dtype_names))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|pOOO:ModuleHooks", kwlist, &tensor_type,
+                                     &record_shapes, &resolver, &dtype_names, &fast))
         return NULL;
+    const cprof_shapes_api *fast_api = NULL;
+    if (fast != Py_None) {
+        if (!PyCapsule_IsValid(fast, CPROF_SHAPES_API_CAPSULE)) {
+            PyErr_SetString(PyExc_TypeError, "ModuleHooks: fast_shapes must be the capsule "
+                                             "cprof._torch_ops.shapes_api() returns, or None");
+            return NULL;
+        }
+        fast_api = PyCapsule_GetPointer(fast, CPROF_SHAPES_API_CAPSULE);
+        if (fast_api->version != CPROF_SHAPES_API_VERSION ||
+            fast_api->size < sizeof(cprof_shapes_api)) {
+            PyErr_SetString(PyExc_ValueError, "ModuleHooks: fast_shapes comes from another "
+                                              "build of cprof._torch_ops: rebuild cprof");
+            return NULL;
+        }
+    }
     if (!PyType_Check(tensor_type)) {
         PyErr_SetString(PyExc_TypeError, "ModuleHooks: tensor_type must be a type (torch.Tensor)");
         return NULL;
@@ -581,6 +613,8 @@ static PyObject *hooks_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     self->tensor_type = Py_NewRef(tensor_type);
     self->resolver = Py_NewRef(resolver);
     self->dtype_names = Py_NewRef(dtype_names);
+    self->fast_capsule = Py_NewRef(fast);
+    self->fast = fast_api;
     self->dtype_json = PyDict_New();
     self->s_shape = PyUnicode_InternFromString("shape");
     self->s_dtype = PyUnicode_InternFromString("dtype");
@@ -597,6 +631,7 @@ static PyObject *hooks_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
 static int hooks_traverse(HooksObject *self, visitproc visit, void *arg) {
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->tensor_type);
+    Py_VISIT(self->fast_capsule);
     Py_VISIT(self->resolver);
     Py_VISIT(self->dtype_names);
     Py_VISIT(self->dtype_json);
@@ -607,6 +642,8 @@ static int hooks_traverse(HooksObject *self, visitproc visit, void *arg) {
 static int hooks_tp_clear(HooksObject *self) {
     cache_clear(self);
     Py_CLEAR(self->tensor_type);
+    Py_CLEAR(self->fast_capsule);
+    self->fast = NULL;
     Py_CLEAR(self->resolver);
     Py_CLEAR(self->dtype_names);
     Py_CLEAR(self->dtype_json);
@@ -673,6 +710,8 @@ static PyMethodDef hooks_methods[] = {
      "Forgets module names (drops the references) and closes this thread's open ranges."},
     {"record_args", (PyCFunction)hooks_record_args, METH_O,
      "record_args(args): Input Dims / Input type of args on this thread's innermost range."},
+    {"fast_shapes_on", (PyCFunction)hooks_fast_shapes_on, METH_NOARGS,
+     "fast_shapes_on() -> bool: tensors' shapes are read through cprof._torch_ops."},
     {"shapes_json", (PyCFunction)hooks_shapes_json, METH_O,
      "shapes_json(args) -> str: the args fragment record_shapes writes for args."},
     {NULL, NULL, 0, NULL},

@@ -12,7 +12,17 @@
 #define CPROF_TORCH_VERSION "unknown"
 #endif
 
+/* py_torch_shapes.cpp: the capsule of the module-call shape reader */
+PyObject *cprof_torch_shapes_api(PyObject *base_t, PyObject *tensor_t, PyObject *parameter_t);
+
 namespace {
+
+PyObject *py_shapes_api(PyObject *, PyObject *args) {
+    PyObject *base_t, *tensor_t, *parameter_t;
+    if (!PyArg_ParseTuple(args, "OOO:shapes_api", &base_t, &tensor_t, &parameter_t))
+        return nullptr;
+    return cprof_torch_shapes_api(base_t, tensor_t, parameter_t);
+}
 
 PyObject *py_add(PyObject *, PyObject *arg) {
     int shapes = PyObject_IsTrue(arg);
@@ -51,6 +61,9 @@ PyMethodDef methods[] = {
      "add(record_shapes) -> handle: records torch's operators (and their inputs' shapes) on this "
      "thread and the threads it hands work to, until remove(handle) on this thread."},
     {"remove", py_remove, METH_O, "remove(handle): takes the observer away (its own thread)."},
+    {"shapes_api", py_shapes_api, METH_VARARGS,
+     "shapes_api(TensorBase, Tensor, Parameter) -> capsule: module-call shapes read through "
+     "torch's C++ tensors, for cprof._C.ModuleHooks(fast_shapes=...)."},
     {"stats", py_stats, METH_NOARGS,
      "stats() -> {shaped, errors}: ops recorded with shapes; shapes that could not be read."},
     {nullptr, nullptr, 0, nullptr},

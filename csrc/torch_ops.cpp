@@ -363,6 +363,10 @@ void leave(const at::RecordFunction &, at::ObserverContext *) { api->pop_op(); }
 
 void cprof_torch_ops_init(const cprof_op_api *a) { api = a; }
 
+int cprof_torch_ops_intern(const char *p, size_t len, uint32_t *id) {
+    return api->intern(p, len, id);
+}
+
 int cprof_torch_ops_add(int shapes, uint64_t *handle, std::string *err) {
     try {
         std::unordered_set<at::RecordScope, std::hash<at::RecordScope>> scopes;

@@ -16,6 +16,8 @@ void cprof_torch_ops_init(const cprof_op_api *api);
 int cprof_torch_ops_add(int shapes, uint64_t *handle, std::string *err);
 /* Removes it (only on the thread that added it). 0, or -1 and *err. */
 int cprof_torch_ops_remove(uint64_t handle, std::string *err);
+/* Interns a fragment's text through cprof._C (py_torch_shapes.cpp): 0 and *id, or an error. */
+int cprof_torch_ops_intern(const char *p, size_t len, uint32_t *id);
 /* Ops recorded with shapes, and shapes that could not be read, since load. */
 void cprof_torch_ops_stats(uint64_t *shaped, uint64_t *errors);
 

@@ -413,3 +413,58 @@ print(json.dumps({"before": before, "after": after, "missing": missing}))
     assert out["after"] == {"available": True, "reason": None,
                             "built_for_torch": torch.__version__}
     assert out["missing"]["available"] is False and "setup" in out["missing"]["reason"]
+
+
+def test_module_shapes_read_through_cpp_tensors_are_the_python_readers_text():
+    """record_shapes for module calls: the reader of cprof._torch_ops (decision 94) writes what
+    py_hooks.c's Python reader writes, for every kind of argument; tensor subclasses and
+    unusual dtypes are left to the Python reader."""
+    import cprof
+    from cprof import _C, _modules, _torch_ops
+
+    base = torch._C.TensorBase
+    names = _modules._dtype_names(torch)
+    slow = _C.ModuleHooks(base, record_shapes=True, dtype_names=names)
+    api = _torch_ops.shapes_api(base, torch.Tensor, torch.nn.Parameter)
+    fast = _C.ModuleHooks(base, record_shapes=True, dtype_names=names, fast_shapes=api)
+
+    class Sub(torch.Tensor):
+        pass
+
+    t = torch.randn(2, 3)
+    dtypes = (torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.bool, torch.uint8,
+              torch.int8, torch.int16, torch.float64, torch.complex64, torch.complex128)
+    cases = [(), (t,), (t, 1, 2.5, True, 1j), ([t, t],), ((t, 3),), ([1, 2.0],), ([],),
+             ("x", None), (torch.nn.Parameter(torch.randn(4)),),
+             tuple(t.to(d) for d in dtypes), (t.as_subclass(Sub),),
+             ([t, "a", t.as_subclass(Sub)],), (torch.tensor(3.0),), (torch.empty(0, 5),),
+             (torch.nested.nested_tensor([torch.randn(2), torch.randn(3)]),), ([t, None],),
+             ({"a": t},), (t.to(torch.float8_e4m3fn),), (t.t(),), ((),), ([[t]],)]
+    for args in cases * 2:  # the second time from the per-thread cache
+        assert fast.shapes_json(args) == slow.shapes_json(args), args
+    assert fast.shapes_json((t, 1)) == '"Input Dims":[[2,3],[]],"Input type":["float","Scalar"]'
+    with pytest.raises(TypeError, match="fast_shapes must be the capsule"):
+        _C.ModuleHooks(base, record_shapes=True, fast_shapes=object())
+    assert cprof  # imported for the extension it loads
+
+
+def test_a_profile_uses_the_cpp_reader_unless_told_not_to(tmp_path):
+    out, _ = run_py(HELPERS + """
+import cprof
+import torch
+from cprof import _modules
+lin = torch.nn.Linear(8, 4)
+x = torch.randn(2, 8)
+res = {}
+for fast in ("1", "0"):
+    os.environ["CPROF_FAST_SHAPES"] = fast
+    with cprof.profile(activities=["CPU"], record_shapes=True, with_modules=True) as p:
+        res[fast + "_installed"] = _modules._installed.hooks.fast_shapes_on()
+        lin(x)
+    t = load(p, fast + ".json")
+    mod = next(e for e in t["traceEvents"] if e.get("cat") == "user_annotation")
+    res[fast] = [mod["args"]["Input Dims"], mod["args"]["Input type"]]
+print(json.dumps(res))
+""", tmp_path)
+    assert out["1_installed"] is True and out["0_installed"] is False
+    assert out["1"] == out["0"] == [[[2, 8]], ["float"]]
