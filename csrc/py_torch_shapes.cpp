@@ -181,15 +181,6 @@ void text_of(std::string &out, const std::vector<uint64_t> &k) {
     out.push_back(']');
 }
 
-uint64_t key_hash(const std::vector<uint64_t> &k) {
-    uint64_t h = 0x9e3779b97f4a7c15ull ^ k.size();
-    for (uint64_t w : k) {
-        h = (h ^ w) * 0xff51afd7ed558ccdull;
-        h ^= h >> 32;
-    }
-    return h;
-}
-
 struct Slot {
     uint64_t hash = 0;
     uint32_t id = 0;
@@ -204,7 +195,7 @@ int args_fragment(struct _object *const *args, ptrdiff_t n, uint32_t *id) {
     try {
         std::vector<uint64_t> &k = key_buf;
         if (!key_of(k, args, n)) return 0;
-        uint64_t h = key_hash(k);
+        uint64_t h = cprof_key_hash(k);
         Slot &slot = cache[h & (CACHE - 1)];
         if (slot.id && slot.hash == h && slot.key == k) {
             *id = slot.id;

@@ -279,15 +279,6 @@ bool key_of(std::vector<uint64_t> &k, c10::ArrayRef<const c10::IValue> in) {
     return true;
 }
 
-uint64_t key_hash(const std::vector<uint64_t> &k) {
-    uint64_t h = 0x9e3779b97f4a7c15ull ^ k.size();
-    for (uint64_t w : k) {
-        h = (h ^ w) * 0xff51afd7ed558ccdull;
-        h ^= h >> 32;
-    }
-    return h;
-}
-
 /* The inputs' fragment as text, interned: its id, or 0 (a failure: counted). */
 uint32_t fragment_text_id(c10::ArrayRef<const c10::IValue> in) {
     Frag &f = frag_buf;
@@ -322,7 +313,7 @@ uint32_t fragment_id(c10::ArrayRef<const c10::IValue> in) {
     if (in.empty()) return 0; /* torch writes no shape keys for an op without inputs */
     std::vector<uint64_t> &k = key_buf;
     if (!key_of(k, in)) return fragment_text_id(in);
-    uint64_t h = key_hash(k);
+    uint64_t h = cprof_key_hash(k);
     FragSlot &slot = frag_cache[h & (FRAG_CACHE - 1)];
     if (slot.id && slot.hash == h && slot.key == k) return slot.id;
     uint32_t id = fragment_text_id(in);

@@ -5,8 +5,20 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "op_api.h"
+
+/* The hash of a binary key (the words describing a call's arguments) for the per-thread
+ * fragment caches of torch_ops.cpp and py_torch_shapes.cpp. */
+inline uint64_t cprof_key_hash(const std::vector<uint64_t> &k) {
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ k.size();
+    for (uint64_t w : k) {
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+    }
+    return h;
+}
 
 /* The C functions of cprof._C the callbacks record with; set once, before the first add. */
 void cprof_torch_ops_init(const cprof_op_api *api);
