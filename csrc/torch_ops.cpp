@@ -2,9 +2,9 @@
  *
  * ITT (ops_itt.c) hands cprof an operator's name only; record_shapes asks for what torch.profiler
  * writes for each op: "Input Dims", "Input type", "Input Strides", "Concrete Inputs". Those need
- * the RecordFunction's inputs, a C++ API, so this one file is C++ and is built against the
- * installed torch (setup.py builds it when torch is importable; it is optional, and Python checks
- * the torch version it was built for before using it; docs/design.md decision 92).
+ * the RecordFunction's inputs, a C++ API, so this file is C++ built against the installed torch
+ * (setup.py builds it when torch is importable; it is optional, and Python checks the torch
+ * version it was built for before using it; docs/design.md decision 92).
  *
  * The observer is a thread-local RecordFunction callback of the thread that opens the window (torch
  * carries it into autograd's threads, as it does torch.profiler's), for every scope but
@@ -12,9 +12,10 @@
  * functions cprof._C lends it in a capsule (op_api.h): the same per-thread operator stack as the
  * ITT collector, so ops nest with Python functions, modules and user ranges exactly as there.
  * The shapes are read before the push (a range does not include reading them) and become one JSON
- * fragment, interned once per distinct text (a per-thread cache in front of the name table).
+ * fragment, made and interned once per distinct inputs: a per-thread cache keyed by the inputs'
+ * binary description (kinds, dtypes, sizes, strides, scalar bits) finds it without formatting.
  * Callbacks never throw into torch: a failure records the op without shapes and is counted.
- * Binding: py_torch_ops.cpp (the two files make the extension cprof._torch_ops). */
+ * Binding: py_torch_ops.cpp; with py_torch_shapes.cpp they make the extension cprof._torch_ops. */
 #include <ATen/core/List.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/record_function.h>
