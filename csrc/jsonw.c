@@ -41,7 +41,7 @@ int cprof_buf_reserve(cprof_buf *b, size_t extra) {
 
 void cprof_buf_put(cprof_buf *b, const void *data, size_t len) {
     if (cprof_buf_reserve(b, len)) return;
-    memcpy(b->data + b->len, data, len);
+    if (len) memcpy(b->data + b->len, data, len); /* data may be NULL when len is 0 */
     b->len += len;
 }
 
