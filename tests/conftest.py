@@ -2,7 +2,9 @@ import gzip
 import json
 import os
 import signal
+import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -19,6 +21,23 @@ def load_trace(path):
 
 
 CPU_RANGE_CATS = ("user_annotation", "cpu_op", "python_function")
+
+
+def run_ops_snippet(code, cwd, env=None, timeout=300, warnings_always=False):
+    """Runs code in a fresh interpreter that imports cprof from this checkout, with no ITT
+    collector and no CPROF_OPS inherited (which operator capture a process gets depends on
+    both); the snippet prints JSON last. Returns (that JSON, stderr); a failure shows both
+    streams."""
+    e = dict(os.environ)
+    e.pop("INTEL_LIBITTNOTIFY64", None)
+    e.pop("CPROF_OPS", None)
+    e["PYTHONPATH"] = ROOT + os.pathsep + e.get("PYTHONPATH", "")
+    e.update(env or {})
+    flags = ["-W", "always"] if warnings_always else []
+    r = subprocess.run([sys.executable, *flags, "-c", textwrap.dedent(code)], cwd=cwd, env=e,
+                       capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
 
 
 def sigint_default():

@@ -7,11 +7,10 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT, run_ops_snippet
 torch = pytest.importorskip("torch")
 try:
     from cprof import _torch_ops  # noqa: F401  (built by setup.py where torch is importable)
@@ -22,15 +21,7 @@ KEYS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")
 
 
 def run_py(code, tmp_path, env=None, timeout=300):
-    e = dict(os.environ)
-    e.pop("INTEL_LIBITTNOTIFY64", None)
-    e.pop("CPROF_OPS", None)
-    e["PYTHONPATH"] = ROOT + os.pathsep + e.get("PYTHONPATH", "")
-    e.update(env or {})
-    r = subprocess.run([sys.executable, "-W", "always", "-c", textwrap.dedent(code)],
-                       cwd=tmp_path, env=e, capture_output=True, text=True, timeout=timeout)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
+    return run_ops_snippet(code, tmp_path, env, timeout, warnings_always=True)
 
 
 HELPERS = """
