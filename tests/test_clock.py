@@ -175,5 +175,8 @@ def test_ranges_measure_sleeps_truly():
     finally:
         snap.close()
     assert len(durs) == 5
-    for d, s in zip(durs, spans):
-        assert 0 < s - d < 200_000, (d, s)  # the range is inside the bracket, not much shorter
+    gaps = [s - d for d, s in zip(durs, spans)]
+    assert all(g > 0 for g in gaps), gaps  # the range is inside the bracket
+    # ... and not much shorter: in the quietest sample (on a 2-core VM a preemption between
+    # the bracket's read and the range's open can add a millisecond to any one of them)
+    assert min(gaps) < 200_000, gaps
