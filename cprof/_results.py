@@ -119,7 +119,7 @@ class ProfilerEvent(_TorchCompat):
                  "device_time_total", "self_device_time_total", "input_shapes", "input_types",
                  "stack", "_ns", "_parent", "cpu_parent", "cpu_children", "id", "step_name",
                  "kernels", "self_cpu_percent", "total_cpu_percent", "total_device_percent",
-                 "flops")
+                 "flops", "sequence_nr", "fwd_thread")
 
     def __init__(self, name, category, device_type, thread, start_us, end_us, depth=0,
                  stream=None, device=None, correlation=None, truncated=False,
@@ -152,6 +152,10 @@ class ProfilerEvent(_TorchCompat):
         self.kernels = []        # Kernel tuples of the GPU work it launched itself
         self.self_cpu_percent = self.total_cpu_percent = self.total_device_percent = -1
         self.flops = 0           # with_flops: torch.profiler's estimate for this operator
+        # the operator's autograd sequence number (-1: none) and, for a backward node, its
+        # forward op's RecordFunction thread (when the RecordFunction observer captured ops)
+        self.sequence_nr = -1
+        self.fwd_thread = 0
 
     key = property(lambda self: self.name)
     duration_us = property(lambda self: self.end_us - self.start_us)
@@ -159,7 +163,6 @@ class ProfilerEvent(_TorchCompat):
     cpu_time_total = property(lambda self: self.duration_us if self.device_type == "CPU" else 0.0)
     # torch.autograd.profiler FunctionEvent's names for the same figures (one call per event)
     count = 1
-    sequence_nr = -1
     device_index = property(lambda self: self.device if self.device is not None else 0)
     # "ProfilerStep*" in events() and tables, "ProfilerStep#N" in the trace, as torch's
     trace_name = property(lambda self: self.step_name or self.name)
@@ -187,7 +190,7 @@ def _build(window):
     cpu = []
     by_thread = {}
     parsed = {}
-    for tid, name, cat, begin, end, depth, trunc, frag in snap.records(args=True):
+    for tid, name, cat, begin, end, depth, trunc, frag, seq, fwd in snap.records(args=True):
         end = end or stop
         shapes = types = None
         flops = 0
@@ -208,6 +211,8 @@ def _build(window):
                            truncated=bool(trunc), input_shapes=shapes, input_types=types)
         ev.step_name = step_name
         ev.flops = flops
+        if seq >= 0:
+            ev.sequence_nr, ev.fwd_thread = seq, fwd
         ev._ns = (begin, end)
         cpu.append(ev)
         by_thread.setdefault(tid, []).append(ev)

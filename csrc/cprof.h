@@ -120,6 +120,8 @@ typedef struct cprof_chunk {
 typedef struct cprof_thread_data {
     uint64_t tid;          /* OS thread id (gettid) */
     uint64_t ident;        /* pthread_self(), what threading.get_ident() returns */
+    uint64_t rf_tid;       /* torch's RecordFunction thread id (0: no op said), the key of
+                            * its forward ops' fwdbwd links */
     uint32_t name_id;      /* thread name, interned (0 = unknown) */
     uint64_t nrecords;
     uint64_t dropped;      /* ranges not stored because the memory cap was reached */
@@ -212,6 +214,12 @@ void cprof_events_close_traced_all(void);
 int cprof_events_push_op(uint32_t name_id);
 /* push_op whose record carries raw args frag_id (as cprof_events_set_raw_args; 0: none). */
 int cprof_events_push_op_args(uint32_t name_id, uint32_t frag_id);
+/* push_op_args of an op torch gave sequence number seq (>= 0) and forward thread fwd_tid (0 for
+ * a forward op), on the thread whose RecordFunction id is rf_tid: the record's two int args. */
+int cprof_events_push_op_seq(uint32_t name_id, uint32_t frag_id, int64_t seq, uint64_t fwd_tid,
+                             uint64_t rf_tid);
+/* the interned ids of "Sequence number" and "Fwd thread id" (0 before the first window) */
+void cprof_events_seq_keys(uint32_t *seq_key, uint32_t *fwd_key);
 int cprof_events_pop_op(void);
 /* Adds an integer arg to the innermost open range of this thread if it is recorded.
  * Returns 0, CPROF_E_EMPTY, or CPROF_E_FULL (already 2 args). */

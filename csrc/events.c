@@ -23,6 +23,7 @@
 typedef struct tstate {
     struct tstate *next;
     uint64_t tid, ident;
+    uint64_t rf_tid;           /* torch's RecordFunction thread id, once an op told it */
     uint32_t name_id;
     _Atomic int dead;          /* set by the thread-exit destructor; freed at the next stop */
     uint64_t window_id;        /* the window the chunks below belong to */
@@ -55,6 +56,7 @@ static int g_active;           /* read on every push, written under the GIL; ope
 static uint64_t g_toggled_off; /* ranges not recorded in this window while toggled off */
 static uint64_t g_window_id;
 static uint64_t g_start_ns;
+static uint32_t g_key_seq, g_key_fwd; /* "Sequence number", "Fwd thread id" (0: not interned) */
 
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static cprof_chunk *pool;      /* free chunks, reused before any new allocation */
@@ -468,7 +470,28 @@ CPROF_INLINE void oplock_release(tstate *t) {
     atomic_store_explicit(&t->oplock, 0, memory_order_release);
 }
 
-int cprof_events_push_op_args(uint32_t name_id, uint32_t frag_id) {
+CPROF_INLINE void set_seq(cprof_record *r, int64_t seq, uint64_t fwd_tid) {
+    r->arg_key[0] = g_key_seq;
+    r->arg_val[0] = seq;
+    r->arg_key[1] = g_key_fwd;
+    r->arg_val[1] = (int64_t)fwd_tid;
+    r->nargs = 2;
+}
+
+/* "autograd::engine::evaluate_function: <node>", the engine's range around a backward node */
+static int is_evaluate(uint32_t name_id) {
+    static const char EV[] = "autograd::engine::evaluate_function: ";
+    size_t len;
+    const char *s = cprof_names_get(name_id, &len);
+    return len >= sizeof EV - 1 && memcmp(s, EV, sizeof EV - 1) == 0;
+}
+
+/* Opens an operator's range on this thread's op stack: its args the fragment frag_id (0: none)
+ * and, when seq >= 0 (torch gave the op a sequence number: an op under grad mode, an autograd
+ * node), "Sequence number" and "Fwd thread id" as its two int args, for the fwdbwd links
+ * (fwdbwd.c); rf_tid is this thread's RecordFunction id, the key of its forward ops. */
+CPROF_INLINE int op_open(uint32_t name_id, uint32_t frag_id, int64_t seq,
+                         uint64_t fwd_tid, uint64_t rf_tid) {
     tstate *t = tls;
     if (CPROF_UNLIKELY(!t) && !(t = register_thread(0))) return CPROF_E_NOMEM;
     oplock_acquire(t);
@@ -476,14 +499,38 @@ int cprof_events_push_op_args(uint32_t name_id, uint32_t frag_id) {
     if (CPROF_UNLIKELY(t->odepth >= t->ostack_cap)) rc = side_stack_grow(&t->ostack, &t->ostack_cap);
     if (CPROF_LIKELY(rc == CPROF_OK)) {
         cprof_record *r = record_open(t, name_id, CPROF_CAT_CPU_OP);
-        if (frag_id && r) {
+        if (r && frag_id) {
             r->reserved = frag_id;
             r->flags |= CPROF_REC_RAW_ARGS;
+        }
+        if (seq >= 0) {
+            t->rf_tid = rf_tid;
+            if (r && g_key_fwd) {
+                set_seq(r, seq, fwd_tid);
+                /* torch gives the engine's range around a node the node's numbers too */
+                cprof_record *p = t->odepth ? t->ostack[t->odepth - 1] : NULL;
+                if (fwd_tid && p && !p->nargs && is_evaluate(p->name_id))
+                    set_seq(p, seq, fwd_tid);
+            }
         }
         t->ostack[t->odepth++] = r;
     }
     oplock_release(t);
     return rc;
+}
+
+int cprof_events_push_op_args(uint32_t name_id, uint32_t frag_id) {
+    return op_open(name_id, frag_id, -1, 0, 0);
+}
+
+int cprof_events_push_op_seq(uint32_t name_id, uint32_t frag_id, int64_t seq, uint64_t fwd_tid,
+                             uint64_t rf_tid) {
+    return op_open(name_id, frag_id, seq, fwd_tid, rf_tid);
+}
+
+void cprof_events_seq_keys(uint32_t *seq_key, uint32_t *fwd_key) {
+    *seq_key = g_key_seq;
+    *fwd_key = g_key_fwd;
 }
 
 int cprof_events_push_op(uint32_t name_id) { return cprof_events_push_op_args(name_id, 0); }
@@ -611,6 +658,15 @@ void cprof_events_fork_child(void) {
 int cprof_events_start(int cpu_on) {
     if (g_active) return CPROF_E_STATE;
     pthread_once(&atfork_once, atfork_register);
+    if (!g_key_fwd) { /* once; without them ops keep no sequence numbers (no fwdbwd links) */
+        uint32_t ks = 0, kf = 0;
+        static const char SEQ[] = "Sequence number", FWD[] = "Fwd thread id";
+        if (cprof_names_intern(SEQ, sizeof SEQ - 1, &ks) == CPROF_OK &&
+            cprof_names_intern(FWD, sizeof FWD - 1, &kf) == CPROF_OK) {
+            g_key_seq = ks;
+            g_key_fwd = kf;
+        }
+    }
     pthread_mutex_lock(&registry_lock);
     reap_dead_locked();
     g_window_id++;
@@ -698,6 +754,7 @@ int cprof_events_stop(cprof_snapshot **out) {
          * rename_threads from giving it that thread's name */
         d->ident = atomic_load_explicit(&t->dead, memory_order_acquire) ? 0 : t->ident;
         d->name_id = t->name_id;
+        d->rf_tid = t->rf_tid;
         d->nrecords = t->nrecords;
         d->dropped = t->dropped;
         d->chunks = t->head;

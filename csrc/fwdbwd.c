@@ -1,28 +1,123 @@
-/* Forward -> backward links ("fwdbwd" flows): each autograd.Function's backward node to the
- * forward call that created it, found by name at write time.
+/* Forward -> backward links ("fwdbwd" flows): each autograd backward node to the forward op
+ * that created it, found at write time. Two sources, by what the capture recorded:
  *
- * torch.profiler links every forward op to its node by the sequence number RecordFunction
- * carries; torch's ITT hooks (ops_itt.c) pass names only. An autograd.Function's names carry
- * the pairing: its forward is recorded under its class name (torch.compile's CompiledFunction,
- * a user's Function) and its node as "<class>Backward", and autograd runs one graph's nodes in
- * reverse order of their creation. So per class a backward pairs with the latest unpaired
- * forward begun before it, a stack over all threads in time order (backward runs on the
- * autograd engine's device threads on a GPU). A Function's forward runs with grad off, so a
- * Function called inside another's forward makes no node and is no candidate (reentrant
- * activation checkpointing's first forward); one called inside a backward node is (the
- * recomputation runs with grad on). A Function called under no_grad elsewhere still looks like
- * a forward and can shift its class's later pairs by one call.
+ * By sequence number, as torch.profiler links them. The RecordFunction observer (torch_ops.cpp)
+ * keeps each op's sequence number and forward thread id (events.c: the record's two int args).
+ * Torch's rule, followed here: in order of end time, a backward node (forward thread id > 0)
+ * links to the forward op with its key (forward thread, sequence number) seen so far, which is
+ * then used up; a forward op becomes its key's candidate when none is, or when it begins no
+ * earlier than the candidate (the latest-begun op of a sequence number made the node: aten::t
+ * inside aten::linear).
  *
- * aten ops are left out on purpose. Their names pair too (aten::addmm -> AddmmBackward0), but
- * an op on tensors that need no grad makes no node and still looks like a forward, and a
- * backward node runs ops of the same names (MmBackward0 runs aten::mm): by name alone those
- * links come out wrong in real models, and a wrong link is worse than none (decision 80).
+ * By name, for ops without sequence numbers: torch's ITT hooks (ops_itt.c) pass names only. An
+ * autograd.Function's names carry the pairing: its forward is recorded under its class name
+ * (torch.compile's CompiledFunction, a user's Function) and its node as "<class>Backward", and
+ * autograd runs one graph's nodes in reverse order of their creation. So per class a backward
+ * pairs with the latest unpaired forward begun before it, a stack over all threads in time
+ * order (backward runs on the autograd engine's device threads on a GPU). A Function's forward
+ * runs with grad off, so a Function called inside another's forward makes no node and is no
+ * candidate (reentrant activation checkpointing's first forward); one called inside a backward
+ * node is (the recomputation runs with grad on). A Function called under no_grad elsewhere
+ * still looks like a forward and can shift its class's later pairs by one call.
+ *
+ * aten ops are left out of the name pairing on purpose. Their names pair too (aten::addmm ->
+ * AddmmBackward0), but an op on tensors that need no grad makes no node and still looks like a
+ * forward, and a backward node runs ops of the same names (MmBackward0 runs aten::mm): by name
+ * alone those links come out wrong in real models, and a wrong link is worse than none
+ * (decision 80). Sequence numbers have none of those faults (decision 95).
  *
  * Runs once per write, on the snapshot, GIL released; no cost while collecting. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cprof.h"
+
+/* ---- by sequence number ---- */
+
+typedef struct {
+    uint64_t end, begin, tid, key_tid;
+    int64_t seq;
+    uint32_t depth;
+    uint8_t bwd;
+} seqrec;
+
+static int has_seq(const cprof_record *r, uint32_t kseq, uint32_t kfwd) {
+    return kfwd && r->nargs == 2 && r->arg_key[0] == kseq && r->arg_key[1] == kfwd;
+}
+
+/* end order; at one end time the inner op (it began later, or deeper) first, as it closed first */
+static int cmp_seqrec(const void *a, const void *b) {
+    const seqrec *x = a, *y = b;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    if (x->begin != y->begin) return x->begin > y->begin ? -1 : 1;
+    if (x->depth != y->depth) return x->depth > y->depth ? -1 : 1;
+    return 0;
+}
+
+typedef struct {
+    uint64_t key_tid;
+    int64_t seq;
+    size_t rec; /* the key's candidate forward, or SIZE_MAX once used up */
+    uint8_t used;
+} seqslot;
+
+static seqslot *slot_of(seqslot *tab, size_t mask, uint64_t key_tid, int64_t seq) {
+    uint64_t h = (key_tid * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)seq * 0xC2B2AE3D27D4EB4Full);
+    h ^= h >> 29;
+    for (size_t i = (size_t)h & mask;; i = (i + 1) & mask)
+        if (!tab[i].used || (tab[i].key_tid == key_tid && tab[i].seq == seq)) return &tab[i];
+}
+
+/* Appends the sequence-number links of snap to *pairs (size *np, capacity *cap). */
+static int build_by_seq(const cprof_snapshot *snap, uint32_t kseq, uint32_t kfwd,
+                        cprof_fwdbwd **pairs, size_t *np, size_t *cap) {
+    seqrec *v = NULL;
+    seqslot *tab = NULL;
+    size_t n = 0, capv = 0, nbwd = 0;
+    int rc = CPROF_E_NOMEM;
+    for (size_t i = 0; i < snap->nthreads; i++) {
+        const cprof_thread_data *t = &snap->threads[i];
+        for (const cprof_chunk *ch = t->chunks; ch; ch = ch->next)
+            for (uint32_t k = 0; k < ch->count; k++) {
+                const cprof_record *r = &ch->rec[k];
+                if (r->cat != CPROF_CAT_CPU_OP || !has_seq(r, kseq, kfwd) || r->arg_val[0] < 0)
+                    continue;
+                uint64_t fwd = (uint64_t)r->arg_val[1];
+                if (!fwd && !t->rf_tid) continue; /* a forward op of a thread with no id */
+                if (n == capv && cprof_array_grow((void **)&v, &capv, sizeof *v, 256)) goto done;
+                v[n++] = (seqrec){r->end_ns ? r->end_ns : snap->stop_ns, r->begin_ns, t->tid,
+                                  fwd ? fwd : t->rf_tid, r->arg_val[0], r->depth, fwd != 0};
+                nbwd += fwd != 0;
+            }
+    }
+    rc = 0;
+    if (!nbwd) goto done;
+    rc = CPROF_E_NOMEM;
+    size_t size = 16;
+    while (size < 2 * n) size <<= 1;
+    tab = calloc(size, sizeof *tab);
+    if (!tab) goto done;
+    qsort(v, n, sizeof *v, cmp_seqrec);
+    for (size_t i = 0; i < n; i++) {
+        seqslot *s = slot_of(tab, size - 1, v[i].key_tid, v[i].seq);
+        if (v[i].bwd) {
+            if (!s->used || s->rec == SIZE_MAX) continue;
+            const seqrec *f = &v[s->rec];
+            if (*np == *cap && cprof_array_grow((void **)pairs, cap, sizeof **pairs, 64)) goto done;
+            (*pairs)[(*np)++] = (cprof_fwdbwd){f->tid, v[i].tid, f->begin, v[i].begin};
+            s->rec = SIZE_MAX;
+        } else if (!s->used || s->rec == SIZE_MAX || v[i].begin >= v[s->rec].begin) {
+            *s = (seqslot){v[i].key_tid, v[i].seq, i, 1};
+        }
+    }
+    rc = 0;
+done:
+    free(v);
+    free(tab);
+    return rc;
+}
+
+/* ---- by name ---- */
 
 enum { K_UNKNOWN = 0, K_NONE, K_FWD, K_BWD };
 
@@ -80,16 +175,14 @@ static int cmp_cand(const void *a, const void *b) {
     return 0;
 }
 
-int cprof_fwdbwd_build(const cprof_snapshot *snap, cprof_fwdbwd **out, size_t *nout) {
-    *out = NULL;
-    *nout = 0;
-    if (!snap) return CPROF_E_ARG;
+/* Appends the name links of snap's records without sequence numbers to *pairs. */
+static int build_by_name(const cprof_snapshot *snap, uint32_t kseq, uint32_t kfwd,
+                         cprof_fwdbwd **pairs, size_t *np, size_t *cap) {
     uint32_t nnames = cprof_names_count();
     uint8_t *kind = calloc(nnames ? nnames : 1, 1);
     uint64_t *keyof = calloc(nnames ? nnames : 1, sizeof *keyof);
     uint64_t *bkeys = NULL;
     cand *c = NULL;
-    cprof_fwdbwd *pairs = NULL;
     size_t *stack = NULL;
     int rc = CPROF_E_NOMEM;
     if (!kind || !keyof) goto done;
@@ -101,6 +194,7 @@ int cprof_fwdbwd_build(const cprof_snapshot *snap, cprof_fwdbwd **out, size_t *n
             for (uint32_t k = 0; k < ch->count; k++) {
                 const cprof_record *r = &ch->rec[k];
                 if (r->cat != CPROF_CAT_CPU_OP || r->name_id >= nnames) continue;
+                if (has_seq(r, kseq, kfwd)) continue;
                 if (kind[r->name_id] == K_UNKNOWN) {
                     size_t len;
                     const char *s = cprof_names_get(r->name_id, &len);
@@ -128,6 +222,7 @@ int cprof_fwdbwd_build(const cprof_snapshot *snap, cprof_fwdbwd **out, size_t *n
             for (uint32_t k = 0; k < ch->count; k++) {
                 const cprof_record *r = &ch->rec[k];
                 if (r->cat != CPROF_CAT_CPU_OP || r->name_id >= nnames) continue;
+                if (has_seq(r, kseq, kfwd)) continue;
                 uint8_t kd = kind[r->name_id];
                 if (kd != K_FWD && kd != K_BWD) continue;
                 uint64_t key = keyof[r->name_id];
@@ -143,10 +238,8 @@ int cprof_fwdbwd_build(const cprof_snapshot *snap, cprof_fwdbwd **out, size_t *n
     }
     qsort(c, nc, sizeof *c, cmp_cand);
 
-    pairs = malloc(nb * sizeof *pairs);
-    stack = malloc(nc * sizeof *stack);
-    if (!pairs || !stack) goto done;
-    size_t np = 0;
+    stack = malloc((nc ? nc : 1) * sizeof *stack);
+    if (!stack) goto done;
     for (size_t g = 0; g < nc;) {
         size_t e = g, top = 0;
         while (e < nc && c[e].key == c[g].key) e++;
@@ -155,14 +248,13 @@ int cprof_fwdbwd_build(const cprof_snapshot *snap, cprof_fwdbwd **out, size_t *n
                 stack[top++] = i;
             } else if (top) {
                 const cand *f = &c[stack[--top]];
-                pairs[np++] = (cprof_fwdbwd){f->tid, c[i].tid, f->begin, c[i].begin};
+                if (*np == *cap && cprof_array_grow((void **)pairs, cap, sizeof **pairs, 64))
+                    goto done;
+                (*pairs)[(*np)++] = (cprof_fwdbwd){f->tid, c[i].tid, f->begin, c[i].begin};
             }
         }
         g = e;
     }
-    *out = pairs;
-    *nout = np;
-    pairs = NULL;
     rc = 0;
 done:
     free(kind);
@@ -170,6 +262,24 @@ done:
     free(bkeys);
     free(c);
     free(stack);
-    free(pairs);
     return rc;
+}
+
+int cprof_fwdbwd_build(const cprof_snapshot *snap, cprof_fwdbwd **out, size_t *nout) {
+    *out = NULL;
+    *nout = 0;
+    if (!snap) return CPROF_E_ARG;
+    uint32_t kseq, kfwd;
+    cprof_events_seq_keys(&kseq, &kfwd);
+    cprof_fwdbwd *pairs = NULL;
+    size_t np = 0, cap = 0;
+    int rc = build_by_name(snap, kseq, kfwd, &pairs, &np, &cap);
+    if (!rc) rc = build_by_seq(snap, kseq, kfwd, &pairs, &np, &cap);
+    if (rc || !np) {
+        free(pairs);
+        return rc;
+    }
+    *out = pairs;
+    *nout = np;
+    return 0;
 }

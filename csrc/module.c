@@ -584,6 +584,8 @@ static PyObject *snapshot_write(SnapshotObject *self, PyObject *args, PyObject *
 
 static PyObject *snapshot_threads(SnapshotObject *self, PyObject *unused) {
     if (snapshot_check(self) < 0) return NULL;
+    uint32_t kseq, kfwd;
+    cprof_events_seq_keys(&kseq, &kfwd);
     PyObject *list = PyList_New(0);
     if (!list) return NULL;
     for (size_t i = 0; i < self->snap->nthreads; i++) {
@@ -629,8 +631,9 @@ static PyObject *snapshot_rename_threads(SnapshotObject *self, PyObject *mapping
 }
 
 /* records(args=False): every range as a tuple (tid, name, category, begin_ns, end_ns, depth,
- * truncated), begin/end on the cprof clock; with args, an eighth member: the range's JSON args
- * fragment (record_shapes' "Input Dims", ...) as a str, or None. Invalid UTF-8 (a lone surrogate
+ * truncated), begin/end on the cprof clock; with args, three more members: the range's JSON args
+ * fragment (record_shapes' "Input Dims", ...) as a str, or None; an operator's sequence number
+ * (-1: none) and forward thread id. Invalid UTF-8 (a lone surrogate
  * given as a name) reads as U+FFFD, as the trace writes it. For results and tests; the
  * trace is the bulk path. */
 static PyObject *snapshot_records(SnapshotObject *self, PyObject *pargs, PyObject *kw) {
@@ -638,6 +641,8 @@ static PyObject *snapshot_records(SnapshotObject *self, PyObject *pargs, PyObjec
     int with_args = 0;
     if (!PyArg_ParseTupleAndKeywords(pargs, kw, "|p:records", kwlist, &with_args)) return NULL;
     if (snapshot_check(self) < 0) return NULL;
+    uint32_t kseq, kfwd;
+    cprof_events_seq_keys(&kseq, &kfwd);
     PyObject *list = PyList_New(0);
     if (!list) return NULL;
     for (size_t i = 0; i < self->snap->nthreads; i++) {
@@ -660,10 +665,17 @@ static PyObject *snapshot_records(SnapshotObject *self, PyObject *pargs, PyObjec
                 } else if (with_args) {
                     frag = Py_NewRef(Py_None);
                 }
+                /* an operator's sequence number and forward thread id (events.c), or -1 */
+                long long seq = -1, fwd = 0;
+                if (with_args && kfwd && r->nargs == 2 && r->arg_key[0] == kseq &&
+                    r->arg_key[1] == kfwd) {
+                    seq = (long long)r->arg_val[0];
+                    fwd = (long long)r->arg_val[1];
+                }
                 PyObject *item = Py_BuildValue(
-                    with_args ? "(KNiKKiiN)" : "(KNiKKii)", (unsigned long long)t->tid, name,
+                    with_args ? "(KNiKKiiNLL)" : "(KNiKKii)", (unsigned long long)t->tid, name,
                     (int)r->cat, (unsigned long long)r->begin_ns, (unsigned long long)r->end_ns,
-                    (int)r->depth, (int)((r->flags & CPROF_REC_TRUNCATED) != 0), frag);
+                    (int)r->depth, (int)((r->flags & CPROF_REC_TRUNCATED) != 0), frag, seq, fwd);
                 if (!item || PyList_Append(list, item) < 0) {
                     Py_XDECREF(item);
                     goto fail;
@@ -731,7 +743,8 @@ static PyMethodDef snapshot_methods[] = {
     {"threads", (PyCFunction)snapshot_threads, METH_NOARGS, "Per-thread counts."},
     {"rename_threads", (PyCFunction)snapshot_rename_threads, METH_O, "Names threads by ident."},
     {"records", (PyCFunction)(void (*)(void))snapshot_records, METH_VARARGS | METH_KEYWORDS,
-     "records(args=False): all ranges as tuples (with args: their JSON args fragment last)."},
+     "records(args=False): all ranges as tuples (with args: their JSON args fragment, sequence "
+     "number and forward thread id last)."},
     {"summary", (PyCFunction)snapshot_summary, METH_NOARGS, "Per-name aggregates."},
     {"close", (PyCFunction)snapshot_close, METH_NOARGS, "Releases the memory now."},
     {NULL, NULL, 0, NULL},

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CPROF_OP_API_VERSION 1u
+#define CPROF_OP_API_VERSION 2u
 #define CPROF_OP_API_CAPSULE "cprof._C._op_api"
 
 typedef struct cprof_op_api {
@@ -26,6 +26,10 @@ typedef struct cprof_op_api {
     int (*pop_op)(void);
     /* 1 when a window is open with CPU collection on (shapes are read only then) */
     int (*cpu_on)(void);
+    /* push_op of an op torch gave a sequence number (seq >= 0): seq, its forward thread (0 for
+     * a forward op) and this thread's RecordFunction id ride along, for the fwdbwd links */
+    int (*push_op_seq)(uint32_t name_id, uint32_t frag_id, int64_t seq, uint64_t fwd_tid,
+                       uint64_t rf_tid);
 } cprof_op_api;
 
 /* The other way: what cprof._torch_ops lends the module hooks (py_hooks.c) for record_shapes,

@@ -43,6 +43,7 @@ static const cprof_op_api op_api = {
     .push_op = cprof_events_push_op_args,
     .pop_op = cprof_events_pop_op,
     .cpu_on = cprof_events_cpu_on,
+    .push_op_seq = cprof_events_push_op_seq,
 };
 
 int cprof_py_ops_add(PyObject *m) {

@@ -14,6 +14,7 @@
  * The shapes are read before the push (a range does not include reading them) and become one JSON
  * fragment, made and interned once per distinct inputs: a per-thread cache keyed by the inputs'
  * binary description (kinds, dtypes, sizes, strides, scalar bits) finds it without formatting.
+ * Ops carry torch's sequence number and forward thread id, the keys of the fwdbwd links.
  * Callbacks never throw into torch: a failure records the op without shapes and is counted.
  * Binding: py_torch_ops.cpp; with py_torch_shapes.cpp they make the extension cprof._torch_ops. */
 #include <ATen/core/List.h>
@@ -328,6 +329,15 @@ uint32_t fragment_id(c10::ArrayRef<const c10::IValue> in) {
 
 /* ---- the callbacks (any thread, GIL or not; never throw) ---- */
 
+/* An op with a sequence number (under grad mode, or an autograd node) keeps it, its forward
+ * thread and this thread's RecordFunction id (threadId(): the id the step's callbacks ran
+ * with), so the writer links forward ops to their backward nodes as torch.profiler does. */
+inline void push(const at::RecordFunction &fn, uint32_t name, uint32_t frag) {
+    int64_t seq = fn.seqNr();
+    if (seq >= 0) api->push_op_seq(name, frag, seq, fn.forwardThreadId(), fn.threadId());
+    else api->push_op(name, frag);
+}
+
 std::unique_ptr<at::ObserverContext> enter_shapes(const at::RecordFunction &fn) {
     uint32_t name = api->name_id(fn.name());
     uint32_t frag = 0;
@@ -340,12 +350,12 @@ std::unique_ptr<at::ObserverContext> enter_shapes(const at::RecordFunction &fn) 
             frag = 0;
         }
     }
-    api->push_op(name, frag); /* pushed even on failure, so the exit stays balanced */
+    push(fn, name, frag); /* pushed even on failure, so the exit stays balanced */
     return nullptr;
 }
 
 std::unique_ptr<at::ObserverContext> enter_plain(const at::RecordFunction &fn) {
-    api->push_op(api->name_id(fn.name()), 0);
+    push(fn, api->name_id(fn.name()), 0);
     return nullptr;
 }
 

@@ -369,21 +369,7 @@ print(json.dumps({"n": len(ks), "names": sorted({e["name"] for e in linked if e}
     assert all(n.startswith("aten::") for n in out["names"]), out["names"]
 
 
-def test_forward_backward_links_match_torch_profiler(tmp_path):
-    """Seed 001: a fwd-bwd link joins CompiledFunction to CompiledFunctionBackward. cprof pairs
-    an autograd.Function's forward and backward by name (csrc/fwdbwd.c); each link must join
-    the same forward call (by its position among same-name calls) to the same node as
-    torch.profiler's, with a user Function used several times, reentrant activation
-    checkpointing (a first forward without grad, then the recomputation inside the backward
-    node) and ops on tensors without grad in the step. aten ops get no links (by name they
-    would pair wrongly: decision 80)."""
-    out = run_py(HELPERS + """
-import cprof
-import torch
-import torch.utils.checkpoint
-import warnings
-warnings.simplefilter("ignore")
-
+PAIRS = """
 def pairs(trace):
     ops = [e for e in X(trace) if e["cat"] == "cpu_op"]
     def at(f):  # the op starting at the flow's point: (name, its index among same-name ops)
@@ -402,6 +388,14 @@ def pairs(trace):
         assert v["s"]["ts"] < v["f"]["ts"] and v["f"].get("bp") == "e"
         got.append([at(v["s"]), at(v["f"])])
     return sorted(got)
+"""
+
+FWDBWD = PAIRS + """
+import cprof
+import torch
+import torch.utils.checkpoint
+import warnings
+warnings.simplefilter("ignore")
 
 class Scale(torch.autograd.Function):
     @staticmethod
@@ -430,20 +424,89 @@ compiled(x).sum().backward()
 res = {}
 for label, model in (("eager", eager), ("compiled", compiled)):
     for name, P in (("torch", torch.profiler), ("cprof", cprof)):
-        with P.profile(activities=[P.ProfilerActivity.CPU]) as p:
+        kw = CPROF_KW if name == "cprof" else {}
+        with P.profile(activities=[P.ProfilerActivity.CPU], **kw) as p:
             for _ in range(2):
                 model(x).sum().backward()
         t = load(p, f"{label}_{name}.json")
         got = pairs(t)
-        if name == "torch":  # torch links aten ops too; cprof links Function classes only
+        if name == "torch" and not ALL_OPS:  # ITT: cprof links Function classes only
             got = [g for g in got if "::" not in g[0][0]]
+        seqs = [[e.name, e.sequence_nr, e.fwd_thread] for e in p.events()
+                if e.sequence_nr >= 0]
+        base = min((q[1] for q in seqs), default=0)
+        res[label + "_" + name + "_seq"] = [[n, q - base, f != 0] for n, q, f in seqs]
         res[label + "_" + name] = got
 print(json.dumps(res))
-""", tmp_path)
+"""
+
+
+def test_forward_backward_links_match_torch_profiler(tmp_path):
+    """Seed 001: a fwd-bwd link joins CompiledFunction to CompiledFunctionBackward. cprof pairs
+    an autograd.Function's forward and backward by name (csrc/fwdbwd.c); each link must join
+    the same forward call (by its position among same-name calls) to the same node as
+    torch.profiler's, with a user Function used several times, reentrant activation
+    checkpointing (a first forward without grad, then the recomputation inside the backward
+    node) and ops on tensors without grad in the step. aten ops get no links (by name they
+    would pair wrongly: decision 80)."""
+    out = run_py(HELPERS + "CPROF_KW = {}\nALL_OPS = False\n" + FWDBWD, tmp_path)
     for label in ("eager", "compiled"):
         assert out[f"{label}_cprof"] == out[f"{label}_torch"], label
+        assert out[f"{label}_cprof_seq"] == []  # ITT hands over names only
     names = {(f[0], b[0]) for f, b in out["compiled_cprof"]}
     assert names == {("CompiledFunction", "CompiledFunctionBackward")}
     assert len(out["compiled_cprof"]) == 2
     names = {(f[0], b[0]) for f, b in out["eager_cprof"]}
     assert ("Scale", "ScaleBackward") in names and len(out["eager_cprof"]) >= 6
+
+
+@pytest.mark.parametrize("how", ["record_shapes", "capture"])
+def test_ops_from_the_observer_link_forward_to_backward_by_sequence_number(tmp_path, how):
+    """With the RecordFunction observer (record_shapes, or CPROF_OPS_CAPTURE=record_function)
+    every op keeps torch's sequence number and forward thread id, and the fwdbwd links are
+    torch.profiler's own, aten ops included: the same forward op (aten::t inside aten::linear,
+    not the linear) to the same node, for the same workload as above (decision 95). events()
+    gives the same sequence_nr / fwd_thread as torch's, relative to the window's first."""
+    pytest.importorskip("cprof._torch_ops")
+    kw, env = ("{'record_shapes': True}", None) if how == "record_shapes" else \
+        ("{}", {"CPROF_OPS_CAPTURE": "record_function"})
+    out = run_py(HELPERS + f"CPROF_KW = {kw}\nALL_OPS = True\n" + FWDBWD, tmp_path, env=env)
+    for label in ("eager", "compiled"):
+        assert out[f"{label}_cprof"] == out[f"{label}_torch"], label
+        assert out[f"{label}_cprof_seq"] == out[f"{label}_torch_seq"], label
+    names = {(f[0], b[0]) for f, b in out["eager_cprof"]}
+    assert {("aten::t", "TBackward0"), ("Scale", "ScaleBackward"),
+            ("aten::relu", "ReluBackward0")} <= names, names
+    assert ("aten::linear", "AddmmBackward0") not in names
+    assert len(out["compiled_cprof"]) >= 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_sequence_number_links_cross_to_autograds_device_thread_on_gpu(tmp_path):
+    """On a GPU the backward nodes run on autograd's device thread: with record_shapes each
+    still links to the forward op torch.profiler links it to, across the two threads."""
+    pytest.importorskip("cprof._torch_ops")
+    out = run_py(HELPERS + PAIRS + """
+import cprof, torch
+m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).cuda()
+x = torch.randn(16, 64, device="cuda")
+m(x).sum().backward()
+res = {}
+for name, P in (("torch", torch.profiler), ("cprof", cprof)):
+    with P.profile(activities=[P.ProfilerActivity.CPU, P.ProfilerActivity.CUDA],
+                   record_shapes=True) as p:
+        for _ in range(2):
+            m(x).sum().backward()
+        torch.cuda.synchronize()
+    t = load(p, name + ".json")
+    res[name] = pairs(t)
+    ends = {}
+    for f in t["traceEvents"]:
+        if f.get("cat") == "fwdbwd":
+            ends.setdefault(f["id"], set()).add(f["tid"])
+    res[name + "_cross"] = sum(len(v) == 2 for v in ends.values())
+print(json.dumps(res))
+""", tmp_path)
+    assert out["cprof"] == out["torch"] and len(out["cprof"]) >= 10
+    assert out["cprof_cross"] == out["torch_cross"] and out["cprof_cross"] > 0
