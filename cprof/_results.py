@@ -627,8 +627,8 @@ def _format_table(all_rows, rows, width, header, shapes=False, stack_n=0, top_le
 
 
 def key_averages(window, group_by_input_shape=False, group_by_stack_n=0):
-    """Per-name aggregates (CPU ranges other than python_function, and GPU work), heaviest
-    CPU total first; python_function events are left out, as torch.profiler does. With
+    """Per-name aggregates (CPU ranges, python_function ones included as torch.profiler 2.x
+    includes them, and GPU work), heaviest CPU total first. With
     group_by_input_shape, per (name, input shapes), as torch.profiler's: shapes are those
     record_shapes keeps (module calls, and ranges given args through record_args); every
     other event groups under []. With group_by_stack_n=N (with_stack), per (name, the N
@@ -660,10 +660,12 @@ def average(cpu, gpu, group_by_input_shape=False, group_by_stack_n=0):
         g.self_device_time_total += self_dev
         g.flops += getattr(ev, "flops", 0)
 
+    # every CPU event, python_function ones too (with_stack): self times are computed over all
+    # of them, so leaving some out would leave their self time out of "Self CPU time total"
+    # and put the rows around them above 100%
     for ev in cpu:
-        if ev.category != "python_function":
-            add(ev, "CPU", ev.name, ev.duration_us, ev.self_cpu_time_total,
-                ev.device_time_total, ev.self_device_time_total, ev.input_shapes, ev.stack)
+        add(ev, "CPU", ev.name, ev.duration_us, ev.self_cpu_time_total,
+            ev.device_time_total, ev.self_device_time_total, ev.input_shapes, ev.stack)
     for ev in gpu:
         if ev.device_type == "CUDA" and ev.category != "gpu_user_annotation":
             add(ev, "CUDA", ev.name, 0.0, 0.0, ev.duration_us, ev.duration_us)

@@ -638,6 +638,46 @@ def test_key_averages_table():
     assert "inner" in str(ka)
 
 
+def _py_rows_step():
+    t = 0
+    for i in range(50):
+        t += _py_rows_leaf(i)
+    return t
+
+
+def _py_rows_leaf(i):
+    t = 0
+    for k in range(200 + i):  # no calls: nothing recursive, no row counted twice
+        t += k
+    return t
+
+
+def test_with_stack_python_functions_are_rows_and_the_percentages_add_up():
+    """torch.profiler 2.x keeps python_function events in key_averages() (with_stack): the
+    tables' rows for the user's functions, and their self time in "Self CPU time total". Left
+    out, the range around them read above 100% and the total too small."""
+    with cprof.profile(activities=CPU, with_stack=True, record_ops=False) as p:
+        with cprof.range("outer"):
+            _py_rows_step()
+    ka = p.key_averages()
+    rows = {r.key: r for r in ka}
+    step = [k for k in rows if k.endswith(": _py_rows_step")]
+    leaf = [k for k in rows if k.endswith(": _py_rows_leaf")]
+    assert step and leaf and rows[leaf[0]].count == 50, sorted(rows)
+    assert re.fullmatch(r".*test_profile\.py\(\d+\): _py_rows_step", step[0])
+    total_self = sum(r.self_cpu_time_total for r in ka)
+    outer = rows["outer"]
+    # every event's self time is counted once: the outermost range's total is covered
+    assert total_self == pytest.approx(outer.cpu_time_total, rel=0.02, abs=2.0)
+    table = ka.table(sort_by="cpu_time_total")
+    pct = [float(x) for x in re.findall(r"(-?\d+\.\d+)%", table)]
+    assert pct and max(pct) <= 100.0 + 1e-6, table
+    assert "_py_rows_leaf" in table
+    # events().table() and key_averages() agree on the total
+    total = re.search(r"Self CPU time total: (.*)", table).group(1)
+    assert re.search(r"Self CPU time total: (.*)", p.events().table()).group(1) == total
+
+
 def test_table_options_as_torch_prints_them():
     """top_level_events_only, header and time_unit were accepted and ignored; torch.profiler
     prints only the rows with no enclosing event, rules above the header, one unit."""
