@@ -68,7 +68,26 @@ class ProfilerActivity(enum.Enum):
         return same_member(self, other)
 
     def __hash__(self):
-        return hash(self._name_)
+        # torch.profiler.ProfilerActivity's member hashes as its int value: the same hash lets
+        # a torch member find cprof's in a set or a dict (`torch's CPU in supported_activities()`)
+        return _TORCH_ACTIVITY_HASH.get(self._name_, hash(self._name_))
+
+
+_TORCH_ACTIVITY_HASH = {"CPU": 0, "CUDA": 2}  # torch's ProfilerActivity values
+
+
+class ActivityList(list):
+    """A profiler's activities: canonical names ("CPU", "GPU", "MEM") that also answer
+    membership of ProfilerActivity members, cprof's or torch.profiler's
+    (`ProfilerActivity.CUDA in prof.activities`, as with torch.profiler's set)."""
+
+    def __contains__(self, item):
+        if not isinstance(item, str):
+            name = getattr(item, "name", None)
+            if not isinstance(name, str) or type(item).__name__ != "ProfilerActivity":
+                return False
+            item = _ACTIVITY_ALIASES.get(name.upper(), name)
+        return list.__contains__(self, item)
 
 
 _ACTIVITY_ALIASES = {"CPU": "CPU", "CUDA": "GPU", "GPU": "GPU", "MEM": "MEM", "MEMORY": "MEM"}
@@ -78,7 +97,7 @@ def normalize_activities(activities, default=None):
     """Canonical activity names (CPU, GPU, MEM), de-duplicated, in order. ValueError names the
     valid ones for an unknown or empty list."""
     if activities is None:
-        return list(default) if default is not None else _default_activities()
+        return ActivityList(default if default is not None else _default_activities())
     if isinstance(activities, (str, enum.Enum, dict)) or not hasattr(activities, "__iter__"):
         activities = [activities]
     out = []
@@ -114,7 +133,7 @@ def normalize_activities(activities, default=None):
             out.append(canon)
     if not out:
         raise ValueError("cprof: activities is empty; pass at least one of CPU, CUDA (alias GPU), MEM")
-    return out
+    return ActivityList(out)
 
 
 def _default_activities():
@@ -979,10 +998,11 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
 
 
 def supported_activities():
-    """The activities cprof can collect in this process, as torch.profiler's function
-    answers: CPU and MEM always, CUDA when a GPU, its driver and CUPTI are usable
-    (cprof.features() says why not)."""
-    acts = {ProfilerActivity.CPU, ProfilerActivity.MEM}
+    """The activities cprof can trace in this process, as torch.profiler's function answers:
+    CPU always, CUDA when a GPU, its driver and CUPTI are usable (cprof.features() says why
+    not). MEM (profile_memory) is always available but not listed, as torch lists no memory
+    activity: `profile(activities=supported_activities())` traces what torch's would."""
+    acts = {ProfilerActivity.CPU}
     if gpu_unavailable_reason() is None:
         acts.add(ProfilerActivity.CUDA)
     return acts
@@ -995,12 +1015,14 @@ def kineto_available():
     return True
 
 
-def tensorboard_trace_handler(dir_name, worker_name=None, use_gzip=False):
+def tensorboard_trace_handler(dir_name, worker_name=None, use_gzip=False,
+                              use_python_export=False):
     """on_trace_ready callback writing ``{dir_name}/{worker}.{time_ns}.pt.trace.json[.gz]``
     (worker defaults to ``{hostname}_{pid}``, and ``{hostname}_{pid}_rank{R}`` in a job of
     several ranks), the layout TensorBoard's profiler plugin and
     HTA read. The directory is created (and checked) now, so a bad one fails before any
-    profiling."""
+    profiling. use_python_export is torch's choice of its exporter, accepted: cprof has one
+    writer, in C."""
     dir_name = os.fspath(dir_name)
     fix = "pass tensorboard_trace_handler a directory you can write to"
     check_output_dir(dir_name, fix)

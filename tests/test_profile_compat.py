@@ -216,9 +216,39 @@ def test_export_stacks_into_a_missing_directory_is_a_clear_error(tmp_path):
 
 def test_supported_activities():
     acts = cprof.supported_activities()
-    assert cprof.ProfilerActivity.CPU in acts and cprof.ProfilerActivity.MEM in acts
+    assert cprof.ProfilerActivity.CPU in acts
     from cprof._features import gpu_unavailable_reason
     assert (cprof.ProfilerActivity.CUDA in acts) == (gpu_unavailable_reason() is None)
+    # torch lists no memory activity: the idiom below traces what torch's would, no sampler
+    assert cprof.ProfilerActivity.MEM not in acts
+    p = cprof.profile(activities=acts)
+    assert p.profile_memory is False and "MEM" not in p.activities
+
+
+def test_activities_mix_with_torch_profilers_enum():
+    """Code written for torch.profiler looks its enum's members up in what cprof returns."""
+    T = torch.profiler.ProfilerActivity
+    C = cprof.ProfilerActivity
+    assert T.CPU in cprof.supported_activities()
+    assert T.CPU in {C.CPU: 1} and T.CUDA in {C.CUDA} and T.CPU not in {C.CUDA}
+    assert hash(C.CPU) == hash(T.CPU) and hash(C.CUDA) == hash(T.CUDA)
+    assert C.CPU == T.CPU and C.CUDA != T.CPU
+    p = cprof.profile(activities=[T.CPU])
+    assert T.CPU in p.activities and C.CPU in p.activities and "CPU" in p.activities
+    assert T.CUDA not in p.activities and C.MEM not in p.activities and 0 not in p.activities
+    assert p.activities == ["CPU"]
+    p = cprof.profile(activities=[C.CPU, "cuda"], profile_memory=True)
+    assert T.CUDA in p.activities and C.CUDA in p.activities and C.MEM in p.activities
+    assert T.XPU not in p.activities
+
+
+def test_tensorboard_handler_takes_torchs_use_python_export(tmp_path):
+    h = cprof.tensorboard_trace_handler(str(tmp_path), worker_name="w", use_python_export=True)
+    with cprof.profile(activities=CPU, on_trace_ready=h):
+        with cprof.range("x"):
+            pass
+    (f,) = os.listdir(tmp_path)
+    assert f.startswith("w.") and f.endswith(".pt.trace.json")
 
 
 def test_methods_cprof_does_not_offer_say_what_to_use(tmp_path):
