@@ -843,6 +843,14 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         return key_averages(self._data("average"), group_by_input_shape=group_by_input_shape,
                             group_by_stack_n=group_by_stack_n)
 
+    @property
+    def profiler(self):
+        """torch.profiler.profile's `profiler` (its torch.autograd.profiler.profile): None
+        before the first start(), then a view with that object's reading API
+        (`function_events`, `key_averages()`, `total_average()`, `self_cpu_time_total`,
+        `table()`, `export_chrome_trace()`) over this profiler's last finished window."""
+        return _AutogradView(self) if self._transitions else None
+
     def summary(self):
         """Per-name CPU range aggregates of the last finished window (computed in C)."""
         return self._data("summarise").snapshot.summary()
@@ -1048,3 +1056,52 @@ def tensorboard_trace_handler(dir_name, worker_name=None, use_gzip=False,
 
     handler_fn.dir_name = dir_name
     return handler_fn
+
+
+class _AutogradView:
+    """`prof.profiler` of a cprof.profile: the reading side of torch.autograd.profiler.profile,
+    for code written against it (`prof.profiler.function_events`). function_events is None
+    while no window has finished, as torch's is before stop."""
+
+    __slots__ = ("_prof",)
+
+    def __init__(self, prof):
+        self._prof = prof
+
+    @property
+    def function_events(self):
+        try:
+            return self._prof.events()
+        except _C.WindowStateError:
+            return None
+
+    def _events(self):
+        ev = self.function_events
+        if ev is None:
+            raise NoResultsError("cprof: prof.profiler has no results yet: the profiler "
+                                 "has not finished a window (read it after stop())")
+        return ev
+
+    def key_averages(self, group_by_input_shape=False, group_by_stack_n=0,
+                     group_by_overload_name=False):
+        return self._prof.key_averages(group_by_input_shape, group_by_stack_n,
+                                       group_by_overload_name)
+
+    def total_average(self):
+        return self._events().total_average()
+
+    @property
+    def self_cpu_time_total(self):
+        return self._events().self_cpu_time_total
+
+    def table(self, *args, **kwargs):
+        return self._events().table(*args, **kwargs)
+
+    def export_chrome_trace(self, path):
+        return self._prof.export_chrome_trace(path)
+
+    def __getattr__(self, name):
+        raise AttributeError(
+            f"cprof: prof.profiler.{name} is torch.autograd.profiler internals that cprof does "
+            "not have; function_events, key_averages(), total_average(), self_cpu_time_total, "
+            "table() and export_chrome_trace() are offered (or use prof.events())")

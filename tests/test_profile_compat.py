@@ -288,3 +288,23 @@ def test_option_flags_and_host_name_at_top_level_as_torch_writes_them(tmp_path):
     with gzip.open(pc.trace_path, "rt") as f:
         t = json.load(f)
     assert t["with_stack"] == 1 and t["record_shapes"] == 1 and len(t["trace_id"]) == 32
+
+
+def test_prof_profiler_reads_like_torchs_autograd_profile(tmp_path):
+    """torch.profiler code reads `prof.profiler.function_events` (and the autograd profile's
+    other reading methods); cprof offers them over the last finished window."""
+    p = cprof.profile(activities=CPU)
+    assert p.profiler is None  # never started, as torch's
+    with p:
+        assert p.profiler.function_events is None  # nothing finished yet, as torch's
+        with cprof.range("blk"):
+            sum(range(1000))
+    view = p.profiler
+    names = [e.name for e in view.function_events]
+    assert names == [e.name for e in p.events()] and "blk" in names
+    assert [r.key for r in view.key_averages()] == [r.key for r in p.key_averages()]
+    assert view.self_cpu_time_total == pytest.approx(p.events().self_cpu_time_total)
+    assert view.total_average().count == 1 and "blk" in view.table(row_limit=3)
+    assert os.path.exists(view.export_chrome_trace(str(tmp_path / "t.json")))
+    with pytest.raises(AttributeError, match="kineto_results.*function_events"):
+        view.kineto_results
