@@ -190,7 +190,15 @@ def _build(window):
     cpu = []
     by_thread = {}
     parsed = {}
-    for tid, name, cat, begin, end, depth, trunc, frag, seq, fwd in snap.records(args=True):
+    # record_shapes without with_modules records module calls for their shapes (the trace
+    # has them); torch.profiler's results have no module events then, so they are left out
+    # here: what they enclose nests in what encloses them, whose self time takes theirs
+    hide_modules = bool(window.config.get("record_shapes")) and \
+        not window.config.get("with_modules")
+    for tid, name, cat, begin, end, depth, trunc, frag, seq, fwd, module in \
+            snap.records(args=True):
+        if module and hide_modules:
+            continue
         end = end or stop
         shapes = types = None
         flops = 0

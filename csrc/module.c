@@ -631,9 +631,9 @@ static PyObject *snapshot_rename_threads(SnapshotObject *self, PyObject *mapping
 }
 
 /* records(args=False): every range as a tuple (tid, name, category, begin_ns, end_ns, depth,
- * truncated), begin/end on the cprof clock; with args, three more members: the range's JSON args
+ * truncated), begin/end on the cprof clock; with args, four more members: the range's JSON args
  * fragment (record_shapes' "Input Dims", ...) as a str, or None; an operator's sequence number
- * (-1: none) and forward thread id. Invalid UTF-8 (a lone surrogate
+ * (-1: none) and forward thread id; 1 for an nn.Module call's range. Invalid UTF-8 (a lone surrogate
  * given as a name) reads as U+FFFD, as the trace writes it. For results and tests; the
  * trace is the bulk path. */
 static PyObject *snapshot_records(SnapshotObject *self, PyObject *pargs, PyObject *kw) {
@@ -673,9 +673,10 @@ static PyObject *snapshot_records(SnapshotObject *self, PyObject *pargs, PyObjec
                     fwd = (long long)r->arg_val[1];
                 }
                 PyObject *item = Py_BuildValue(
-                    with_args ? "(KNiKKiiNLL)" : "(KNiKKii)", (unsigned long long)t->tid, name,
+                    with_args ? "(KNiKKiiNLLi)" : "(KNiKKii)", (unsigned long long)t->tid, name,
                     (int)r->cat, (unsigned long long)r->begin_ns, (unsigned long long)r->end_ns,
-                    (int)r->depth, (int)((r->flags & CPROF_REC_TRUNCATED) != 0), frag, seq, fwd);
+                    (int)r->depth, (int)((r->flags & CPROF_REC_TRUNCATED) != 0), frag, seq, fwd,
+                    (int)((r->flags & CPROF_REC_MODULE) != 0));
                 if (!item || PyList_Append(list, item) < 0) {
                     Py_XDECREF(item);
                     goto fail;
@@ -744,7 +745,7 @@ static PyMethodDef snapshot_methods[] = {
     {"rename_threads", (PyCFunction)snapshot_rename_threads, METH_O, "Names threads by ident."},
     {"records", (PyCFunction)(void (*)(void))snapshot_records, METH_VARARGS | METH_KEYWORDS,
      "records(args=False): all ranges as tuples (with args: their JSON args fragment, sequence "
-     "number and forward thread id last)."},
+     "number, forward thread id and module flag last)."},
     {"summary", (PyCFunction)snapshot_summary, METH_NOARGS, "Per-name aggregates."},
     {"close", (PyCFunction)snapshot_close, METH_NOARGS, "Releases the memory now."},
     {NULL, NULL, 0, NULL},

@@ -459,3 +459,36 @@ print(json.dumps(res))
 """, tmp_path)
     assert out["1_installed"] is True and out["0_installed"] is False
     assert out["1"] == out["0"] == [[[2, 8]], ["float"]]
+
+
+def test_record_shapes_tables_have_torchs_rows_and_no_module_rows(tmp_path):
+    """record_shapes records module calls for their shapes (the trace keeps them), but
+    torch.profiler's results have no module events: key_averages() (plain and by input shape)
+    has torch's rows, counts and shapes exactly; with_modules asks for the module rows."""
+    out, _ = run_py("""
+import json, torch, cprof
+m = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+x = torch.randn(16, 32)
+def step():
+    opt.zero_grad(); m(x).sum().backward(); opt.step()
+step()
+res = {}
+for n, P, kw in (("torch", torch.profiler, {}), ("cprof", cprof, {}),
+                 ("mods", cprof, {"with_modules": True})):
+    with P.profile(activities=[P.ProfilerActivity.CPU], record_shapes=True, **kw) as p:
+        step()
+    res[n] = sorted([r.key, r.count] for r in p.key_averages())
+    res[n + "_shapes"] = sorted([r.key, str(r.input_shapes)]
+                                for r in p.key_averages(group_by_input_shape=True))
+    if n == "cprof":
+        p.export_chrome_trace("c.json")
+        with open("c.json") as f:
+            res["trace_names"] = sorted({e["name"] for e in json.load(f)["traceEvents"]
+                                         if e.get("ph") == "X"})
+print(json.dumps(res))
+""", tmp_path)
+    assert out["cprof"] == out["torch"] and len(out["cprof"]) > 10
+    assert out["cprof_shapes"] == out["torch_shapes"]
+    assert {"0", "1", "2"} <= set(out["trace_names"])  # the trace keeps the module calls
+    assert {"0", "2"} <= {k for k, _ in out["mods"]}  # asked for: rows of their own
