@@ -119,7 +119,7 @@ class ProfilerEvent(_TorchCompat):
                  "device_time_total", "self_device_time_total", "input_shapes", "input_types",
                  "stack", "_ns", "_parent", "cpu_parent", "cpu_children", "id", "step_name",
                  "kernels", "self_cpu_percent", "total_cpu_percent", "total_device_percent",
-                 "flops", "sequence_nr", "fwd_thread")
+                 "flops", "sequence_nr", "fwd_thread", "concrete_inputs")
 
     def __init__(self, name, category, device_type, thread, start_us, end_us, depth=0,
                  stream=None, device=None, correlation=None, truncated=False,
@@ -139,6 +139,9 @@ class ProfilerEvent(_TorchCompat):
         # record_shapes: torch.profiler's "Input Dims" / "Input type" of the call ([] if none)
         self.input_shapes = input_shapes if input_shapes is not None else []
         self.input_types = input_types if input_types is not None else []
+        # record_shapes: torch.profiler's "Concrete Inputs" (scalar arguments' values; None for
+        # the others)
+        self.concrete_inputs = []
         # with_stack: the python_function ranges enclosing this event, innermost first
         self.stack = []
         self.self_cpu_time_total = 0.0
@@ -200,13 +203,13 @@ def _build(window):
         if module and hide_modules:
             continue
         end = end or stop
-        shapes = types = None
+        shapes = types = values = None
         flops = 0
         if frag is not None:
             got = parsed.get(frag)
             if got is None:
                 got = parsed[frag] = _shapes_of(frag)
-            shapes, types, concrete = got
+            shapes, types, concrete, values = got
             if with_flops and name in _FLOP_OPS:
                 flops = _flops_of(name, shapes, concrete)
         step_name = None
@@ -219,6 +222,8 @@ def _build(window):
                            truncated=bool(trunc), input_shapes=shapes, input_types=types)
         ev.step_name = step_name
         ev.flops = flops
+        if values:
+            ev.concrete_inputs = values
         if seq >= 0:
             ev.sequence_nr, ev.fwd_thread = seq, fwd
         ev._ns = (begin, end)
@@ -351,14 +356,32 @@ def export_stacks(window, path, metric):
 
 
 def _shapes_of(frag):
-    """(Input Dims, Input type, Concrete Inputs) of a range's JSON args fragment
+    """(Input Dims, Input type, Concrete Inputs, their values) of a range's JSON args fragment
     ('"k":v,...'), as lists."""
     try:
         args = json.loads("{" + frag + "}")
     except ValueError:  # a fragment is written by cprof's own C code: never expected
-        return [], [], []
-    return (list(args.get("Input Dims", [])), list(args.get("Input type", [])),
-            list(args.get("Concrete Inputs", [])))
+        return [], [], [], []
+    concrete = list(args.get("Concrete Inputs", []))
+    return (list(args.get("Input Dims", [])), list(args.get("Input type", [])), concrete,
+            [_concrete_value(t) for t in concrete])
+
+
+def _concrete_value(text):
+    """A "Concrete Inputs" entry as the Python value torch's events() gives: None for a
+    non-scalar argument (""), else the number, bool or list it prints."""
+    if not isinstance(text, str) or text == "":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)  # an IValue prints 0.0 as "0."
+    except ValueError:
+        return text
 
 
 # with_flops: the operators torch.profiler estimates FLOPs for, with its formulas

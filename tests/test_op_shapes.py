@@ -492,3 +492,21 @@ print(json.dumps(res))
     assert out["cprof_shapes"] == out["torch_shapes"]
     assert {"0", "1", "2"} <= set(out["trace_names"])  # the trace keeps the module calls
     assert {"0", "2"} <= {k for k, _ in out["mods"]}  # asked for: rows of their own
+
+
+def test_events_carry_concrete_inputs_as_torchs_events_do(tmp_path):
+    out, _ = run_py("""
+import json, torch, cprof
+a = torch.randn(4, 4)
+def work():
+    a.sum(dim=[0]); a.add(a, alpha=2); torch.clamp(a, min=-1.5, max=2); a[:, 1:3]
+res = {}
+for n, P in (("torch", torch.profiler), ("cprof", cprof)):
+    with P.profile(activities=[P.ProfilerActivity.CPU], record_shapes=True) as p:
+        work()
+    res[n] = [[e.name, e.concrete_inputs] for e in p.events()
+              if e.name in ("aten::sum", "aten::add", "aten::clamp", "aten::slice")]
+print(json.dumps(res))
+""", tmp_path)
+    assert out["cprof"] == out["torch"] and len(out["cprof"]) == 4
+    assert ["aten::clamp", [None, -1.5, 2]] in out["cprof"]
