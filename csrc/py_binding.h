@@ -20,6 +20,14 @@
 
 /* py_tracer.c: the with_stack Python-function tracer (PyEval_SetProfile / sys.monitoring). */
 int cprof_py_tracer_add(PyObject *m);
+/* py_monitoring.c (3.12+): takes a free sys.monitoring tool id (PROFILER_ID first; all in use:
+ * CprofError naming the holder), registers callbacks[i] for events[i] (sys.monitoring.events
+ * names) and enables them, and releases all of it (events off, callbacks unregistered, id
+ * freed: every step runs, the first error is raised). 0, or -1 with an exception set. */
+int cprof_monitoring_take(PyObject *module, const char *tool_name, int *tool_id);
+int cprof_monitoring_enable(int tool_id, const char *const *events, PyObject *const *callbacks,
+                            size_t n);
+int cprof_monitoring_release(int tool_id, const char *const *events, size_t n);
 /* py_codename.c: a python_function name for code object co ("file(line): name", as
  * torch.profiler spells it; new reference, NULL with an exception set), and the directory
  * prefixes left out of its file (a sequence of str; None: none). -1: an exception is set and
