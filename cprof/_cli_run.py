@@ -908,7 +908,9 @@ class _Run:
             _reexec(argv)  # returns only if exec failed
         self.opts = opts
         out = self.out = _Out(opts.quiet)
+        from . import _pystack
         from .context import ProfilerContext
+        _pystack.record_running_frames = False  # what runs under the program is cprof's
         ctx = ProfilerContext(activities=opts.activities, output_dir=opts.output_dir,
                               profile_name=opts.name or opts.default_name,
                               with_stack=opts.with_stack, record_shapes=opts.record_shapes,

@@ -35,6 +35,9 @@ _saved_thread_hook = None
 # co_filename prefix of cprof's own code: spelled as the package's __file__ (as imported), which
 # is what its code objects carry
 _OWN_PREFIX = os.path.join(os.path.dirname(__file__), "")
+# The user frames running when a window opens are recorded as beginning then (decision 96);
+# `cprof run` turns it off: the frames under the program are its launcher's, not the user's.
+record_running_frames = True
 
 
 def strip_prefixes():
@@ -74,7 +77,7 @@ def start(c_calls=False, min_duration_us=0.0):
     min_ns = int(round(min_duration_us * 1000))
     if _MONITORING:
         _C.tracer_start(c_calls=bool(c_calls), min_duration_ns=min_ns, own_prefix=_OWN_PREFIX,
-                        strip_prefixes=strip_prefixes())
+                        strip_prefixes=strip_prefixes(), running_frames=record_running_frames)
         return
     # the threading hook first (a thread it reaches before the tracer runs just removes it),
     # so the tracer does not record this bookkeeping
@@ -82,7 +85,7 @@ def start(c_calls=False, min_duration_us=0.0):
     threading.setprofile(_C._tracer_thread_hook)
     try:
         _C.tracer_start(c_calls=bool(c_calls), min_duration_ns=min_ns, own_prefix=_OWN_PREFIX,
-                        strip_prefixes=strip_prefixes())
+                        strip_prefixes=strip_prefixes(), running_frames=record_running_frames)
     except BaseException:
         threading.setprofile(saved)
         raise

@@ -203,6 +203,11 @@ int cprof_events_pop_token_on(uint64_t ident, uint64_t token);
  * close_traced_all: closes every thread's open tracer ranges now (tracer stop; GIL held). */
 void *cprof_events_thread(void);
 int cprof_events_push_traced_on(void *thread, uint32_t name_id, uint8_t cat);
+/* 1 while the thread has no record in the current window: the frames running when the tracer
+ * first sees it may then be pushed (push_traced_on) as beginning now; under a record already
+ * made they would begin after their own child. A tracer slot whose record a window's stop
+ * closed is opened again at the thread's first record of the next window (window_enter). */
+int cprof_events_thread_fresh(void *thread);
 int cprof_events_pop_traced_on(void *thread, uint64_t min_ns);
 void cprof_events_close_traced_all(void);
 /* Torch operators (ops_itt.c): a third stack per thread, for ranges that begin and end in C++

@@ -34,6 +34,8 @@ typedef struct tstate {
     uint64_t next_seq;
     uint32_t depth, stack_cap;
     cprof_record **tstack;     /* the Python tracer's open ranges (py_tracer.c), kept apart */
+    uint64_t *tname;           /* per tracer slot: its name id | cat << 32, to reopen it in a
+                                * later window (a frame still running when a window opens) */
     uint32_t tdepth, tstack_cap;
     cprof_record **ostack;     /* torch operators' open ranges (ops_itt.c), under oplock */
     uint32_t odepth, ostack_cap;
@@ -227,6 +229,7 @@ static void tstate_free(tstate *t) {
     free(t->stack);
     free(t->seq);
     free(t->tstack);
+    free(t->tname);
     free(t->ostack);
     free(t);
 }
@@ -234,12 +237,6 @@ static void tstate_free(tstate *t) {
 /* ---- hot path ---- */
 
 static CPROF_NOINLINE cprof_record *slot_slow(tstate *t) {
-    if (t->window_id != g_window_id) {
-        /* first record of this thread in this window: its old chunks were detached at stop */
-        t->window_id = g_window_id;
-        t->head = t->tail = NULL;
-        t->nrecords = t->dropped = 0;
-    }
     if (!t->tail || t->tail->count == CPROF_CHUNK_RECORDS) {
         cprof_chunk *c = chunk_get();
         if (!c) return NULL;
@@ -273,12 +270,15 @@ static CPROF_NOINLINE int toggled_off_skips(int active, uint8_t cat) {
     return 1;
 }
 
+static void window_enter(tstate *t);
+
 /* Reserves and opens this thread's next record, or returns NULL (no window, or CPU collection
  * toggled off: nothing recorded; memory cap: counted as dropped). Its depth counts the user's
  * and the tracer's open ranges. */
 CPROF_INLINE cprof_record *record_open(tstate *t, uint32_t name_id, uint8_t cat) {
     int active = __atomic_load_n(&g_active, __ATOMIC_ACQUIRE);
     if (CPROF_UNLIKELY(active != 1) && toggled_off_skips(active, cat)) return NULL;
+    if (CPROF_UNLIKELY(t->window_id != g_window_id)) window_enter(t);
     cprof_record *r;
     if (CPROF_LIKELY(t->window_id == g_window_id && t->tail &&
                      t->tail->count < CPROF_CHUNK_RECORDS))
@@ -299,6 +299,26 @@ CPROF_INLINE cprof_record *record_open(tstate *t, uint32_t name_id, uint8_t cat)
     r->nargs = 0;
     r->begin_ns = cprof_clock_now_ns(); /* last, so our bookkeeping is outside */
     return r;
+}
+
+/* The thread's first record in this window: its old chunks were detached at stop. Python frames
+ * still running that the tracer recorded in an earlier window (or entered with no window open)
+ * have NULL slots on its stack: each is opened again now, outermost first, so a long-running
+ * function (the training loop around a schedule's windows, the frames seeded at tracer start)
+ * encloses what it runs in every window, as torch.profiler's tracer records running frames at
+ * each start. A slot's depth is its place under whatever this thread opens next. */
+static CPROF_NOINLINE void window_enter(tstate *t) {
+    t->window_id = g_window_id;
+    t->head = t->tail = NULL;
+    t->nrecords = t->dropped = 0;
+    for (uint32_t i = 0; i < t->tdepth; i++) {
+        if (t->tstack[i] || !t->tname[i]) continue;
+        cprof_record *r = record_open(t, (uint32_t)t->tname[i], (uint8_t)(t->tname[i] >> 32));
+        if (!r) break; /* toggled off, or the memory cap: the rest stay unrecorded */
+        uint32_t depth = t->depth + i + t->odepth;
+        r->depth = (uint16_t)(depth < CPROF_MAX_DEPTH ? depth : CPROF_MAX_DEPTH);
+        t->tstack[i] = r;
+    }
 }
 
 int cprof_events_push(uint32_t name_id, uint8_t cat) {
@@ -420,16 +440,35 @@ static CPROF_NOINLINE int side_stack_grow(cprof_record ***stack, uint32_t *cap) 
 
 void *cprof_events_thread(void) { return gil_thread(); }
 
-int cprof_events_push_traced_on(void *thread, uint32_t name_id, uint8_t cat) {
-    tstate *t = thread;
+static CPROF_NOINLINE int tstack_grow(tstate *t) {
+    uint32_t cap = t->tstack_cap;
+    int rc = side_stack_grow(&t->tstack, &cap);
+    if (rc) return rc;
+    uint64_t *nn = realloc(t->tname, cap * sizeof *nn);
+    if (!nn) return CPROF_E_NOMEM; /* tstack_cap unchanged: the bigger stack is just unused */
+    t->tname = nn;
+    t->tstack_cap = cap;
+    return CPROF_OK;
+}
+
+CPROF_INLINE int traced_push(tstate *t, uint32_t name_id, uint8_t cat, int open) {
     if (CPROF_UNLIKELY(!t)) return CPROF_E_NOMEM;
     if (CPROF_UNLIKELY(t->tdepth >= t->tstack_cap)) {
-        int rc = side_stack_grow(&t->tstack, &t->tstack_cap);
+        int rc = tstack_grow(t);
         if (rc) return rc;
     }
-    cprof_record *r = record_open(t, name_id, cat);
-    t->tstack[t->tdepth++] = r;
+    t->tname[t->tdepth] = name_id | (uint64_t)cat << 32;
+    t->tstack[t->tdepth++] = open ? record_open(t, name_id, cat) : NULL;
     return CPROF_OK;
+}
+
+int cprof_events_push_traced_on(void *thread, uint32_t name_id, uint8_t cat) {
+    return traced_push(thread, name_id, cat, 1);
+}
+
+int cprof_events_thread_fresh(void *thread) {
+    tstate *t = thread;
+    return t && (t->window_id != g_window_id || t->nrecords == 0);
 }
 
 int cprof_events_pop_traced_on(void *thread, uint64_t min_ns) {

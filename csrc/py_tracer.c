@@ -70,6 +70,7 @@
 static struct {
     int active;
     int c_calls;
+    int running;           /* record the user frames running at a thread's first event */
     uint64_t min_ns;
     uint64_t gen;          /* session number: shadow stacks of another session are stale */
     uint64_t calls, discarded, errors, overflows;
@@ -382,6 +383,8 @@ CPROF_INLINE PyCodeObject *frame_code(PyFrameObject *f) {
     return co;
 }
 
+static void seed_record(shadow_t *sh);
+
 /* Starts this thread's stack of the session with the frames running now, which were entered
  * before start (callbacks are not re-entered, so no call came in between): QUIET entries, OWN
  * for cprof's own. top: the event's frame (3.11) or NULL (the current frame); entering: the
@@ -422,6 +425,7 @@ static void shadow_seed(shadow_t *sh, PyFrameObject *top, PyCodeObject *entering
         sh->ent[i] = sh->ent[j - 1];
         sh->ent[j - 1] = t;
     }
+    seed_record(sh);
     RESTORE_EXC(saved);
 }
 
@@ -485,6 +489,24 @@ CPROF_INLINE int lookup(const void *key, PyObject *obj, int is_code, uint32_t *i
     uint64_t gen = tr.gen;
     if (resolve(key, obj, is_code, id) < 0) return -1;
     return gen == tr.gen ? 0 : -1;
+}
+
+/* The seeded user frames outside cprof's own (the caller of `with profile`, main, <module>;
+ * a thread's whole stack) are recorded as running since now, as torch.profiler records the
+ * frames running at its start, if the thread has no record yet in this window; what own code
+ * runs stays unrecorded (events.c thread_fresh; window_enter reopens them in later windows). */
+static void seed_record(shadow_t *sh) {
+    uint32_t id;
+    if (!tr.running || !cprof_events_thread_fresh(sh->ev)) return;
+    for (uint32_t i = 0; i < sh->depth && (sh->ent[i] & TAG_MASK) != TAG_OWN; i++) {
+        PyCodeObject *co = (PyCodeObject *)(sh->ent[i] & ~TAG_MASK);
+        if ((sh->ent[i] & TAG_MASK) != TAG_QUIET) continue; /* an own pass-through wrapper */
+        if (lookup(co, (PyObject *)co, 1, &id) < 0) break;    /* the session stopped */
+        /* an entry becomes recorded only with its slot pushed: entries and slots pair up */
+        if (id < ID_PASS && cprof_events_push_traced_on(sh->ev, id & ~ID_REGION,
+                (id & ID_REGION) ? CPROF_CAT_USER_ANNOTATION : CPROF_CAT_PYTHON_FUNCTION) == 0)
+            sh->ent[i] = (uintptr_t)co;
+    }
 }
 
 CPROF_INLINE void record(shadow_t *sh, const void *key, uint32_t id, uint8_t cat) {
@@ -623,129 +645,34 @@ static const struct {
 };
 #define MON_NEVENTS (sizeof mon_events / sizeof mon_events[0])
 
-static PyObject *monitoring(void) {
-    PyObject *mon = PySys_GetObject("monitoring"); /* borrowed */
-    if (!mon && !PyErr_Occurred())
-        PyErr_SetString(PyExc_RuntimeError, "sys.monitoring is missing");
-    return mon;
-}
-
-static int event_bit(PyObject *mon, const char *name, long *bit) {
-    PyObject *events = PyObject_GetAttrString(mon, "events");
-    if (!events) return -1;
-    PyObject *v = PyObject_GetAttrString(events, name);
-    Py_DECREF(events);
-    if (!v) return -1;
-    *bit = PyLong_AsLong(v);
-    Py_DECREF(v);
-    return (*bit == -1 && PyErr_Occurred()) ? -1 : 0;
-}
-
-/* Takes a free tool id: PROFILER_ID first, then 5 down to 0. */
-static int take_tool_id(PyObject *module, PyObject *mon) {
-    long pid = 2;
-    PyObject *v = PyObject_GetAttrString(mon, "PROFILER_ID");
-    if (v) {
-        pid = PyLong_AsLong(v);
-        Py_DECREF(v);
-        if (pid == -1 && PyErr_Occurred()) return -1;
-    } else {
-        PyErr_Clear();
-    }
-    for (long k = -1; k <= 5; k++) {
-        long id = k < 0 ? pid : 5 - k;
-        if (k >= 0 && id == pid) continue;
-        PyObject *holder = PyObject_CallMethod(mon, "get_tool", "l", id);
-        if (!holder) return -1;
-        int free_id = holder == Py_None;
-        Py_DECREF(holder);
-        if (!free_id) continue;
-        PyObject *r = PyObject_CallMethod(mon, "use_tool_id", "ls", id, "cprof");
-        if (r) {
-            Py_DECREF(r);
-            tr.tool_id = (int)id;
-            return 0;
-        }
-        if (!PyErr_ExceptionMatches(PyExc_ValueError)) return -1;
-        PyErr_Clear(); /* taken in between: try the next */
-    }
-    PyObject *holder = PyObject_CallMethod(mon, "get_tool", "l", pid);
-    if (!holder) return -1;
-    PyObject *err = PyObject_GetAttrString(module, "CprofError");
-    if (err) {
-        PyErr_Format(err, "with_stack: every sys.monitoring tool id is in use (PROFILER_ID "
-                          "by %R); stop another tool (debugger, coverage, profiler) first",
-                     holder);
-        Py_DECREF(err);
-    }
-    Py_DECREF(holder);
-    return -1;
-}
-
-/* Keeps the first error of a sequence of steps that must all run. */
-static void keep_first(PyObject **first) {
-    PyObject *e = PyErr_GetRaisedException();
-    if (!*first) *first = e;
-    else Py_XDECREF(e);
-}
-
-/* Disables the events, unregisters the callbacks (3.12's free_tool_id does neither) and frees
- * the tool id; every step runs, the first error is raised. */
+/* Disables the events, unregisters the callbacks and frees the tool id (py_monitoring.c). */
 static int uninstall(void) {
     if (tr.tool_id < 0) return 0;
-    PyObject *mon = monitoring();
-    if (!mon) return -1;
-    PyObject *first = NULL;
-    PyObject *r = PyObject_CallMethod(mon, "set_events", "ii", tr.tool_id, 0);
-    if (r) Py_DECREF(r);
-    else keep_first(&first);
-    for (size_t i = 0; i < MON_NEVENTS; i++) {
-        long bit;
-        r = event_bit(mon, mon_events[i].event, &bit) < 0
-                ? NULL
-                : PyObject_CallMethod(mon, "register_callback", "ilO", tr.tool_id, bit, Py_None);
-        if (r) Py_DECREF(r);
-        else keep_first(&first);
-    }
-    r = PyObject_CallMethod(mon, "free_tool_id", "i", tr.tool_id);
-    if (r) Py_DECREF(r);
-    else keep_first(&first);
+    const char *names[MON_NEVENTS];
+    for (size_t i = 0; i < MON_NEVENTS; i++) names[i] = mon_events[i].event;
+    int rc = cprof_monitoring_release(tr.tool_id, names, MON_NEVENTS);
     tr.tool_id = -1;
-    if (!first) return 0;
-    PyErr_SetRaisedException(first);
-    return -1;
+    return rc;
 }
 
 static int install(PyObject *module) {
-    PyObject *mon = monitoring();
-    if (!mon) return -1;
     for (int i = 0; i < 4; i++) {
         if (!mon_cb[i] && !(mon_cb[i] = PyCFunction_NewEx(&mon_defs[i], NULL, NULL))) return -1;
     }
-    if (take_tool_id(module, mon) < 0) return -1;
-    long mask = 0;
+    if (cprof_monitoring_take(module, "cprof", &tr.tool_id) < 0) return -1;
+    const char *names[MON_NEVENTS];
+    PyObject *cbs[MON_NEVENTS];
+    size_t n = 0;
     for (size_t i = 0; i < MON_NEVENTS; i++) {
         if (mon_events[i].c_call && !tr.c_calls) continue;
-        long bit;
-        if (event_bit(mon, mon_events[i].event, &bit) < 0) goto fail;
-        PyObject *r = PyObject_CallMethod(mon, "register_callback", "ilO", tr.tool_id, bit,
-                                          mon_cb[mon_events[i].cb]);
-        if (!r) goto fail;
-        Py_DECREF(r);
-        /* C_RETURN / C_RAISE follow CALL and cannot be set on their own */
-        if (strncmp(mon_events[i].event, "C_", 2) != 0) mask |= bit;
+        names[n] = mon_events[i].event;
+        cbs[n++] = mon_cb[mon_events[i].cb];
     }
-    PyObject *r = PyObject_CallMethod(mon, "set_events", "il", tr.tool_id, mask);
-    if (!r) goto fail;
-    Py_DECREF(r);
-    return 0;
-fail:
-    {
-        SAVE_EXC(err);
-        uninstall();
-        PyErr_Clear();
-        RESTORE_EXC(err);
-    }
+    if (cprof_monitoring_enable(tr.tool_id, names, cbs, n) == 0) return 0;
+    SAVE_EXC(err);
+    uninstall();
+    PyErr_Clear();
+    RESTORE_EXC(err);
     return -1;
 }
 
@@ -874,13 +801,13 @@ static void own_prefix_set(char *p) {
 
 static PyObject *tracer_start(PyObject *module, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"c_calls", "min_duration_ns", "own_prefix", "strip_prefixes",
-                             NULL};
-    int c_calls = 0;
+                             "running_frames", NULL};
+    int c_calls = 0, running = 1;
     long long min_ns = 0;
     const char *own = NULL;
     PyObject *strip_obj = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|pLzO", kwlist, &c_calls, &min_ns, &own,
-                                     &strip_obj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|pLzOp", kwlist, &c_calls, &min_ns, &own,
+                                     &strip_obj, &running))
         return NULL;
     if (min_ns < 0) {
         PyErr_SetString(PyExc_ValueError, "min_duration_ns must be >= 0");
@@ -904,6 +831,7 @@ static PyObject *tracer_start(PyObject *module, PyObject *args, PyObject *kwds) 
     own_prefix_set(own_copy); /* the cache is empty: nothing was resolved with an older one */
     /* the session is live before events are enabled: they may fire at once */
     tr.c_calls = c_calls;
+    tr.running = running;
     tr.min_ns = (uint64_t)min_ns;
     tr.gen++;
     tr.calls = tr.discarded = tr.errors = tr.overflows = tr.suppressed = 0;
@@ -969,10 +897,10 @@ static PyObject *tracer_active(PyObject *module, PyObject *unused) {
 
 static PyMethodDef tracer_methods[] = {
     {"tracer_start", (PyCFunction)(void (*)(void))tracer_start, METH_VARARGS | METH_KEYWORDS,
-     "tracer_start(c_calls=False, min_duration_ns=0, own_prefix=None, strip_prefixes=None): "
-     "records Python calls "
-     "(and C calls) as ranges in the open window; code under own_prefix (cprof's own) and what "
-     "it calls are not recorded."},
+     "tracer_start(c_calls=False, min_duration_ns=0, own_prefix=None, strip_prefixes=None, "
+     "running_frames=True): records Python calls (and C calls) as ranges in the open window, "
+     "and the user frames already running (running_frames); code under own_prefix (cprof's "
+     "own) and what it calls are not recorded."},
     {"tracer_stop", (PyCFunction)tracer_stop, METH_NOARGS,
      "Stops the tracer; returns its counts (None if it was not running)."},
     {"tracer_active", (PyCFunction)tracer_active, METH_NOARGS, "True while the tracer runs."},

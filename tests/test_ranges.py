@@ -255,7 +255,7 @@ def test_drop_warning_names_earlier_results_holding_the_cap(tmp_path):
                 pass
     with pytest.warns(RuntimeWarning, match=r"Results of earlier windows still held [\d.]+ "
                       r"MiB .*release them \(del the object\)") as caught:
-        with cprof.ProfilerContext(output_dir=tmp_path, profile_name="held",
+        with cprof.ProfilerContext(output_dir=tmp_path, profile_name="held", with_stack=False,
                                    activities=["CPU"], buffer_size_mb=1, verbose=False) as p:
             for _ in range(100):
                 with cprof.range("x"):
@@ -267,7 +267,7 @@ def test_drop_warning_names_earlier_results_holding_the_cap(tmp_path):
     # released: the same window keeps everything
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with cprof.ProfilerContext(output_dir=tmp_path, profile_name="freed",
+        with cprof.ProfilerContext(output_dir=tmp_path, profile_name="freed", with_stack=False,
                                    activities=["CPU"], buffer_size_mb=1, verbose=False) as q:
             for _ in range(100):
                 with cprof.range("x"):
