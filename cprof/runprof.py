@@ -636,7 +636,9 @@ class Profiler:
     def save_all(self, output_dir=None):
         """Writes summary.json and report.md under {output_dir}/{run_name}/ (or in output_dir
         when given). Returns their paths (None on a gated rank). A run still open is left out
-        of both (its steps too) with a warning."""
+        of both (its steps too) with a warning. When every rank collects
+        (collect_on_rank0_only=False), ranks other than 0 write summary-rank{R}.json and
+        report-rank{R}.md beside rank 0's, so no rank's report replaces another's."""
         if not self.enabled:
             return None
         if self._run is not None:
@@ -645,9 +647,10 @@ class Profiler:
         from ._runreport import render_markdown
         d = self._target_dir(output_dir, "save_all")
         summary = self.summary()
-        sp = os.path.join(d, "summary.json")
+        tag = f"-rank{self.rank}" if self.rank else ""
+        sp = os.path.join(d, f"summary{tag}.json")
         _write_text(sp, json.dumps(summary, indent=2, allow_nan=False) + "\n")
-        rp = os.path.join(d, "report.md")
+        rp = os.path.join(d, f"report{tag}.md")
         _write_text(rp, render_markdown(summary))
         return sp, rp
 

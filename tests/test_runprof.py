@@ -415,6 +415,26 @@ def test_rank_gating_from_any_rank_variable(tmp_path, monkeypatch, env):
     assert isinstance(p, cprof.NullProfiler) and p.cfg is prof.cfg and p.disabled
 
 
+def test_every_rank_collecting_keeps_each_ranks_report(tmp_path, monkeypatch):
+    """collect_on_rank0_only=False with the seed's fixed run_name: each rank saves to the same
+    directory; rank 0 keeps the seed's names, the others' carry their rank, none is lost."""
+    paths = {}
+    for rank in (0, 1):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        prof = make(tmp_path, run_name="demo", collect_on_rank0_only=False)
+        assert prof.enabled and prof.rank == rank
+        prof.begin_run()
+        with prof.step_timing_ctx():
+            pass
+        prof.end_run()
+        paths[rank] = prof.save_all()
+    d = tmp_path / "demo"
+    assert paths[0] == (str(d / "summary.json"), str(d / "report.md"))
+    assert paths[1] == (str(d / "summary-rank1.json"), str(d / "report-rank1.md"))
+    assert [json.loads(open(p[0]).read())["meta"]["rank"] for p in (paths[0], paths[1])] == [0, 1]
+
+
 def test_rank_gating_from_an_initialised_process_group(tmp_path, monkeypatch):
     import types
     fake = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True,
