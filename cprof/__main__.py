@@ -25,7 +25,7 @@ def build_parser():
     return parser
 
 
-def main(argv=None):
+def _main(argv):
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "run":
         # `cprof run` hands everything after the script / -m module to the program untouched,
@@ -42,6 +42,22 @@ def main(argv=None):
         parser.print_help()
         return 2
     return args.func(args)
+
+
+def main(argv=None):
+    """The command line. Output piped into a reader that closes early (`cprof report ... |
+    head`) ends quietly with the shell's status for it, as other command-line tools do."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        import os
+        # the rest of stdout cannot be written: point it at /dev/null so the interpreter's own
+        # flush at exit does not report the same broken pipe again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + 13  # SIGPIPE
 
 
 if __name__ == "__main__":

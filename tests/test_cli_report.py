@@ -613,3 +613,18 @@ def test_real_leak_in_a_cprof_and_a_torch_trace(tmp_path):
         rep, doc = _report(path)
         assert any(m["grows_every_step"] for m in rep["memory_track"]), rep["memory_track"]
         assert "memory_growth" in _diag_ids(doc)
+
+
+def test_output_into_a_reader_that_stops_early_ends_quietly():
+    """`cprof features | head -1`: the closed pipe is the reader's choice, not an error: no
+    traceback, the shell's status for SIGPIPE. The reader is gone before cprof writes."""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        p = subprocess.run([sys.executable, "-m", "cprof", "features"], stdout=w,
+                           stderr=subprocess.PIPE, env=env, text=True, timeout=120)
+    finally:
+        os.close(w)
+    assert p.stderr == "", p.stderr
+    assert p.returncode == 141
