@@ -29,7 +29,8 @@ def add_profiler_args(parser):
     add("--profile", action="store_true", default=False,
         help="profile this run with cprof and write a trace")
     add("--profile-dir", type=str, default=None,
-        help="trace directory (default: $CPROF_PROFILER_DIR or /tmp/cprof_profiles)")
+        help="trace directory (default: $CPROF_PROFILER_DIR, else $CPROF_TORCH_PROFILER_DIR, "
+             "else /tmp/cprof_profiles; read when the profiler is made)")
     add("--profile-name", type=str, default=None,
         help="trace file name prefix (default: profile_<unix seconds>)")
     add("--profile-activities", nargs="+", type=_activity, choices=list(VALID_ACTIVITIES),
