@@ -20,7 +20,7 @@ _NAME_RULES = [
     (r"^(gate_up_proj|gate_proj|up_proj|w1|w3|fc1|c_fc|dense_h_to_4h)$", "mlp.gate_up_proj"),
     (r"^(act_fn|act|silu_and_mul|activation_fn)$", "mlp.silu_and_mul"),
     (r"^(down_proj|w2|fc2|dense_4h_to_h)$", "mlp.down_proj"),
-    (r"^(lm_head|output|embed_out)$", "lm_head"),
+    (r"^(lm_head|embed_out)$", "lm_head"),
     (r"(^|_)(norm|layernorm|ln_f|ln_1|ln_2|ln)$", "norm"),
 ]
 _TYPE_RULES = [
@@ -78,6 +78,8 @@ def bucket_for(qualname, module, use_gated_lora=False, parent=None):
 
 def _match_name(leaf, parts):
     path = ".".join(parts).lower()
+    if leaf == "output":  # Llama's reference code names its head so; BERT's blocks hold
+        return "lm_head" if len(parts) <= 2 else None  # `layer.N.output` modules that are not
     if leaf in ("c_proj", "dense"):  # GPT-2 / BERT style: meaning depends on the parent
         if "mlp" in path or "ffn" in path or "feed_forward" in path:
             return "mlp.down_proj"

@@ -573,6 +573,35 @@ def test_attach_model_buckets_and_idempotent(tmp_path):
     assert getattr(dist.all_reduce, "_cprof_bucket") == "communication.all_reduce"
 
 
+def test_output_is_the_head_only_at_the_top(tmp_path):
+    """Llama's reference code names its head `output`; a BERT block's `layer.N.output`
+    modules are not heads and stay unbucketed."""
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.output = nn.Linear(8, 8)  # BertOutput's place
+
+        def forward(self, x):
+            return self.output(x)
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.ModuleList([Layer(), Layer()])
+            self.output = nn.Linear(8, 10)
+
+        def forward(self, x):
+            for m in self.layer:
+                x = m(x)
+            return self.output(x)
+
+    prof = make(tmp_path, warmup_runs=0, model_profiling=True)
+    assert prof.attach_model(Model()) == {"output": "lm_head"}
+
+
 def test_peft_style_lora_adapters_get_lora_buckets(tmp_path):
     torch = pytest.importorskip("torch")
     from torch import nn
