@@ -27,8 +27,8 @@ MODEL_BUCKET_ORDER = [
     "embed",
     "attn.qkv_proj", "attn.qkv_proj.lora",
     "attn.qk_norm",
+    "attn.compute",  # seed 003's order: qk_norm then compute; rope after them
     "attn.rope",
-    "attn.compute",
     "attn.o_proj", "attn.o_proj.lora",
     "mlp.gate_up_proj", "mlp.gate_up_proj.lora",
     "mlp.silu_and_mul",
@@ -40,9 +40,11 @@ MODEL_BUCKET_ORDER = [
     "communication.all_gather", "communication.broadcast",
 ]
 ENGINE_BUCKET_ORDER = [
-    "prefill", "decode", "sampler", "postproc", "draft", "verify",
-    "kv.alloc", "kv.free", "kv.copy", "kv.swap", "kv.update",
+    # seed 003's order: prefill, decode, sampler, postproc, communication buckets, KV ops, ...
+    "prefill", "decode", "sampler", "postproc",
     "communication",
+    "kv.alloc", "kv.free", "kv.copy", "kv.swap", "kv.update",
+    "draft", "verify",
     "engine.sampling",
 ]
 KV_REDUCTIONS = ("mean", "max", "p50", "p90", "sum")
