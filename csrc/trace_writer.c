@@ -1,5 +1,6 @@
 /* Streams a window's records as Kineto-compatible Chrome trace JSON into a sink.
  * Pure C, no Python, no globals: run it with the GIL released, on any one thread. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -145,6 +146,55 @@ static void thread_meta(writer *w, const cprof_trace_meta *m, const cprof_thread
     cprof_buf nb = {num, 0, sizeof num, 0};
     cprof_buf_u64(&nb, t->tid);
     meta_event(w, "thread_sort_index", m->pid, t->tid, "sort_index", num, nb.len);
+}
+
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Host threads seen only in CUPTI's records (a thread that launched GPU work but recorded no
+ * range: autograd's device threads without operator capture, a C++ worker) get their metadata
+ * too, so viewers name and sort their tracks: named as the OS names the thread now
+ * (/proc/self/task/<tid>/comm, "pt_autograd_0"), else as Kineto names CPU threads. */
+static void gpu_thread_meta(writer *w, const cprof_trace_meta *m, const cprof_snapshot *snap,
+                            const cprof_gpu_snapshot *gpu) {
+    uint32_t *tids = NULL;
+    size_t n = 0, cap = 0;
+    for (const cprof_gpu_chunk *c = gpu->chunks; c; c = c->next)
+        for (uint32_t k = 0; k < c->count; k++) {
+            const cprof_gpu_record *r = &c->rec[k];
+            if (r->kind != CPROF_GPU_RUNTIME && r->kind != CPROF_GPU_DRIVER &&
+                r->kind != CPROF_GPU_OVERHEAD && r->kind != CPROF_GPU_MARKER)
+                continue;
+            if (!r->tid || (n && tids[n - 1] == r->tid)) continue;
+            if (n == cap && cprof_array_grow((void **)&tids, &cap, sizeof *tids, 16)) {
+                w->err = CPROF_E_NOMEM;
+                free(tids);
+                return;
+            }
+            tids[n++] = r->tid;
+        }
+    if (n) qsort(tids, n, sizeof *tids, cmp_u32);
+    for (size_t i = 0; i < n && !w->err; i++) {
+        if (i && tids[i] == tids[i - 1]) continue;
+        int known = 0;
+        for (size_t j = 0; j < snap->nthreads && !known; j++)
+            known = snap->threads[j].tid == tids[i];
+        if (known) continue;
+        cprof_thread_data t = {.tid = tids[i], .name_id = CPROF_NAME_INVALID};
+        char path[64], comm[32] = {0};
+        snprintf(path, sizeof path, "/proc/self/task/%u/comm", tids[i]);
+        FILE *f = fopen(path, "r");
+        if (f) {
+            if (fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = 0;
+            fclose(f);
+        }
+        uint32_t id;
+        if (comm[0] && cprof_names_intern(comm, strlen(comm), &id) == CPROF_OK) t.name_id = id;
+        thread_meta(w, m, &t);
+    }
+    free(tids);
 }
 
 /* event_head of a CPU range record on its thread's track (still open at stop: ends there). */
@@ -367,6 +417,7 @@ int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap, const cprof_
     meta_event(&w, "process_sort_index", m->pid, 0, "sort_index", num, nb.len);
 
     for (size_t i = 0; i < snap->nthreads && !w.err; i++) thread_meta(&w, m, &snap->threads[i]);
+    if (gpu && !w.err) gpu_thread_meta(&w, m, snap, gpu);
 
     /* External ids are given here, in write order: ranges need no counter on the hot path.
      * A thread's records are in begin order (pushed as they open), so the python_function

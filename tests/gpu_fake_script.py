@@ -245,6 +245,30 @@ with warnings.catch_warnings(record=True) as caught:
                     t0 += 5000
                 time.sleep(0.001)
         result["trace"] = str(p.trace_path)
+    elif scenario == "launcher_thread":  # launches from a thread that records no range
+        ready, done, tids = threading.Event(), threading.Event(), []
+
+        def launcher(t0):
+            libc = ctypes.CDLL(None)
+            libc.prctl(15, b"pt_autograd_0", 0, 0, 0)  # PR_SET_NAME, as autograd names it
+            tids.append(threading.get_native_id())
+            fake.fake_cupti_add_api(0, 211, t0, t0 + 1000, tids[0], 1)
+            fake.fake_cupti_add_kernel(b"bwd_kernel", t0 + 2000, t0 + 3000, 7, 1)
+            ready.set()
+            done.wait(30)  # alive while the trace is written, as autograd's threads are
+
+        with cprof.ProfilerContext(output_dir=out_dir, profile_name="lt", verbose=False,
+                                   with_stack=False) as p:
+            with cprof.range("step"):
+                th = threading.Thread(target=launcher, args=(C.now_ns() + 1000,))
+                th.start()
+                ready.wait(30)
+                time.sleep(0.002)
+        done.set()
+        th.join()
+        result["trace"] = str(p.trace_path)
+        result["launcher_tid"] = tids[0]
+        result["main_tid"] = threading.get_native_id()
     elif scenario == "event_waits":  # cudaEventRecord / cudaStreamWaitEvent / EventSynchronize
         tid = threading.get_native_id()
         STREAM_WAIT, EVENT_SYNC = 2, 1

@@ -567,3 +567,20 @@ def test_toggle_leaves_order_and_counts_right_across_many_records(tmp_path, fake
     assert gpu["toggled_off"] == 2 * n
     assert gpu["records"]["kernel"] == gpu["records"]["runtime"] == 2 * n
     assert gpu["total"] == sum(gpu["records"].values())
+
+
+def test_a_thread_seen_only_in_cupti_records_is_named(tmp_path, fake_so):
+    """A thread that launched GPU work but recorded no range (autograd's device thread without
+    operator capture) gets thread_name / thread_sort_index metadata like every track: its OS
+    name when it is still running."""
+    out = run("launcher_thread", tmp_path, fake_so)
+    t = load_trace(out["trace"])
+    tid = out["launcher_tid"]
+    (call,) = [e for e in events(t, "cuda_runtime") if e["tid"] == tid]
+    names = {e["tid"]: e["args"]["name"] for e in events(t, ph="M") if e["name"] == "thread_name"}
+    assert names.get(tid) == "pt_autograd_0"
+    sort = [e for e in events(t, ph="M") if e["name"] == "thread_sort_index" and e["tid"] == tid]
+    assert len(sort) == 1 and out["main_tid"] in names
+    assert len([e for e in events(t, ph="M") if e["name"] == "thread_name"
+                and e["tid"] == tid]) == 1
+
