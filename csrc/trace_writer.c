@@ -694,7 +694,18 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
     for (i = 0; i < n; i++) by_index[refs[i].idx] = refs[i].r;
     qsort(refs, n, sizeof *refs, by_time);
     size_t nspans = 0;
-    int64_t mem_total[64] = {0};
+    /* the GPU memory counter counts what CUPTI saw: a window that frees memory allocated
+     * before it would go below zero, so each device's series starts at the least it proves
+     * was allocated at the window's start (the deepest dip of its running sum), never < 0 */
+    int64_t mem_total[64] = {0}, mem_low[64] = {0};
+    for (i = 0; i < n; i++) {
+        const cprof_gpu_record *r = refs[i].r;
+        if (r->kind != CPROF_GPU_MEMORY || r->sub >= 3) continue;
+        uint32_t d = r->device < 64 ? r->device : 63;
+        mem_total[d] += r->u.mem.bytes;
+        if (mem_total[d] < mem_low[d]) mem_low[d] = mem_total[d];
+    }
+    for (int d = 0; d < 64; d++) mem_total[d] = -mem_low[d];
     /* memory pools (MEMORY_POOL): each pool's last size and use, summed per device */
     struct {
         uint64_t address, size, utilized;

@@ -153,6 +153,15 @@ with warnings.catch_warnings(record=True) as caught:
             fake.fake_cupti_add_memory(2, 3, 0xB000, 4 << 20, t0 + 2000, 7, 12)
             time.sleep(0.002)
         result["trace"] = str(p.trace_path)
+    elif scenario == "memory_freed_from_before":  # releases of memory allocated pre-window
+        with cprof.ProfilerContext(output_dir=out_dir, profile_name="memb", verbose=False,
+                                   activities=["CPU", "CUDA", "MEM"], with_stack=False) as p:
+            t0 = C.now_ns() + 1000
+            fake.fake_cupti_add_memory(2, 3, 0xC000, 8 << 20, t0 + 1000, 7, 11)  # freed
+            fake.fake_cupti_add_memory(1, 3, 0xD000, 4 << 20, t0 + 2000, 7, 12)
+            fake.fake_cupti_add_memory(2, 3, 0xE000, 2 << 20, t0 + 3000, 7, 13)  # freed
+            time.sleep(0.002)
+        result["trace"] = str(p.trace_path)
     elif scenario == "teardown":  # run with and without CPROF_CUPTI_TEARDOWN=1
         fake.fake_cupti_subscribed.argtypes = [ctypes.POINTER(ctypes.c_uint32)]
         fake.fake_cupti_calls.argtypes = [ctypes.c_char_p]

@@ -355,6 +355,16 @@ def test_many_windows_no_leak_between_them(tmp_path, fake_so):
     assert res["zeroed_attr"] == 0
 
 
+def test_gpu_memory_counter_never_goes_below_zero(tmp_path, fake_so):
+    """Releases of memory allocated before the window: the counter starts at the least the
+    window proves was allocated then (8 MiB freed before anything was allocated), so it reads
+    0 at its lowest instead of -8 MiB, and every step keeps its size."""
+    res = run("memory_freed_from_before", tmp_path, fake_so)
+    mem = [e["args"]["allocated bytes"] for e in events(load_trace(res["trace"]), ph="C")
+           if e["name"] == "GPU memory (CUPTI)"]
+    assert mem == [0, 4 << 20, 2 << 20]
+
+
 def test_memory_records_become_counter_tracks(tmp_path, fake_so):
     """MEM: MEMORY2 allocations/releases as the "GPU memory (CUPTI)" counter, MEMORY_POOL
     operations (cudaMallocAsync pools) as "GPU memory pool (CUPTI)", both on the device."""
