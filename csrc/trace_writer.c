@@ -683,6 +683,9 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
     }
     for (i = 0; i < n && !w->err; i++) {
         const cprof_gpu_record *r = refs[i].r;
+        /* a device seen only in its memory counters is named too */
+        if (r->kind == CPROF_GPU_MEMORY && !track_named(named, nnamed, r->device, UINT32_MAX))
+            device_meta(w, r->device, named, &nnamed);
         if (r->kind != CPROF_GPU_SYNC || r->stream == 0xFFFFFFFFu) continue;
         uint32_t dev = device_of(ctx_dev, nctx, r->context);
         if (!track_named(named, nnamed, dev, UINT32_MAX)) device_meta(w, dev, named, &nnamed);

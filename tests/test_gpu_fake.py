@@ -363,6 +363,10 @@ def test_gpu_memory_counter_never_goes_below_zero(tmp_path, fake_so):
     mem = [e["args"]["allocated bytes"] for e in events(load_trace(res["trace"]), ph="C")
            if e["name"] == "GPU memory (CUPTI)"]
     assert mem == [0, 4 << 20, 2 << 20]
+    # no kernel ran on the device: its process is named all the same
+    procs = {e["pid"]: e["args"]["name"] for e in events(load_trace(res["trace"]), ph="M")
+             if e["name"] == "process_name"}
+    assert procs.get(0) == "GPU 0"
 
 
 def test_memory_records_become_counter_tracks(tmp_path, fake_so):
