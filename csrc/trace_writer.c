@@ -488,16 +488,18 @@ int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap, const cprof_
         maybe_flush(&w);
     }
 
-    /* the window itself, as the span Kineto writes for a profiler session */
+    /* the window itself, as the span Kineto writes for a profiler session (its name and
+     * track, which TensorBoard's plugin reads for the profile's extent) */
     int64_t to_base = snap->unix_offset_ns - m->base_time_ns;
-    cprof_buf_puts(b, "{\"ph\":\"X\",\"cat\":\"Trace\",\"name\":\"cprof window ");
-    cprof_buf_u64(b, snap->window_id);
-    cprof_buf_puts(b, "\",\"pid\":\"Spans\",\"tid\":\"cprof\",\"ts\":");
+    cprof_buf_puts(b, "{\"ph\":\"X\",\"cat\":\"Trace\",\"name\":\"PyTorch Profiler (0)\","
+                      "\"pid\":\"Spans\",\"tid\":\"PyTorch Profiler\",\"ts\":");
     cprof_buf_us3(b, (int64_t)snap->start_ns + to_base);
     cprof_buf_puts(b, ",\"dur\":");
     cprof_buf_us3(b, (int64_t)(snap->stop_ns - snap->start_ns));
     cprof_buf_puts(b, ",\"args\":{\"Op count\":");
     cprof_buf_u64(b, snap->nrecords);
+    cprof_buf_puts(b, ",\"cprof window\":");
+    cprof_buf_u64(b, snap->window_id);
     cprof_buf_puts(b, "}}\n],\n\"traceName\":");
     put_str(&w, m->trace_name ? m->trace_name : "");
     cprof_buf_puts(b, "\n}\n");
