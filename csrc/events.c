@@ -279,9 +279,8 @@ CPROF_INLINE cprof_record *record_open(tstate *t, uint32_t name_id, uint8_t cat)
     int active = __atomic_load_n(&g_active, __ATOMIC_ACQUIRE);
     if (CPROF_UNLIKELY(active != 1) && toggled_off_skips(active, cat)) return NULL;
     if (CPROF_UNLIKELY(t->window_id != g_window_id)) window_enter(t);
-    cprof_record *r;
-    if (CPROF_LIKELY(t->window_id == g_window_id && t->tail &&
-                     t->tail->count < CPROF_CHUNK_RECORDS))
+    cprof_record *r; /* the thread is in this window from here: only the chunk may be full */
+    if (CPROF_LIKELY(t->tail && t->tail->count < CPROF_CHUNK_RECORDS))
         r = &t->tail->rec[t->tail->count++];
     else
         r = slot_slow(t);
