@@ -205,6 +205,7 @@ class _Installed:
     def __init__(self):
         self.parts = []
         self.ops = None  # the operator capture's note when it is off or unavailable
+        self.async_why = "not installed"  # None when torch's async ranges are captured
 
     def module_names(self):
         """Names given to module ranges so far (with_modules / record_shapes)."""
@@ -223,10 +224,16 @@ class _Installed:
 
     def ops_note(self):
         """The operator capture's metadata (cprof/_ops.py), or None when not asked for."""
+        note = self.ops
         for p in self.parts:
             if hasattr(p, "ops_note"):
-                return p.ops_note()
-        return self.ops
+                note = p.ops_note()
+                break
+        if note is not None:
+            note = dict(note, async_ranges=self.async_why is None)
+            if self.async_why is not None and sys.modules.get("torch") is not None:
+                note["async_ranges_reason"] = self.async_why
+        return note
 
     def remove(self):
         parts, self.parts = self.parts, []
@@ -286,6 +293,10 @@ def install(with_stack=False, with_modules=False, record_shapes=False, c_calls=T
                                f"without their shapes: {part.shapes_note}")
             elif ops_asked:  # by default (not asked for), the trace's cprof.ops says why
                 _warn_ops_once(handle.ops)
+        from . import _ops
+        part, handle.async_why = _ops.install_async()
+        if part is not None:
+            handle.parts.append(part)
         if with_modules or record_shapes:
             if sys.modules.get("torch") is not None:
                 from . import _modules

@@ -299,3 +299,34 @@ def install(record_shapes=False):
         shapes_note = why or "an earlier window's capture without shapes is still on this thread"
     part = _Ops(torch, capture, shapes_note)
     return part, None
+
+
+class _AsyncRanges:
+    """One window's capture of torch's async ranges (install_async)."""
+
+    def __init__(self, mod):
+        self.mod = mod
+        self.handle = mod.add_async()
+
+    def remove(self):
+        handle, self.handle = self.handle, None
+        if handle is not None:
+            self.mod.remove(handle)
+
+
+def install_async():
+    """Starts the capture of torch's async ranges for the open window: the user-scope
+    RecordFunctions torch.distributed's process groups open around collectives
+    ("gloo:all_reduce", "nccl:all_reduce"), begun on one thread and ended on the thread that
+    completes the work, as user_annotation ranges, whether operators are captured or not (torch.
+    profiler records them with its CPU activity). A global RecordFunction callback for the user
+    scope, added at the window's start and removed at its end, from any thread; record_function's
+    own ranges (not async) pass through it. Returns (part, None), or (None, why not)."""
+    if sys.modules.get("torch") is None:
+        return None, "torch is not imported"
+    if disabled_by_env():
+        return None, "turned off by CPROF_OPS=0"
+    mod, why = observer()
+    if mod is None:
+        return None, why
+    return _AsyncRanges(mod), None

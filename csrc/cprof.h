@@ -226,6 +226,14 @@ int cprof_events_push_op_seq(uint32_t name_id, uint32_t frag_id, int64_t seq, ui
 /* the interned ids of "Sequence number" and "Fwd thread id" (0 before the first window) */
 void cprof_events_seq_keys(uint32_t *seq_key, uint32_t *fwd_key);
 int cprof_events_pop_op(void);
+/* Ranges that begin on one thread and may end on another, with no GIL (torch's async
+ * RecordFunctions: the ranges torch.distributed's process groups open around collectives,
+ * "gloo:all_reduce"): a record on the opening thread's buffer (category cat) that is on none of
+ * its stacks. async_open: 0 and *handle (0: nothing recorded: no window, toggled off, memory
+ * cap), or CPROF_E_NOMEM. async_close (any thread): 0, or CPROF_E_EMPTY when the handle is not
+ * open (a window's stop closed it at the window's end, marked truncated). */
+int cprof_events_async_open(uint32_t name_id, uint8_t cat, uint64_t *handle);
+int cprof_events_async_close(uint64_t handle);
 /* Adds an integer arg to the innermost open range of this thread if it is recorded.
  * Returns 0, CPROF_E_EMPTY, or CPROF_E_FULL (already 2 args). */
 int cprof_events_add_arg(uint32_t key_id, int64_t value);

@@ -7,7 +7,9 @@
  * The exception is torch's operators (ops_itt.c): they begin and end in C++ with the GIL released,
  * on any thread. Their push/pop take the thread's own op lock (uncontended: only stop and the
  * stats ever take another thread's), and stop takes each thread's op lock while it detaches that
- * thread's records. Lock order: registry, then a thread's op lock, then the pool. */
+ * thread's records. Async ranges (torch's collectives: begun on one thread, ended on any) sit in
+ * a table under their own mutex, which stop empties before it detaches the threads' records.
+ * Lock order: registry, then a thread's op lock, then the async table, then the pool. */
 #define _GNU_SOURCE
 #include <malloc.h>
 #include <pthread.h>
@@ -628,6 +630,79 @@ int cprof_events_mark(uint8_t flags) {
     return CPROF_OK;
 }
 
+/* ---- async ranges: begun on one thread, ended on any (torch's async RecordFunctions) ----
+ * The record is the opening thread's, on none of its stacks; the table maps a handle to it until
+ * it is closed, or until stop closes it at the window's end, so a close that comes after stop
+ * (the collective finished later) finds nothing and touches no snapshot's memory. */
+
+typedef struct {
+    uint64_t handle;
+    cprof_record *rec;
+} async_entry;
+
+static pthread_mutex_t async_lock = PTHREAD_MUTEX_INITIALIZER;
+static async_entry *async_tab;
+static uint32_t async_n, async_cap;
+static uint64_t async_next;
+
+int cprof_events_async_open(uint32_t name_id, uint8_t cat, uint64_t *handle) {
+    *handle = 0;
+    tstate *t = tls;
+    if (CPROF_UNLIKELY(!t) && !(t = register_thread(0))) return CPROF_E_NOMEM;
+    int rc = CPROF_OK;
+    oplock_acquire(t); /* stop waits for it: the window cannot close under this open */
+    pthread_mutex_lock(&async_lock);
+    if (async_n == async_cap) {
+        uint32_t ncap = async_cap ? async_cap * 2 : 16;
+        async_entry *nt = realloc(async_tab, ncap * sizeof *nt);
+        if (nt) {
+            async_tab = nt;
+            async_cap = ncap;
+        } else {
+            rc = CPROF_E_NOMEM;
+        }
+    }
+    if (rc == CPROF_OK) {
+        cprof_record *r = record_open(t, name_id, cat);
+        if (r) {
+            *handle = ++async_next;
+            async_tab[async_n++] = (async_entry){*handle, r};
+        }
+    }
+    pthread_mutex_unlock(&async_lock);
+    oplock_release(t);
+    return rc;
+}
+
+int cprof_events_async_close(uint64_t handle) {
+    uint64_t now = cprof_clock_now_ns();
+    int rc = CPROF_E_EMPTY;
+    if (!handle) return rc;
+    pthread_mutex_lock(&async_lock);
+    for (uint32_t i = 0; i < async_n; i++)
+        if (async_tab[i].handle == handle) {
+            async_tab[i].rec->end_ns = now;
+            async_tab[i] = async_tab[--async_n];
+            rc = CPROF_OK;
+            break;
+        }
+    pthread_mutex_unlock(&async_lock);
+    return rc;
+}
+
+/* stop: the ranges still open end with the window. Returns how many. */
+static uint64_t async_truncate_all(uint64_t now) {
+    pthread_mutex_lock(&async_lock);
+    uint64_t n = async_n;
+    for (uint32_t i = 0; i < async_n; i++) {
+        async_tab[i].rec->end_ns = now;
+        async_tab[i].rec->flags |= CPROF_REC_TRUNCATED;
+    }
+    async_n = 0;
+    pthread_mutex_unlock(&async_lock);
+    return n;
+}
+
 /* ---- windows ---- */
 
 int cprof_events_active(void) { return g_active; }
@@ -655,12 +730,14 @@ static void reap_dead_locked(void) {
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 static void atfork_prepare(void) {
-    pthread_mutex_lock(&registry_lock); /* lock order as in stop: registry, then pool */
+    pthread_mutex_lock(&registry_lock); /* the lock order: registry, async table, pool */
+    pthread_mutex_lock(&async_lock);
     pthread_mutex_lock(&pool_lock);
 }
 
 static void atfork_parent(void) {
     pthread_mutex_unlock(&pool_lock);
+    pthread_mutex_unlock(&async_lock);
     pthread_mutex_unlock(&registry_lock);
 }
 
@@ -690,6 +767,9 @@ void cprof_events_fork_child(void) {
         atomic_store_explicit(&t->oplock, 0, memory_order_relaxed); /* its holder is gone */
     }
     if (me) me->tid = (uint64_t)syscall(SYS_gettid);
+    pthread_mutex_lock(&async_lock);
+    async_n = 0; /* their records went back to the pool above; a late close finds nothing */
+    pthread_mutex_unlock(&async_lock);
     pthread_mutex_unlock(&registry_lock);
 }
 
@@ -783,6 +863,8 @@ int cprof_events_stop(cprof_snapshot **out) {
         free(snap);
         return CPROF_E_NOMEM;
     }
+    /* async ranges still open end here, while their records are still the threads' */
+    snap->truncated += async_truncate_all(now);
     for (tstate *t = registry; t; t = t->next) {
         if (t->window_id != g_window_id) continue;
         oplock_acquire(t); /* its open operators are closed below: no pop may race */

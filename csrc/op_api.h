@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CPROF_OP_API_VERSION 2u
+#define CPROF_OP_API_VERSION 3u
 #define CPROF_OP_API_CAPSULE "cprof._C._op_api"
 
 typedef struct cprof_op_api {
@@ -30,6 +30,12 @@ typedef struct cprof_op_api {
      * a forward op) and this thread's RecordFunction id ride along, for the fwdbwd links */
     int (*push_op_seq)(uint32_t name_id, uint32_t frag_id, int64_t seq, uint64_t fwd_tid,
                        uint64_t rf_tid);
+    /* a range that may end on another thread (an async RecordFunction: a collective's
+     * "gloo:all_reduce"), as a user_annotation of the opening thread: 0 and *handle (0: not
+     * recorded), or an error code; closed from any thread by its handle (CPROF_E_EMPTY when a
+     * window's stop closed it already). No GIL. */
+    int (*async_open)(uint32_t name_id, uint64_t *handle);
+    int (*async_close)(uint64_t handle);
 } cprof_op_api;
 
 /* The other way: what cprof._torch_ops lends the module hooks (py_hooks.c) for record_shapes,

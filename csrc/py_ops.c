@@ -34,6 +34,10 @@ static PyMethodDef ops_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static int async_open_user(uint32_t name_id, uint64_t *handle) {
+    return cprof_events_async_open(name_id, CPROF_CAT_USER_ANNOTATION, handle);
+}
+
 static const cprof_op_api op_api = {
     .version = CPROF_OP_API_VERSION,
     .size = sizeof(cprof_op_api),
@@ -44,6 +48,8 @@ static const cprof_op_api op_api = {
     .pop_op = cprof_events_pop_op,
     .cpu_on = cprof_events_cpu_on,
     .push_op_seq = cprof_events_push_op_seq,
+    .async_open = async_open_user,
+    .async_close = cprof_events_async_close,
 };
 
 int cprof_py_ops_add(PyObject *m) {

@@ -37,6 +37,18 @@ PyObject *py_add(PyObject *, PyObject *arg) {
     return PyLong_FromUnsignedLongLong(static_cast<unsigned long long>(h));
 }
 
+PyObject *py_add_async(PyObject *, PyObject *) {
+    uint64_t h = 0;
+    std::string err;
+    if (cprof_torch_ops_add_async(&h, &err) != 0) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "cprof: adding the async-range RecordFunction callback failed: %s",
+                     err.c_str());
+        return nullptr;
+    }
+    return PyLong_FromUnsignedLongLong(static_cast<unsigned long long>(h));
+}
+
 PyObject *py_remove(PyObject *, PyObject *arg) {
     unsigned long long h = PyLong_AsUnsignedLongLong(arg);
     if (h == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return nullptr;
@@ -60,6 +72,9 @@ PyMethodDef methods[] = {
     {"add", py_add, METH_O,
      "add(record_shapes) -> handle: records torch's operators (and their inputs' shapes) on this "
      "thread and the threads it hands work to, until remove(handle) on this thread."},
+    {"add_async", py_add_async, METH_NOARGS,
+     "add_async() -> handle: records torch's async ranges (a collective's \"gloo:all_reduce\") "
+     "from their begin to their end on any thread, until remove(handle) (any thread)."},
     {"remove", py_remove, METH_O, "remove(handle): takes the observer away (its own thread)."},
     {"shapes_api", py_shapes_api, METH_VARARGS,
      "shapes_api(TensorBase, Tensor, Parameter) -> capsule: module-call shapes read through "

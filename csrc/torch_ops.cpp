@@ -15,6 +15,9 @@
  * fragment, made and interned once per distinct inputs: a per-thread cache keyed by the inputs'
  * binary description (kinds, dtypes, sizes, strides, scalar bits) finds it without formatting.
  * Ops carry torch's sequence number and forward thread id, the keys of the fwdbwd links.
+ * A second callback, global and for USER_SCOPE only, records torch's async ranges (collectives)
+ * from their begin to their end on whatever thread ends them (add_async; whatever captures the
+ * operators, or nothing).
  * Callbacks never throw into torch: a failure records the op without shapes and is counted.
  * Binding: py_torch_ops.cpp; with py_torch_shapes.cpp they make the extension cprof._torch_ops. */
 #include <ATen/core/List.h>
@@ -361,6 +364,32 @@ std::unique_ptr<at::ObserverContext> enter_plain(const at::RecordFunction &fn) {
 
 void leave(const at::RecordFunction &, at::ObserverContext *) { api->pop_op(); }
 
+/* ---- async user-scope ranges: the ones torch.distributed's process groups open around a
+ * collective ("gloo:all_reduce", "nccl:all_reduce"). torch marks them async: begun on one thread,
+ * ended on the thread that completes the work. record_function's own ranges (not async) are
+ * recorded by cprof's Python patch and pass through here untouched. ---- */
+
+struct AsyncCtx : at::ObserverContext {
+    explicit AsyncCtx(uint64_t h) : handle(h) {}
+    uint64_t handle;
+};
+
+std::unique_ptr<at::ObserverContext> enter_async(const at::RecordFunction &fn) {
+    if (!fn.isAsync()) return nullptr;
+    uint64_t h = 0;
+    if (api->async_open(api->name_id(fn.name()), &h) != 0 || h == 0) return nullptr;
+    try {
+        return std::make_unique<AsyncCtx>(h);
+    } catch (...) { /* no memory for the context: the range ends with the window */
+        n_errors.fetch_add(1, std::memory_order_relaxed);
+        return nullptr;
+    }
+}
+
+void leave_async(const at::RecordFunction &, at::ObserverContext *ctx) {
+    if (ctx) api->async_close(static_cast<AsyncCtx *>(ctx)->handle);
+}
+
 } // namespace
 
 void cprof_torch_ops_init(const cprof_op_api *a) { api = a; }
@@ -378,6 +407,19 @@ int cprof_torch_ops_add(int shapes, uint64_t *handle, std::string *err) {
         at::RecordFunctionCallback cb(shapes ? enter_shapes : enter_plain, leave);
         cb.needsInputs(shapes != 0).scopes(scopes);
         *handle = static_cast<uint64_t>(at::addThreadLocalCallback(cb));
+        return 0;
+    } catch (const std::exception &e) {
+        *err = e.what();
+        return -1;
+    }
+}
+
+int cprof_torch_ops_add_async(uint64_t *handle, std::string *err) {
+    try {
+        at::RecordFunctionCallback cb(enter_async, leave_async);
+        cb.scopes({at::RecordScope::USER_SCOPE});
+        /* global: the work may run on a thread torch's thread-local state never reached */
+        *handle = static_cast<uint64_t>(at::addGlobalCallback(cb));
         return 0;
     } catch (const std::exception &e) {
         *err = e.what();

@@ -26,6 +26,11 @@ void cprof_torch_ops_init(const cprof_op_api *api);
  * to): every scope but USER_SCOPE; with shapes, each op's inputs as torch.profiler's four
  * lists. 0 and *handle, or -1 and *err. */
 int cprof_torch_ops_add(int shapes, uint64_t *handle, std::string *err);
+/* Adds the async-range callback, global (every thread): USER_SCOPE RecordFunctions torch marks
+ * async (a process group's "gloo:all_reduce", begun on one thread, ended on another) become
+ * user_annotation ranges from begin to end. Removed as the observer, from any thread.
+ * 0 and *handle, or -1 and *err. */
+int cprof_torch_ops_add_async(uint64_t *handle, std::string *err);
 /* Removes it (only on the thread that added it). 0, or -1 and *err. */
 int cprof_torch_ops_remove(uint64_t handle, std::string *err);
 /* Interns a fragment's text through cprof._C (py_torch_shapes.cpp): 0 and *id, or an error. */

@@ -58,3 +58,37 @@ def test_rank_gating(run_dir):
     names = os.listdir(run_dir)
     assert any(n.startswith("only0-rank0") for n in names)
     assert not any(n.startswith("only0-rank1") for n in names)
+
+
+def _observer_built():
+    try:
+        from cprof import _torch_ops  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _observer_built(), reason="cprof._torch_ops is not built")
+def test_collectives_are_ranges_as_torch_profiler_writes_them(run_dir):
+    """gloo:all_reduce / gloo:barrier: the async user-scope ranges the process group opens
+    around each collective, on the thread that runs it (gloo's worker), each within the
+    window, as torch.profiler writes them, whether operators are recorded or not."""
+    t = load_trace(run_dir / "dist-rank0.trace.json.gz")
+    ev = ranges_of(t)
+    coll = [e for e in ev if e["name"].startswith("gloo:")]
+    assert {e["name"] for e in coll} == {"gloo:all_reduce", "gloo:barrier"}, coll
+    assert all(e["cat"] == "user_annotation" and e["dur"] > 0 for e in coll), coll
+    main = [e for e in ev if e["name"] == "after_barrier"]
+    assert main and {e["tid"] for e in coll}.isdisjoint({e["tid"] for e in main})
+    (win,) = [e for e in t["traceEvents"] if e.get("cat") == "Trace"]
+    for e in coll:
+        assert win["ts"] <= e["ts"] and e["ts"] + e["dur"] <= win["ts"] + win["dur"] + 1
+    names = {e["tid"]: e["args"]["name"] for e in t["traceEvents"]
+             if e.get("ph") == "M" and e["name"] == "thread_name"}
+    assert all("gloo" in names.get(e["tid"], "") for e in coll), names
+    # the ranks=[0]-gated window's barrier is there too; the cprof.profile windows had one
+    # all_reduce per active step
+    tb = sorted(os.listdir(run_dir / "tb"))
+    t = load_trace(run_dir / "tb" / tb[0])
+    assert [e["name"] for e in ranges_of(t) if e["name"].startswith("gloo:")] == \
+        ["gloo:all_reduce"] * 2
