@@ -97,7 +97,7 @@ if [ "$failed" = 0 ]; then
   # The GPU files first (test_gpu_fake.py carries no gpu mark: it runs on CI too), then the rest
   # of the suite, which must also pass where a GPU is visible. A per-test limit where
   # pytest-timeout is there, so one hang cannot eat the whole call.
-  gpu_files=${GPU_CHECK_TESTS:-"tests/test_gpu_real.py tests/test_gpu_profile.py tests/test_gpu_timers.py tests/test_gpu_fake.py tests/test_compiled_regions.py tests/test_ops.py tests/test_op_shapes.py"}
+  gpu_files=${GPU_CHECK_TESTS:-"tests/test_gpu_real.py tests/test_gpu_profile.py tests/test_gpu_timers.py tests/test_gpu_fake.py tests/test_compiled_regions.py tests/test_ops.py tests/test_op_shapes.py tests/test_async_ranges.py"}
   tlimit=""
   $PY -c "import pytest_timeout" 2>/dev/null && tlimit="--timeout=180"
   if [ "$gpu_files" = none ]; then

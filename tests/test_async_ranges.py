@@ -167,3 +167,52 @@ def test_gloo_collectives_in_each_window_once(tmp_path, shapes):
         assert r["names"] == ["gloo:all_reduce", "gloo:all_reduce", "gloo:barrier", "user_rf"]
         assert r["cats"] == ["user_annotation"]
         assert r["ops"]["async_ranges"] is True
+
+
+NCCL_ONE_RANK = """
+import json, os, tempfile
+import torch, torch.distributed as dist
+import cprof
+os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+os.environ.setdefault("MASTER_PORT", "29533")
+dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda:0"))
+x = torch.ones(1 << 20, device="cuda")
+dist.all_reduce(x)  # NCCL's communicator is made outside the window
+torch.cuda.synchronize()
+with cprof.profile(activities=["CPU", "CUDA"]) as p:
+    for _ in range(3):
+        dist.all_reduce(x)
+    torch.cuda.synchronize()
+path = os.path.join(tempfile.mkdtemp(), "t.json")
+p.export_chrome_trace(path)
+t = json.load(open(path))
+ev = [e for e in t["traceEvents"] if e.get("ph") == "X"]
+coll = [e for e in ev if e["name"].startswith("nccl:")]
+print(json.dumps({"coll": [[e["name"], e["cat"], e["dur"], e.get("args", {})] for e in coll],
+                  "kernels": sum(1 for e in ev if e.get("cat") == "kernel"
+                                 and "nccl" in e["name"].lower()),
+                  "ops": t["cprof"].get("ops")}))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.gpu
+def test_nccl_collectives_on_a_gpu(tmp_path):
+    """One-rank NCCL on the GPU machine: each all_reduce is an nccl:all_reduce range (torch
+    begins it on the calling thread and ends it from the work's completion), and its kernel."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or not cprof.features()["gpu_activity"]["available"]:
+        pytest.skip("needs a CUDA GPU and CUPTI")
+    import torch.distributed as dist
+    if not dist.is_nccl_available():
+        pytest.skip("torch has no NCCL")
+    try:
+        from cprof import _torch_ops  # noqa: F401
+    except ImportError as err:
+        pytest.skip(f"cprof._torch_ops is not built: {err}")
+    res, _ = run_ops_snippet(NCCL_ONE_RANK, cwd=tmp_path)
+    assert res["ops"]["async_ranges"] is True
+    names = [c[0] for c in res["coll"]]
+    assert names == ["nccl:all_reduce"] * 3, res
+    assert all(c[1] == "user_annotation" and c[2] > 0 for c in res["coll"]), res
+    assert res["kernels"] >= 3, res
