@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""Cost of recording one torch operator: cprof (ITT collector in C; with record_shapes, the
-RecordFunction observer) vs torch.profiler.
+"""Cost of recording one torch operator: cprof (the RecordFunction observer, or the ITT collector
+in C) vs torch.profiler.
 
 Workload: N calls of torch.add on two 4-element CPU tensors (one aten op each, no children),
 so the per-call difference to the unprofiled loop is the cost of recording one operator.
@@ -10,11 +10,12 @@ ns per call, and the median over rounds of each config's ns per call minus the s
 unprofiled loop (paired: the machine drifts between rounds), and the fastest round of each:
 
   none            no profiler
-  cprof:ops       cprof.profile(activities=[CPU], record_ops=True)
+  cprof:ops       cprof.profile(activities=[CPU], record_ops=True) with CPROF_OPS_CAPTURE=itt
+                  (names through cprof's ITT collector)
   cprof:no_ops    cprof.profile(activities=[CPU], record_ops=False) (no operators)
   torch           torch.profiler.profile(activities=[CPU])
-  cprof:observer  cprof:ops with CPROF_OPS_CAPTURE=record_function (names through the
-                  RecordFunction observer instead of ITT)
+  cprof:observer  cprof:ops with the default capture (names through the RecordFunction
+                  observer, decision 98)
   cprof:shapes    cprof.profile(activities=[CPU], record_ops=True, record_shapes=True)
                   (csrc/torch_ops.cpp: the op with its inputs' shapes, types, strides)
   torch:shapes    torch.profiler.profile(activities=[CPU], record_shapes=True)
@@ -51,8 +52,7 @@ def run(torch, config, n, a, b):
         if config == "none":
             prof = None
         elif config in ("cprof:ops", "cprof:observer"):
-            os.environ["CPROF_OPS_CAPTURE"] = "record_function" if config == "cprof:observer" \
-                else "auto"
+            os.environ["CPROF_OPS_CAPTURE"] = "auto" if config == "cprof:observer" else "itt"
             prof = cprof.profile(activities=["CPU"], record_ops=True)
         elif config == "cprof:no_ops":
             prof = cprof.profile(activities=["CPU"], record_ops=False)

@@ -1,7 +1,7 @@
 """Torch operators (aten ops, autograd nodes, Inductor's triton_ launch ranges) as cpu_op
-ranges, recorded in C through torch's ITT hooks (csrc/ops_itt.c; docs/design.md decision 58),
-or, when record_shapes asks for their inputs' shapes (which ITT does not pass) or ITT cannot
-attach, through a RecordFunction observer built against torch (csrc/torch_ops.cpp, decision 92).
+ranges, recorded in C through a RecordFunction observer built against torch (csrc/torch_ops.cpp,
+docs/design.md decisions 92, 98) where it is built for the running torch, else through torch's
+ITT hooks (csrc/ops_itt.c; decision 58), which pass names only.
 
 torch's emit_itt profiler state makes every RecordFunction call ITT's task begin/end; cprof's
 extension is the ITT collector those calls reach. ITT names its collector through
@@ -231,10 +231,12 @@ def capture_choice():
 
 
 def _choose(torch, record_shapes):
-    """(capture, why_no_shapes) for a window, or (None, why_no_ops). Shapes need the observer;
-    without shapes ITT comes first (it is what GPU runs were measured with), the observer where
-    ITT cannot attach; CPROF_OPS_CAPTURE=record_function takes the observer for names too,
-    itt never takes it."""
+    """(capture, why_no_shapes) for a window, or (None, why_no_ops). The observer comes first
+    where it is built for this torch: it passes shapes, and the sequence numbers that link
+    forward ops to their backward nodes as torch.profiler's fwdbwd flows (decision 98); ITT
+    (names only) where it is not. CPROF_OPS_CAPTURE=itt takes ITT only; auto and
+    record_function are the same choice (record_function was the way to ask for the observer
+    when ITT came first)."""
     choice = capture_choice()
     # attached either way, once: attaching also takes cprof's INTEL_LIBITTNOTIFY64 out of
     # the environment, which child processes must not inherit
@@ -244,16 +246,11 @@ def _choose(torch, record_shapes):
             return None, why
         return _Itt(torch), ("CPROF_OPS_CAPTURE=itt: ITT passes operator names only"
                              if record_shapes else None)
-    why_shapes = None
-    if record_shapes or choice == "record_function":
-        mod, why_shapes = observer()
-        if mod is not None:
-            return _Observer(mod, record_shapes), None
-    if why is None:
-        return _Itt(torch), why_shapes
-    mod, _ = observer()
+    mod, why_observer = observer()
     if mod is not None:
-        return _Observer(mod, False), why_shapes
+        return _Observer(mod, record_shapes), None
+    if why is None:
+        return _Itt(torch), why_observer if record_shapes else None
     return None, why
 
 

@@ -116,7 +116,10 @@ print(json.dumps({"cprof": rows(p), "torch": rows(q), "table": table}))
     assert "[[2, 3]]" in out["table"] and "Input Shapes" in out["table"]
 
 
-def test_without_record_shapes_ops_carry_no_shapes_and_itt_records_them(tmp_path):
+@pytest.mark.parametrize("capture", ["auto", "itt"])
+def test_without_record_shapes_ops_carry_no_shapes(tmp_path, capture):
+    """By default the observer records the ops (decision 98), with CPROF_OPS_CAPTURE=itt ITT:
+    either way without shapes."""
     out, _ = run_py(HELPERS + """
 import cprof
 import torch
@@ -126,8 +129,8 @@ with cprof.profile(activities=["CPU"]) as p:
 t = load(p, "t.json")
 mm = next(e for e in ops(t) if e["name"] == "aten::mm")
 print(json.dumps({"meta": t["cprof"]["ops"], "keys": sorted(mm["args"])}))
-""", tmp_path)
-    assert out["meta"]["mode"] == "itt"
+""", tmp_path, env={"CPROF_OPS_CAPTURE": capture})
+    assert out["meta"]["mode"] == ("itt" if capture == "itt" else "record_function")
     assert not set(KEYS) & set(out["keys"])
 
 
@@ -380,7 +383,7 @@ print(json.dumps(res))
     assert out["record_function"] == ["record_function", False, []]
     mode, shaped, warned = out["itt"]
     assert mode == "itt" and not shaped and "CPROF_OPS_CAPTURE=itt" in warned[0]
-    assert out["auto"] == ["itt", False, []]
+    assert out["auto"] == ["record_function", False, []]
     assert "CPROF_OPS_CAPTURE='bogus'" in out["bogus"] and "record_function" in out["bogus"]
 
 
