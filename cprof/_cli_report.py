@@ -159,9 +159,10 @@ def cmd_report(args):
     if args.tables:
         sections = {s.strip() for s in args.tables.split(",") if s.strip()}
         unknown = sections - {k for k, _, _ in TABLES}
-        if unknown:
-            return _fail("report", f"unknown table(s) {', '.join(sorted(unknown))}; choose "
-                         f"from {', '.join(k for k, _, _ in TABLES)}")
+        if unknown:  # a bad argument: exit 2, as argparse's own
+            _fail("report", f"unknown table(s) {', '.join(sorted(unknown))}; choose "
+                  f"from {', '.join(k for k, _, _ in TABLES)}")
+            return 2
     try:
         files = find_traces(args.traces)
         reports = [r for f in files for r in analyse(f, args.top, args.short_gap_us,

@@ -137,13 +137,34 @@ def _header_lines(r):
     return ", ".join(bits)
 
 
+def _evidence(d):
+    return ", ".join(f"{k}={v}" for k, v in (d.get("evidence") or {}).items())
+
+
 def _diag_lines(diags):
     out = []
     for d in diags:
         out.append(f"[{d['severity']}] {d['title']}: {d['summary']}")
-        ev = ", ".join(f"{k}={v}" for k, v in d["evidence"].items())
+        ev = _evidence(d)
         if ev:
             out.append(f"    evidence: {ev}")
+    return out
+
+
+def _md_escape_text(s):
+    """One list item per diagnosis: a newline in a name would end it."""
+    return str(s).replace("\r", " ").replace("\n", " ")
+
+
+def _md_diag_lines(diags):
+    """Markdown: each diagnosis with its evidence, as the text table gives it."""
+    out = []
+    for d in diags:
+        out.append(f"- **{_md_escape_text(d['title'])}** ({d['severity']}): "
+                   f"{_md_escape_text(d['summary'])}")
+        ev = _evidence(d)
+        if ev:
+            out.append(f"  - evidence: {_md_escape_text(ev)}")
     return out
 
 
@@ -157,8 +178,7 @@ def _one(report, fmt, sections):
         out.extend(["  " + ln for ln in _diag_lines(diags)] or ["  none: nothing stands out"])
     else:
         out += ["### Diagnoses", ""]
-        out.extend([f"- **{d['title']}** ({d['severity']}): {d['summary']}" for d in diags] or
-                   ["- nothing stands out"])
+        out.extend(_md_diag_lines(diags) or ["- nothing stands out"])
     for key, title, cols in TABLES:
         if sections and key not in sections:
             continue
@@ -195,13 +215,15 @@ def render(doc, fmt, sections=None):
             if bi:
                 buf.write("\n")
             if key == "diagnoses":
-                w.writerow(["table", "trace", "id", "severity", "title", "summary"])
+                w.writerow(["table", "trace", "id", "severity", "title", "summary",
+                            "evidence"])
                 for r in reports:
                     for d in r.get("diagnoses", []):
                         w.writerow([key, r["trace"]["path"], d["id"], d["severity"], d["title"],
-                                    d["summary"]])
+                                    d["summary"], _evidence(d)])
                 for d in doc.get("diagnoses", []) if "reports" in doc else []:
-                    w.writerow([key, "", d["id"], d["severity"], d["title"], d["summary"]])
+                    w.writerow([key, "", d["id"], d["severity"], d["title"], d["summary"],
+                                _evidence(d)])
                 continue
             if key == "ranks":
                 w.writerow(["table"] + [f for f, _, _ in cols])
@@ -227,8 +249,7 @@ def render(doc, fmt, sections=None):
             out.append("")
             out.append(_md_table(rows, RANK_COLS))
             out.append("")
-            for d in doc.get("diagnoses", []):
-                out.append(f"- **{d['title']}** ({d['severity']}): {d['summary']}")
+            out.extend(_md_diag_lines(doc.get("diagnoses", [])))
         out.append("")
     for i, r in enumerate(reports):
         if i:

@@ -106,6 +106,49 @@ static int process_meta(cprof_buf *b, const cprof_trace *t, const cprof_tev *e, 
     return 1;
 }
 
+/* The numeric pids of one input and whether a process_name named each: a process the input
+ * left unnamed still gets its "rank R: process P" label, or viewers would show it unlabelled
+ * among the ranks. Bounded: pids past the cap stay as the input had them. */
+#define NAMED_CAP 256
+
+typedef struct pid_seen {
+    int64_t pid[NAMED_CAP];
+    unsigned char named[NAMED_CAP];
+    size_t n;
+} pid_seen;
+
+static void note_pid(pid_seen *ps, const cprof_trace *t, const cprof_tev *e) {
+    if (e->pid == CPROF_TEV_NONE || CPROF_TEV_IS_STR(e->pid)) return;
+    size_t i = 0;
+    while (i < ps->n && ps->pid[i] != e->pid) i++;
+    if (i == ps->n) {
+        if (ps->n == NAMED_CAP) return;
+        ps->pid[i] = e->pid;
+        ps->named[i] = 0;
+        ps->n++;
+    }
+    size_t n;
+    const char *name = cprof_trace_str(t, e->name, &n);
+    if (e->ph == 'M' && n == 12 && memcmp(name, "process_name", 12) == 0) ps->named[i] = 1;
+}
+
+static void label_unnamed(cprof_buf *b, const pid_seen *ps, int64_t rank, label lb,
+                          uint64_t *written) {
+    for (size_t i = 0; i < ps->n; i++) {
+        if (ps->named[i]) continue;
+        if (*written) cprof_buf_puts(b, ",\n");
+        (*written)++;
+        char tmp[96];
+        int tn = snprintf(tmp, sizeof tmp, "%s %lld: process %lld", lb.word, lb.num,
+                          (long long)ps->pid[i]);
+        cprof_buf_puts(b, "{\"ph\": \"M\", \"name\": \"process_name\", \"ts\": 0, \"pid\": ");
+        cprof_buf_i64(b, wrap_mad(rank, PID_STRIDE, ps->pid[i]));
+        cprof_buf_puts(b, ", \"tid\": 0, \"args\": {\"name\": ");
+        cprof_buf_json_str(b, tmp, (size_t)tn);
+        cprof_buf_puts(b, "}}");
+    }
+}
+
 typedef struct patch {
     cprof_tspan at;
     int what; /* 0 pid, 1 ts, 2 id */
@@ -128,6 +171,8 @@ int cprof_trace_merge(cprof_trace *const *traces, const int64_t *ranks,
             (world == CPROF_TEV_NONE || in->world_size > world))
             world = in->world_size;
     }
+    pid_seen *seen = malloc(sizeof *seen);
+    if (!seen) return CPROF_E_NOMEM;
     cprof_buf b;
     cprof_buf_init(&b);
     uint64_t written = 0;
@@ -189,12 +234,14 @@ int cprof_trace_merge(cprof_trace *const *traces, const int64_t *ranks,
         const cprof_tev *ev = cprof_trace_events(t);
         size_t ne = cprof_trace_nevents(t);
         label lb = label_of(ranks, ranked, i);
+        seen->n = 0;
         int64_t shift = 0; /* >= 0: base is the earliest; saturated when over 2^63 ns */
         if (base != CPROF_TEV_NONE && in->base_time_ns != CPROF_TEV_NONE &&
             __builtin_sub_overflow(in->base_time_ns, base, &shift))
             shift = INT64_MAX;
         for (size_t k = 0; k < ne; k++) {
             const cprof_tev *e = &ev[k];
+            note_pid(seen, t, e);
             if (written) cprof_buf_puts(&b, ",\n");
             written++;
             if (e->ph == 'M' && e->pid != CPROF_TEV_NONE && process_meta(&b, t, e, ranks[i], lb))
@@ -223,10 +270,12 @@ int cprof_trace_merge(cprof_trace *const *traces, const int64_t *ranks,
         next:
             if (b.len > (1u << 20) && (rc = flush(sink, &b))) goto out;
         }
+        label_unnamed(&b, seen, ranks[i], lb, &written);
     }
     cprof_buf_puts(&b, "\n  ]\n}\n");
     rc = flush(sink, &b);
 out:
+    free(seen);
     cprof_buf_free(&b);
     if (events_out) *events_out = written;
     return rc;

@@ -457,6 +457,10 @@ static int merged_member(cprof_js *ps, cprof_trace *t, const char *k, size_t kn)
         m->partial = *ps->p == 't';
         return m->partial ? cprof_js_literal(ps, "true", 4) : cprof_js_literal(ps, "false", 5);
     }
+    if (KEY(k, kn, "ranked") && ps->p < ps->end && (*ps->p == 't' || *ps->p == 'f')) {
+        m->ranked = *ps->p == 't';
+        return m->ranked ? cprof_js_literal(ps, "true", 4) : cprof_js_literal(ps, "false", 5);
+    }
     return cprof_js_skip(ps, 1);
 }
 
@@ -470,7 +474,7 @@ static int merged_item(cprof_js *ps, cprof_trace *t) {
         t->merged = m;
         t->capmerged = cap;
     }
-    t->merged[t->info.nmerged++] = (cprof_merged_input){CPROF_TEV_NONE, CPROF_TEV_NONE, 0};
+    t->merged[t->info.nmerged++] = (cprof_merged_input){CPROF_TEV_NONE, CPROF_TEV_NONE, 0, 1};
     int rc = object_members(ps, t, merged_member, "reading cprof.merged");
     if (rc) return rc;
     cprof_merged_input *m = &t->merged[t->info.nmerged - 1];
@@ -757,8 +761,9 @@ int cprof_trace_rank_view(const cprof_trace *t, size_t k, cprof_trace **out) {
     *out = NULL;
     if (k >= t->info.nmerged) return CPROF_E_ARG;
     const cprof_merged_input *m = &t->merged[k];
-    char pre[32];
-    int pn = snprintf(pre, sizeof pre, "rank %lld ", (long long)m->rank);
+    char pre[48]; /* how cprof merge prefixed its string pids (trace_merge.c label_of) */
+    int pn = m->ranked ? snprintf(pre, sizeof pre, "rank %lld ", (long long)m->rank)
+                       : snprintf(pre, sizeof pre, "trace %zu ", k);
     cprof_trace *v = malloc(sizeof *v);
     if (!v) return CPROF_E_NOMEM;
     *v = *t;
@@ -766,14 +771,16 @@ int cprof_trace_rank_view(const cprof_trace *t, size_t k, cprof_trace **out) {
     v->merged = NULL;
     v->capmerged = 0;
     v->info.nmerged = 0;
-    v->info.rank = m->rank;
+    /* an input without a rank of its own is reported as it was: no rank, no world size (the
+     * merge placed it after the ranks only to give it a process group) */
+    v->info.rank = m->ranked ? m->rank : CPROF_TEV_NONE;
     int64_t ranks = 0; /* distinct ranks: a rank's windows are several inputs, one rank */
     for (size_t i = 0; i < t->info.nmerged; i++) {
         size_t j = 0;
         while (j < i && t->merged[j].rank != t->merged[i].rank) j++;
-        ranks += j == i;
+        ranks += j == i && t->merged[i].ranked;
     }
-    v->info.world_size = ranks;
+    v->info.world_size = m->ranked ? ranks : CPROF_TEV_NONE;
     v->info.partial = 0;
     for (size_t i = 0; i < t->info.nmerged; i++)
         if (t->merged[i].rank == m->rank && t->merged[i].partial) v->info.partial = 1;

@@ -111,6 +111,7 @@ void cprof_keyidx_free(cprof_keyidx *m);
 typedef struct cprof_merged_input {
     int64_t rank, pid_offset;
     int partial;
+    int ranked; /* 0: the input had no rank of its own ("ranked": false; labelled "trace i") */
 } cprof_merged_input;
 
 /* Top-level facts. Absent numbers are CPROF_TEV_NONE; absent spans have len 0. */

@@ -168,6 +168,21 @@ def test_diagnoses_carry_evidence(report):
     assert ids["pageable_copies"]["evidence"]["pageable_copies"] == 1
 
 
+def test_md_and_csv_carry_each_diagnosis_evidence(gpu_trace):
+    """Issue 6: diagnoses in words, each with its evidence, in every format."""
+    doc = json.loads(cprof("report", gpu_trace, "--format", "json").stdout)
+    lb = next(d for d in doc["diagnoses"] if d["id"] == "launch_bound")
+    assert lb["evidence"]
+    ev = ", ".join(f"{k}={v}" for k, v in lb["evidence"].items())
+    assert f"evidence: {ev}" in cprof("report", gpu_trace).stdout
+    assert f"  - evidence: {ev}" in cprof("report", gpu_trace, "--format", "md").stdout
+    rows = list(csv.reader(io.StringIO(cprof("report", gpu_trace, "--format", "csv").stdout)))
+    head = next(r for r in rows if r[:3] == ["table", "trace", "id"])
+    assert head[-1] == "evidence"
+    row = next(r for r in rows if r and r[0] == "diagnoses" and r[2] == "launch_bound")
+    assert row[-1] == ev
+
+
 def test_table_csv_md_formats(gpu_trace):
     table = cprof("report", gpu_trace).stdout
     assert "CUDA GPU Kernel Summary" in table and "Time (%)" in table and "StdDev" in table
@@ -255,8 +270,8 @@ def test_bad_input_exit_codes(tmp_path):
         r = cprof("report", *args, *([notjson] if args else []), check=False)
         assert r.returncode == 2, args
         assert "Traceback" not in r.stderr, args
-    r = cprof("report", bad, "--tables", "nope", check=False)
-    assert r.returncode == 1 and "unknown table" in r.stderr
+    r = cprof("report", bad, "--tables", "nope", check=False)  # a bad argument, checked first
+    assert r.returncode == 2 and "unknown table" in r.stderr and "choose from" in r.stderr
 
 
 def _rank_trace(path, rank, base_ns, step_us):
@@ -459,6 +474,55 @@ def test_merge_labels_inputs_without_a_rank_by_position(tmp_path):
     assert "ranked" not in merged[0]
     pids = {e["pid"] for e in m["traceEvents"] if e.get("name") == "process_name"}
     assert len(pids) == 4  # its own process rows, not rank 0's
+
+
+def test_report_of_a_merged_file_keeps_an_input_without_rank_unranked(tmp_path):
+    """A merged file is analysed as its inputs were: the trace with no rank of its own was
+    reported as "Rank 2" of a world of 2, and flagged a straggler the direct report (rows
+    without a rank get no verdict) does not flag."""
+    d = tmp_path / "in"
+    d.mkdir()
+    _rank_trace(d / "a-rank0.trace.json.gz", 0, 1_700_000_000_000_000_000, 100.0)
+    _rank_trace(d / "a-rank1.trace.json.gz", 1, 1_700_000_000_000_000_000, 100.0)
+    doc = _rank_trace(d / "solo.pt.trace.json.gz", 0, 1_700_000_000_000_000_000, 170.0)
+    del doc["distributedInfo"]
+    with gzip.open(d / "solo.pt.trace.json.gz", "wt") as f:
+        json.dump(doc, f)
+    inputs = [d / "a-rank0.trace.json.gz", d / "a-rank1.trace.json.gz",
+              d / "solo.pt.trace.json.gz"]
+    direct = json.loads(cprof("report", *inputs, "--format", "json").stdout)
+    out = tmp_path / "m.json"
+    cprof("merge", *inputs, "-o", out)
+    merged = json.loads(cprof("report", out, "--format", "json").stdout)
+    for doc in (direct, merged):
+        assert [r["rank"] for r in doc["ranks"]] == [0, 1, None]
+        assert not any(r["straggler"] for r in doc["ranks"])
+        assert "straggler" not in {x["id"] for x in doc["diagnoses"]}
+    reps = merged["reports"]
+    assert [r["trace"]["rank"] for r in reps] == [0, 1, None]
+    assert [r["trace"].get("world_size") for r in reps][:2] == [2, 2]
+    assert [r["steps_total"]["count"] if "steps_total" in r else len(r["steps"])
+            for r in reps] == [len(r["steps"]) for r in direct["reports"]]
+
+
+def test_merge_names_the_processes_an_input_left_unnamed(tmp_path):
+    """Issue 6: a process group per rank, labelled; an input without process_name metadata
+    (a hand-made or trimmed trace) still gets "rank R: process P" for each of its processes."""
+    for rank in (0, 1):
+        doc = _rank_trace(tmp_path / f"j-rank{rank}.trace.json.gz", rank, 1_700_000_000_0, 100.0)
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if e["ph"] != "M"]
+        with gzip.open(tmp_path / f"j-rank{rank}.trace.json.gz", "wt") as f:
+            json.dump(doc, f)
+    out = tmp_path / "out" / "m.json"
+    out.parent.mkdir()
+    cprof("merge", tmp_path, "-o", out)
+    m = load_trace(out)
+    names = {e["pid"]: e["args"]["name"] for e in m["traceEvents"]
+             if e.get("ph") == "M" and e["name"] == "process_name"}
+    assert sorted(names.values()) == ["rank 0: process 0", "rank 0: process 4242",
+                                      "rank 1: process 0", "rank 1: process 4242"]
+    pids = {e["pid"] for e in m["traceEvents"] if e.get("ph") == "X"}
+    assert pids == set(names)  # each process that has events is named
 
 
 GRAPH_BREAK_PROGRAM = r"""
