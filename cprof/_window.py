@@ -8,6 +8,7 @@ import os
 import socket
 import stat
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -68,6 +69,21 @@ def check_output_dir(path, fix="pass another output_dir or set CPROF_PROFILER_DI
         raise _C.TraceWriteError(
             13, f"cprof: the output directory {path!r} is not writable; {fix}",
         )
+    # os.access answers from the mode bits, and root passes them where no file can be made
+    # (/proc, /sys, a read-only mount): the trace would be lost only at the window's end
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".cprof-probe-", dir=path)
+    except OSError as exc:
+        raise _C.TraceWriteError(
+            exc.errno or 13,
+            f"cprof: no file can be created in the output directory {path!r} "
+            f"({exc.strerror}); {fix}",
+        ) from None
+    os.close(fd)
+    try:
+        os.unlink(probe)
+    except OSError:
+        pass
 
 
 

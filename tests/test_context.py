@@ -220,6 +220,18 @@ def test_unwritable_output_dir_fails_before_window(tmp_path):
             raise AssertionError("the body must not run")
 
 
+@pytest.mark.skipif(not os.path.isdir("/sys/kernel") or os.geteuid() != 0,
+                    reason="needs root and sysfs: the mode bits let root in, no file can be made")
+@pytest.mark.parametrize("where", ["/sys/kernel", "/proc"])
+def test_a_dir_whose_mode_bits_let_root_in_but_takes_no_file_fails_before_window(where):
+    """os.access passes for root on /proc and /sys; the trace would be lost at the window's end.
+    The output directory is probed by making (and removing) a file in it."""
+    with pytest.raises(cprof.TraceWriteError, match="no file can be created"):
+        with cprof.ProfilerContext(output_dir=where, profile_name="n"):
+            raise AssertionError("the body must not run")
+    assert not cprof._C.active()
+
+
 def test_exception_inside_window_still_writes_and_propagates(outdir):
     class Boom(Exception):
         pass
