@@ -188,7 +188,9 @@ def events_of(window):
 def _build(window):
     snap, gpu = window.snapshot, window.gpu_snapshot
     with_flops = bool(window.config.get("with_flops"))
-    off_us = snap.unix_offset_ns / 1000.0
+    # times in microseconds from the window's start, as torch.profiler's events are from its
+    # trace's start: Unix-clock microseconds (~1.8e15) in a float step by 0.25 us
+    t0 = snap.start_ns
     stop = snap.stop_ns
     cpu = []
     by_thread = {}
@@ -218,7 +220,7 @@ def _build(window):
             # (one row of N calls); the number stays in step_name (the trace keeps "#N")
             step_name, name = name, "ProfilerStep*"
         ev = ProfilerEvent(name, _CPU_CATS.get(cat, "user_annotation"), "CPU", tid,
-                           begin / 1000.0 + off_us, end / 1000.0 + off_us, depth,
+                           (begin - t0) / 1000.0, (end - t0) / 1000.0, depth,
                            truncated=bool(trunc), input_shapes=shapes, input_types=types)
         ev.step_name = step_name
         ev.flops = flops
@@ -236,7 +238,7 @@ def _build(window):
     for r in recs:
         if r["kind"] in _LAUNCH and r["tid"] is not None:
             ev = ProfilerEvent(r["name"], _GPU_CATS[r["kind"]], "CPU", r["tid"],
-                               r["start_ns"] / 1000.0 + off_us, r["end_ns"] / 1000.0 + off_us,
+                               (r["start_ns"] - t0) / 1000.0, (r["end_ns"] - t0) / 1000.0,
                                device=r["device"], correlation=r["correlation"])
             ev._ns = (r["start_ns"], r["end_ns"])
             by_thread.setdefault(r["tid"], []).append(ev)
@@ -286,7 +288,7 @@ def _build(window):
             ev = ProfilerEvent(r["name"], _GPU_CATS.get(r["kind"], r["kind"]),
                                "CUDA" if r["kind"] in _GPU_WORK + ("marker",) else "CPU",
                                r["tid"] if r["kind"] not in _GPU_WORK else None,
-                               r["start_ns"] / 1000.0 + off_us, r["end_ns"] / 1000.0 + off_us,
+                               (r["start_ns"] - t0) / 1000.0, (r["end_ns"] - t0) / 1000.0,
                                stream=r["stream"], device=r["device"],
                                correlation=r["correlation"])
             gpu_events.append(ev)

@@ -1229,3 +1229,27 @@ def test_ranks_gate_profiling(monkeypatch, tmp_path):
     for bad in ("1", [1, "2"], True, 1.0, [-1]):  # "1" used to profile no rank, silently
         with pytest.raises(TypeError, match=r"ranks=\[0, 1\]"):
             cprof.ProfilerContext(activities=["CPU"], output_dir=tmp_path, ranks=bad)
+
+
+def test_event_times_are_exact_and_from_the_windows_start(tmp_path):
+    """events() times are microseconds from the window's start (torch's are from its trace's
+    start), exact to the nanosecond the trace has: as Unix-clock microseconds in a float they
+    stepped by 0.25 us, so 200 short ranges had a handful of distinct durations and the
+    key_averages total missed the trace's sum."""
+    with cprof.profile(activities=["CPU"]) as p:
+        for i in range(200):
+            with cprof.range("r"):
+                i * i
+    p.export_chrome_trace(str(tmp_path / "t.json"))
+    t = load_trace(tmp_path / "t.json")
+    trace = sorted(e["dur"] for e in ranges_of(t) if e["name"] == "r")
+    evs = sorted((e for e in p.events() if e.name == "r"), key=lambda e: e.duration_us)
+    assert len(evs) == len(trace) == 200
+    for e, d in zip(evs, trace):
+        assert abs(e.duration_us - d) < 0.0015, (e.duration_us, d)
+    row = next(r for r in p.key_averages() if r.key == "r")
+    assert abs(row.cpu_time_total - sum(trace)) < 0.0015 * 200
+    (win,) = [e for e in t["traceEvents"] if e.get("cat") == "Trace"]
+    first = min(e["ts"] for e in ranges_of(t) if e["name"] == "r")
+    assert 0 <= evs[0].start_us < win["dur"]
+    assert abs(min(e.start_us for e in evs) - (first - win["ts"])) < 0.0015
