@@ -218,8 +218,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
     128 MiB or ``CPROF_GPU_BUFFER_MB``; GPU records beyond it are lost, counted and warned
     about), ``strict`` (a CUPTI held by another tool is an error rather than a warning and
     CPU-only collection), ``record_ops`` (torch's operators as cpu_op ranges, as
-    torch.profiler records them: None, the default, records them unless with_modules is on,
-    whose kernels then link to the innermost module; where they cannot be attached, the
+    torch.profiler records them: None, the default, records them; with with_modules GPU work
+    still links to the innermost module in the trace; where they cannot be attached, the
     trace's cprof.ops says why, with a warning only when record_ops=True was asked for).
 
     SIGTERM and interpreter exit while started stop it as an exception would: the window is
@@ -277,11 +277,11 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         self.min_duration_us = min_duration_us
         self.c_calls = bool(c_calls)
         # torch's operators (aten::*) as cpu_op ranges, as torch.profiler records them with CPU.
-        # None (the default): on, as torch.profiler's default, except with with_modules, whose
-        # kernels link to the innermost module (with ops they link to the op inside it)
+        # None (the default): on, as torch.profiler's default (with with_modules too: the
+        # trace then links kernels to the innermost module, not to the op inside it)
         self._ops_asked = record_ops is not None and bool(record_ops)
         if record_ops is None:
-            record_ops = not self.with_modules
+            record_ops = True
         self.record_ops = bool(record_ops) and "CPU" in self.activities
         if self.record_ops:
             from . import _ops

@@ -366,6 +366,8 @@ class Window:
                 if top else None,
                 mem=self.mem_samples,
                 mem_heap=self.mem_heap,
+                # with_modules: kernels link to the innermost module, not an op inside it
+                link_modules=bool(self.config.get("with_modules")),
             )
         except _C.TraceWriteError as err:
             if retry is None or err.errno is None:

@@ -367,6 +367,8 @@ typedef struct cprof_trace_meta {
     const cprof_mem_sample *mem;  /* the CPU memory counter track (profile_memory), or NULL */
     size_t nmem;
     int mem_has_heap;
+    int link_modules;            /* with_modules: GPU work links to the innermost module or
+                                  * user range, not to an operator inside it (link.c) */
 } cprof_trace_meta;
 
 typedef struct cprof_write_stats {

@@ -207,7 +207,7 @@ typedef struct cprof_links {
 
 /* Links gpu records to cpu ranges (External ids as trace_writer assigns them: 1 + the global
  * index of a range in thread, then chunk order). Pure C, GIL released. */
-int cprof_links_build(const cprof_snapshot *cpu, const cprof_gpu_snapshot *gpu,
+int cprof_links_build(const cprof_snapshot *cpu, const cprof_gpu_snapshot *gpu, int skip_ops,
                       cprof_links *out);
 void cprof_links_free(cprof_links *l);
 

@@ -36,9 +36,10 @@ void cprof_links_free(cprof_links *l) {
  * of that thread open at its start. Ranges are in push order with their depth, so a stack of
  * the open ones is enough. python_function ranges (with_stack) are never the target: a launch
  * belongs to the op, module or annotation around it, as Kineto links kernels to ops, and the
- * Python calls above it show on the timeline. */
+ * Python calls above it show on the timeline. With skip_ops (with_modules) operators are not
+ * targets either: GPU work links to the innermost module or user range (issue 5). */
 static int link_thread(const cprof_snapshot *cpu, const cprof_thread_data *t, uint64_t first_ext,
-                       const api_ref *apis, size_t napis, uint64_t *ext_out) {
+                       int skip_ops, const api_ref *apis, size_t napis, uint64_t *ext_out) {
     size_t cap = 64, depth = 0;
     struct open {
         uint64_t end, ext;
@@ -58,7 +59,7 @@ static int link_thread(const cprof_snapshot *cpu, const cprof_thread_data *t, ui
             }
             const cprof_record *r = &c->rec[k];
             if (r->begin_ns > at) break;
-            if (r->cat == CPROF_CAT_PYTHON_FUNCTION) {
+            if (r->cat == CPROF_CAT_PYTHON_FUNCTION || (skip_ops && r->cat == CPROF_CAT_CPU_OP)) {
                 ext++;
                 k++;
                 continue;
@@ -85,7 +86,7 @@ static int link_thread(const cprof_snapshot *cpu, const cprof_thread_data *t, ui
     return CPROF_OK;
 }
 
-int cprof_links_build(const cprof_snapshot *cpu, const cprof_gpu_snapshot *gpu,
+int cprof_links_build(const cprof_snapshot *cpu, const cprof_gpu_snapshot *gpu, int skip_ops,
                       cprof_links *out) {
     memset(out, 0, sizeof *out);
     size_t n = (size_t)gpu->nrecords;
@@ -120,7 +121,8 @@ int cprof_links_build(const cprof_snapshot *cpu, const cprof_gpu_snapshot *gpu,
         size_t end = lo;
         while (end < napis && apis[end].tid == (uint32_t)td->tid) end++;
         if (end > lo) {
-            rc = link_thread(cpu, td, first_ext, apis + lo, end - lo, out->external_id);
+            rc = link_thread(cpu, td, first_ext, skip_ops, apis + lo, end - lo,
+                             out->external_id);
             if (rc) goto done;
         }
         first_ext += td->nrecords;

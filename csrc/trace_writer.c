@@ -599,7 +599,7 @@ static int by_span_key(const void *a, const void *b) {
 static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapshot *snap,
                         const cprof_gpu_snapshot *gpu) {
     cprof_links links;
-    if (cprof_links_build(snap, gpu, &links) != CPROF_OK) {
+    if (cprof_links_build(snap, gpu, m->link_modules, &links) != CPROF_OK) {
         w->err = CPROF_E_NOMEM;
         return;
     }

@@ -240,6 +240,22 @@ with warnings.catch_warnings(record=True) as caught:
         result["tid"] = threading.get_native_id()
     elif scenario == "stack_spans":  # with_stack on: time.sleep is a cpu_op around launches
         result["trace"] = str(scene("spans", with_stack=True).trace_path)
+    elif scenario == "modules_link":  # with_modules: GPU work links to the innermost module
+        import torch
+
+        class Launcher(torch.nn.Module):
+            def forward(self, x):
+                fake.fake_cupti_script_basic(C.now_ns() + 1000, threading.get_native_id())
+                time.sleep(0.002)  # a cpu_op (with_stack's C calls) around the launches
+                return x + 1  # an operator (aten::add) after them
+
+        model = torch.nn.Sequential(torch.nn.Identity(), Launcher())
+        with cprof.profile(activities=["CPU", "CUDA"], with_modules=True,
+                           with_stack=True) as p:
+            model(torch.ones(2))
+        p.export_chrome_trace(os.path.join(out_dir, "modules_link.json"))
+        result["trace"] = os.path.join(out_dir, "modules_link.json")
+        result["ops"] = sorted({e.name for e in p.events() if e.category == "cpu_op"})
     elif scenario == "launch13":  # CUDA 13's __cudaLaunchKernel (nvcc 13 <<<>>> launches)
         with cprof.ProfilerContext(output_dir=out_dir, profile_name="l13", verbose=False,
                                    with_stack=False) as p:

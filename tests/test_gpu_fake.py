@@ -501,6 +501,22 @@ def test_gpu_user_annotation_spans_belong_to_user_ranges_under_with_stack(tmp_pa
     assert {s["tid"] for s in spans} == {k["tid"] for k in kernels}
 
 
+def test_with_modules_links_gpu_work_to_the_innermost_module_with_ops_recorded(tmp_path,
+                                                                               fake_so):
+    """Issue 5: with_modules, kernels link to the innermost module; cprof.profile records
+    torch's operators with it too (torch.profiler's with_modules has them), and an operator
+    or C call inside the module is not the link's target."""
+    pytest.importorskip("torch")
+    res = run("modules_link", tmp_path, fake_so)
+    assert "aten::add" in res["ops"] and "time.sleep" in " ".join(res["ops"])
+    t = load_trace(res["trace"])
+    mods = {e["name"]: e for e in events(t, "user_annotation")}
+    assert {"Sequential", "1"} <= set(mods)
+    ext = mods["1"]["args"]["External id"]
+    work = events(t, "kernel") + events(t, "gpu_memcpy") + events(t, "cuda_runtime")
+    assert work and all(e["args"]["External id"] == ext for e in work)
+
+
 def test_results_charge_gpu_work_once_and_list_the_cuda_calls(tmp_path, fake_so):
     """cprof.profile's key_averages / events() with GPU work, as torch.profiler's: the CUDA
     calls are CPU rows nested in the range that made them (its self CPU time leaves them
