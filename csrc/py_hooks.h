@@ -11,7 +11,8 @@
 int cprof_hooks_check(PyObject *o);
 
 /* Opens module m's range on this thread (what ModuleHooks.pre does): its name, with
- * record_shapes the shapes of its n positional arguments args, the push. Returns 1 (pushed;
+ * record_shapes the shapes of its n inputs args (the positional arguments, then the keyword
+ * arguments' values in call order), the push. Returns 1 (pushed;
  * *mark is the call's place on this thread's stack, for cprof_hooks_exit), 0 (nothing pushed:
  * a failure, counted in ModuleHooks.errors) or -1 (the name resolver raised something that is
  * not an Exception, e.g. KeyboardInterrupt, which stays set; nothing pushed). */

@@ -52,7 +52,10 @@ static PyObject *modcall_vectorcall(PyObject *callable, PyObject *const *args, s
     /* the caller holds a reference to self for the call, and self holds hooks and original */
     PyObject *hooks = self->hooks, *m = args[0];
     uint32_t mark;
-    int pushed = cprof_hooks_enter(hooks, m, args + 1, nargs - 1, &mark);
+    /* the keyword arguments' values follow the positional ones in args: record_shapes reads
+     * them all, in call order (hidden_states=..., attention_mask=... are inputs too) */
+    Py_ssize_t ninputs = nargs - 1 + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+    int pushed = cprof_hooks_enter(hooks, m, args + 1, ninputs, &mark);
     if (CPROF_UNLIKELY(pushed < 0)) return NULL;
     PyObject *out = PyObject_Vectorcall(original, args, nargsf, kwnames);
     if (CPROF_LIKELY(pushed)) {

@@ -436,6 +436,30 @@ def test_record_shapes_dtypes_and_non_tensors(tmp_path, mode):
         assert list(e["args"])[:3] == ["External id", "Input Dims", "Input type"]
 
 
+class KwAttn(nn.Module):
+    def forward(self, hidden_states=None, attention_mask=None, scale=1.0):
+        return hidden_states
+
+
+@pytest.mark.parametrize("fast", ["1", "0"])
+def test_record_shapes_reads_keyword_arguments_too(tmp_path, monkeypatch, fast):
+    """Hugging Face style calls pass their tensors by keyword: the module's inputs are the
+    positional arguments, then the keyword arguments' values in call order."""
+    monkeypatch.setenv("CPROF_FAST_SHAPES", fast)
+    attn = KwAttn()
+
+    def run():
+        attn(hidden_states=torch.zeros(2, 8), attention_mask=torch.ones(2, 2))
+        attn(torch.zeros(3, 8), attention_mask=torch.ones(3, 3, dtype=torch.int64), scale=2.0)
+        attn(torch.zeros(4))
+
+    trace, _ = profiled(tmp_path, run, "call", record_shapes=True)
+    got = [(e["args"]["Input Dims"], e["args"]["Input type"]) for e in ranges_of(trace)]
+    assert got == [([[2, 8], [2, 2]], ["float", "float"]),
+                   ([[3, 8], [3, 3], []], ["float", "long int", "Scalar"]),
+                   ([[4]], ["float"])]
+
+
 def test_record_shapes_escapes_dtype_names_and_shares_fragments(tmp_path):
     hooks = _C.ModuleHooks(torch.Tensor, record_shapes=True,
                            dtype_names={torch.float32: 'we"ird\\\n'})
@@ -616,8 +640,12 @@ def test_kwargs_only_and_mixed_calls(tmp_path, mode):
     assert torch.equal(out["pos"], torch.full((2, 3), 4.0))
     rs = ranges_of(trace)
     assert [e["name"] for e in rs] == ["Mixed", "kw", "kw", "Mixed", "kw"]
-    # shapes are those of the positional arguments (torch's pre-hooks see the same)
-    assert [e["args"]["Input Dims"] for e in rs] == [[[2, 3]], [], [], [[2, 3], [2, 3]], []]
+    dims = [e["args"]["Input Dims"] for e in rs]
+    if mode == "hooks":  # torch's global pre-hooks see the positional arguments only
+        assert dims == [[[2, 3]], [], [], [[2, 3], [2, 3]], []]
+    else:  # the positional arguments, then the keyword arguments' values in call order
+        assert dims == [[[2, 3], [2, 3], [2, 3]], [[2, 3], []], [[2, 3]],
+                        [[2, 3], [2, 3]], [[2, 3], []]]
 
 
 class OwnCall(nn.Module):
