@@ -11,6 +11,7 @@
 import os
 import pickle
 import resource
+import struct
 import sys
 import threading
 import warnings
@@ -18,6 +19,9 @@ import warnings
 from . import _C
 
 _patched = {"record_function": False, "nvtx": False, "dist": False}
+# one allocation event as csrc/mem_events.c packs it (cprof_mem_event): ts_ns, addr, bytes,
+# total_allocated, total_reserved, tid, device_type, device_index, pad
+MEM_EVENT = struct.Struct("=QQqqqIbbH")
 _nvtx_local = threading.local()
 
 
@@ -384,13 +388,66 @@ def _sampler_end(prof, summary):
     return data, info["has_heap"]
 
 
+# allocation events ("[memory]") a window keeps at most (48 bytes each); the rest are counted
+MEMORY_EVENTS_CAP = 4_000_000
+
+
+def _events_begin(prof):
+    """torch's allocation reports ("[memory]" events, as torch.profiler's profile_memory):
+    cprof's reporter in the thread's profiler-state slot (csrc/torch_ops.cpp) feeds
+    csrc/mem_events.c until memory_end."""
+    prof._mem_events = None
+    if sys.modules.get("torch") is None:
+        prof._mem_events_why = "torch is not imported"
+        return
+    from . import _ops
+    if _C.mem_events_active():  # left by a window that was never stopped (lost profiler)
+        _C.mem_events_stop()
+    _C.mem_events_start(MEMORY_EVENTS_CAP)
+    why = _ops.mem_reporter_push()
+    if why is not None:
+        _C.mem_events_stop()
+    prof._mem_events = why is None
+    prof._mem_events_why = why
+
+
+def _events_end(prof, summary):
+    """Stops the allocation events; returns their bytes for the trace, or None."""
+    if not getattr(prof, "_mem_events", None):
+        why = getattr(prof, "_mem_events_why", None)
+        if why:
+            summary["allocation_events"] = f"not recorded: {why}"
+        return None
+    prof._mem_events = None
+    from . import _ops
+    _ops.mem_reporter_pop()
+    if not _C.mem_events_active():  # forked child
+        return None
+    data, dropped = _C.mem_events_stop()
+    n = len(data) // MEM_EVENT.size
+    summary["allocation_events"] = n
+    if dropped:
+        summary["allocation_events_dropped"] = dropped
+        warnings.warn(f"cprof: {dropped} allocation events of this window were not recorded "
+                      f"(more than {MEMORY_EVENTS_CAP:,}); the trace keeps the first ones",
+                      RuntimeWarning, stacklevel=4)
+    peaks = {}
+    for ev in MEM_EVENT.iter_unpack(data):
+        key = "cpu" if ev[6] == 0 else f"cuda:{ev[7]}" if ev[6] == 1 else f"device{ev[6]}"
+        peaks[key] = max(peaks.get(key, 0), ev[3])
+    for key, peak in peaks.items():  # exact: the allocator's own total after each report
+        summary[f"{key.replace(':', '')}_peak_allocated_bytes_reported"] = peak
+    return data
+
+
 def memory_begin(prof):
-    """Starts the CPU memory track, and CUDA memory history when the window tracks memory and
-    torch has CUDA."""
+    """Starts the CPU memory track, torch's allocation events, and CUDA memory history when
+    the window tracks memory and torch has CUDA."""
     prof._memory_recording = False
     if not prof.profile_memory:
         return
     _sampler_begin(prof)
+    _events_begin(prof)
     if not _cuda_memory_wanted(prof):
         return  # CPU-only memory, as torch.profiler(activities=[CPU], profile_memory=True)
     torch = sys.modules.get("torch")
@@ -415,6 +472,7 @@ def memory_end(prof):
     summary = {}
     out = {"summary": summary, "snapshot": None, "text": None}
     out["samples"], out["samples_heap"] = _sampler_end(prof, summary)
+    out["events"] = _events_end(prof, summary)
     summary["cpu_peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     if not getattr(prof, "_memory_recording", False):
         summary["cuda"] = ("not tracked: CUDA is not among the activities"

@@ -18,6 +18,9 @@ ENV = "INTEL_LIBITTNOTIFY64"
 _state = {"env_set": False, "attach": None, "owner": None, "suspended": False,
           "patched": False, "rf": None, "capture": None}
 _lock = threading.Lock()
+# profile_memory's allocation reporter (torch_ops.cpp MemReporter): the thread whose
+# PROFILER_STATE holds it, whether a window wants it, and whether torch.profiler took its place
+_mem = {"thread": None, "active": False, "suspended": False}
 
 
 def disabled_by_env():
@@ -171,6 +174,10 @@ def _patch_torch_profiler(torch):
         if _state["owner"] == threading.get_ident() and not _state["suspended"]:
             _state["capture"].off()
             _state["suspended"] = True
+        if _mem["thread"] == threading.get_ident():
+            # torch's state needs the slot cprof's allocation reporter holds
+            _mem_pop_here()
+            _mem["suspended"] = _mem["active"]
         return orig_enable(*args, **kwargs)
 
     def _disable_profiler(*args, **kwargs):
@@ -179,6 +186,9 @@ def _patch_torch_profiler(torch):
             _state["capture"].on()
             ap._run_on_profiler_start()
             _state["suspended"] = False
+        if _mem["suspended"] and _mem["active"]:
+            _mem["suspended"] = False
+            mem_reporter_push()
         return result
 
     ap._enable_profiler = _enable_profiler
@@ -327,3 +337,44 @@ def install_async():
     if mod is None:
         return None, why
     return _AsyncRanges(mod), None
+
+
+# ---- profile_memory's allocation reporter ----
+
+def _mem_pop_here():
+    mod, _ = observer()
+    if mod is not None and _mem["thread"] == threading.get_ident():
+        mod.mem_pop()
+        _mem["thread"] = None
+
+
+def mem_reporter_push():
+    """Installs cprof's allocation reporter on this thread for the window (torch's CPU and CUDA
+    allocators then report every allocation and release to mem_events.c). None when installed,
+    else why not."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return "torch is not imported"
+    mod, why = observer()
+    if mod is None:
+        return why
+    _patch_torch_profiler(torch)
+    me = threading.get_ident()
+    if _mem["thread"] == me:  # left by a window closed from another thread
+        _mem_pop_here()
+    if _mem["thread"] is not None:
+        return "the allocation reporter of an earlier window is still on another thread"
+    _mem["active"] = True
+    if not mod.mem_push():
+        return ("torch's profiler state holds this thread's slot (torch.profiler, or "
+                "CPROF_OPS_CAPTURE=itt)")
+    _mem["thread"] = me
+    return None
+
+
+def mem_reporter_pop():
+    """Takes the reporter away (on the thread that installed it; from another thread it is
+    taken at that thread's next window or torch.profiler start)."""
+    _mem["active"] = False
+    _mem["suspended"] = False
+    _mem_pop_here()

@@ -684,6 +684,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             w.notes["memory"] = self.memory.get("summary")
             w.mem_samples = self.memory.pop("samples", None)
             w.mem_heap = self.memory.pop("samples_heap", False)
+            w.mem_events = self.memory.pop("events", None)
         if self._unsaved is not None and w.config.get("first_step", -1) >= self.step_num:
             # stopped in the step it started (an exception out of step() right after the
             # next cycle opened, as when on_trace_ready raised with wait=0): it holds no

@@ -7,6 +7,7 @@ work with the launch's correlation id belongs to that launch."""
 import bisect
 import json
 import math
+import struct
 from collections import namedtuple
 
 _CPU_CATS = {0: "user_annotation", 1: "cpu_op", 2: "python_function", 3: "user_annotation"}
@@ -71,15 +72,11 @@ def _fmt_us(us):
 
 
 class _TorchCompat:
-    """What torch.autograd's FunctionEvent / FunctionEventAvg have that cprof does not
-    record: per-operator memory and FLOPs (0; cprof's memory view is the trace's memory track
-    and the snapshot), remote / async / legacy flags, overload names, node ids; and the
-    "*_str" formatted times and time averages."""
+    """What torch.autograd's FunctionEvent / FunctionEventAvg have beside cprof's own figures:
+    remote / async / legacy flags, overload names, node ids, the CUDA aliases of the device
+    figures, and the "*_str" formatted times and time averages."""
 
     __slots__ = ()
-    cpu_memory_usage = self_cpu_memory_usage = 0
-    device_memory_usage = self_device_memory_usage = 0
-    cuda_memory_usage = self_cuda_memory_usage = 0
     flops = 0
     is_async = is_remote = is_legacy = False
     node_id = -1
@@ -88,6 +85,8 @@ class _TorchCompat:
     use_device = "cuda"
     cuda_time_total = property(lambda self: self.device_time_total)
     self_cuda_time_total = property(lambda self: self.self_device_time_total)
+    cuda_memory_usage = property(lambda self: self.device_memory_usage)
+    self_cuda_memory_usage = property(lambda self: self.self_device_memory_usage)
     cpu_time = property(lambda self: self.cpu_time_total / self.count if self.count else 0.0)
     device_time = property(lambda self: self.device_time_total / self.count if self.count
                            else 0.0)
@@ -119,7 +118,8 @@ class ProfilerEvent(_TorchCompat):
                  "device_time_total", "self_device_time_total", "input_shapes", "input_types",
                  "stack", "_ns", "_parent", "cpu_parent", "cpu_children", "id", "step_name",
                  "kernels", "self_cpu_percent", "total_cpu_percent", "total_device_percent",
-                 "flops", "sequence_nr", "fwd_thread", "concrete_inputs")
+                 "flops", "sequence_nr", "fwd_thread", "concrete_inputs", "cpu_memory_usage",
+                 "self_cpu_memory_usage", "device_memory_usage", "self_device_memory_usage")
 
     def __init__(self, name, category, device_type, thread, start_us, end_us, depth=0,
                  stream=None, device=None, correlation=None, truncated=False,
@@ -159,6 +159,10 @@ class ProfilerEvent(_TorchCompat):
         # forward op's RecordFunction thread (when the RecordFunction observer captured ops)
         self.sequence_nr = -1
         self.fwd_thread = 0
+        # profile_memory: bytes allocated (less released) while it ran, on the CPU and on
+        # devices, and those less its children's (torch's FunctionEvent figures)
+        self.cpu_memory_usage = self.self_cpu_memory_usage = 0
+        self.device_memory_usage = self.self_device_memory_usage = 0
 
     key = property(lambda self: self.name)
     duration_us = property(lambda self: self.end_us - self.start_us)
@@ -182,7 +186,9 @@ def events_of(window):
     """All events of a finished window, CPU ranges first (per thread, in begin order), then
     GPU records; CPU events carry self CPU time and the CUDA time they launched. An EventList
     (table(), key_averages(), total_average()), as torch's events()."""
-    return EventList(_build(window)[0])
+    out = EventList(_build(window)[0])
+    out.profile_memory = bool(window.config.get("profile_memory"))
+    return out
 
 
 def _build(window):
@@ -308,10 +314,58 @@ def _build(window):
             ev._parent.cpu_children.append(ev)
         ev._ns = ev._parent = None
     cpu = _remove_dup_nodes(cpu)
+    mem = getattr(window, "mem_events", None)
+    if mem:
+        cpu += _attribute_memory(cpu, mem, t0)
     everything = cpu + gpu_events
     for i, ev in enumerate(everything):
         ev.id = i
     return everything, cpu, gpu_events
+
+
+# one allocation event as csrc/mem_events.c packs it (cprof_mem_event; _glue.MEM_EVENT)
+_MEM_EVENT = struct.Struct("=QQqqqIbbH")
+
+
+def _attribute_memory(cpu, data, t0):
+    """profile_memory, as torch's _parse_kineto_results: each CPU event's memory usage is the
+    bytes of every allocation event (any thread) between its begin and its end (CPU ones as
+    cpu_memory_usage, device ones as device_memory_usage), its self usage that less its
+    children's; the allocation events inside no event become "[memory]" events of their own
+    (returned), as in torch's results."""
+    mem = sorted(((ts - t0) / 1000.0, nbytes, dev, tid)
+                 for ts, _addr, nbytes, _a, _r, tid, dev, _i, _p in _MEM_EVENT.iter_unpack(data))
+    times = [m[0] for m in mem]
+    pre_cpu, pre_dev = [0], [0]
+    for _, nbytes, dev, _ in mem:
+        pre_cpu.append(pre_cpu[-1] + (nbytes if dev == 0 else 0))
+        pre_dev.append(pre_dev[-1] + (nbytes if dev != 0 else 0))
+    cover = [0] * (len(mem) + 1)
+    for ev in cpu:
+        lo = bisect.bisect_left(times, ev.start_us)
+        hi = bisect.bisect_right(times, ev.end_us)
+        if lo < hi:
+            ev.cpu_memory_usage = pre_cpu[hi] - pre_cpu[lo]
+            ev.device_memory_usage = pre_dev[hi] - pre_dev[lo]
+            cover[lo] += 1
+            cover[hi] -= 1
+    for ev in cpu:
+        ev.self_cpu_memory_usage = ev.cpu_memory_usage - sum(
+            c.cpu_memory_usage for c in ev.cpu_children)
+        ev.self_device_memory_usage = ev.device_memory_usage - sum(
+            c.device_memory_usage for c in ev.cpu_children)
+    alone, depth = [], 0
+    for i, (ts, nbytes, dev, tid) in enumerate(mem):
+        depth += cover[i]
+        if depth:
+            continue
+        ev = ProfilerEvent("[memory]", "cpu_instant_event", "CPU", tid, ts, ts)
+        if dev == 0:
+            ev.cpu_memory_usage = ev.self_cpu_memory_usage = nbytes
+        else:
+            ev.device_memory_usage = ev.self_device_memory_usage = nbytes
+        alone.append(ev)
+    return alone
 
 
 def _remove_dup_nodes(cpu):
@@ -474,6 +528,8 @@ class FunctionEventAvg(_TorchCompat):
         self.self_cpu_time_total = 0.0
         self.device_time_total = 0.0
         self.self_device_time_total = 0.0
+        self.cpu_memory_usage = self.self_cpu_memory_usage = 0
+        self.device_memory_usage = self.self_device_memory_usage = 0
         self.flops = 0
         self.category = getattr(first, "category", None)
         self.cpu_parent = getattr(first, "cpu_parent", None)
@@ -487,12 +543,9 @@ class FunctionEventAvg(_TorchCompat):
 
 
 SORT_KEYS = ("cpu_time", "device_time", "cpu_time_total", "device_time_total",
-             "self_cpu_time_total", "self_device_time_total", "count", "flops")
-# torch.profiler's per-operator memory keys: cprof does not attribute memory to operators (its
-# memory view is the trace's memory track and the snapshot), so sorting by them is accepted
-# with a warning and leaves the rows by self CPU time
-UNRECORDED_KEYS = ("cpu_memory_usage", "self_cpu_memory_usage", "device_memory_usage",
-                   "self_device_memory_usage")
+             "self_cpu_time_total", "self_device_time_total", "count", "flops",
+             "cpu_memory_usage", "self_cpu_memory_usage", "device_memory_usage",
+             "self_device_memory_usage")
 
 
 def _sort_attr(sort_by):
@@ -517,14 +570,6 @@ class EventList(list):
                 raise TypeError(f"cprof: sort_by must be a str such as 'cpu_time_total', got "
                                 f"{sort_by!r}")
             attr = _sort_attr(sort_by)
-            if attr in UNRECORDED_KEYS:
-                import warnings
-                warnings.warn(f"cprof: sort_by={sort_by!r}: cprof does not attribute memory "
-                              "to operators; rows are sorted by self_cpu_time_total "
-                              "instead (memory: the trace's memory track with "
-                              "profile_memory=True, and export_memory_snapshot)",
-                              RuntimeWarning, stacklevel=2)
-                attr = "self_cpu_time_total"
             if attr not in SORT_KEYS:
                 raise ValueError(f"cprof: cannot sort by {sort_by!r}; sort_by is one of "
                                  f"{', '.join(SORT_KEYS)} ('device' may be spelt 'cuda' or "
@@ -541,7 +586,8 @@ class EventList(list):
         return _format_table(self, rows, max_name_column_width, header,
                              getattr(self, "grouped_by_input_shape", False),
                              getattr(self, "grouped_by_stack_n", 0),
-                             top_level_events_only, time_unit, max_shapes_column_width)
+                             top_level_events_only, time_unit, max_shapes_column_width,
+                             getattr(self, "profile_memory", False))
 
     def __str__(self):
         return self.table()
@@ -563,7 +609,9 @@ class EventList(list):
                             "returned them); call key_averages() on events()")
         cpu = [e for e in self if e.device_type == "CPU"]
         gpu = [e for e in self if e.device_type != "CPU"]
-        return average(cpu, gpu, group_by_input_shape, group_by_stack_n)
+        out = average(cpu, gpu, group_by_input_shape, group_by_stack_n)
+        out.profile_memory = getattr(self, "profile_memory", False)
+        return out
 
     def total_average(self):
         """One FunctionEventAvg summing every row (key "Total"), as torch's."""
@@ -574,12 +622,28 @@ class EventList(list):
             total.self_cpu_time_total += r.self_cpu_time_total
             total.device_time_total += r.device_time_total
             total.self_device_time_total += r.self_device_time_total
+            total.cpu_memory_usage += r.cpu_memory_usage
+            total.self_cpu_memory_usage += r.self_cpu_memory_usage
+            total.device_memory_usage += r.device_memory_usage
+            total.self_device_memory_usage += r.self_device_memory_usage
             total.flops += r.flops
         return total
 
 
+def _fmt_mem(nbytes):
+    """torch.autograd.profiler_util._format_memory."""
+    kb, mb, gb = 1024, 1024 ** 2, 1024 ** 3
+    if abs(nbytes) >= gb:
+        return f"{nbytes * 1.0 / gb:.2f} GB"
+    if abs(nbytes) >= mb:
+        return f"{nbytes * 1.0 / mb:.2f} MB"
+    if abs(nbytes) >= kb:
+        return f"{nbytes * 1.0 / kb:.2f} KB"
+    return f"{nbytes} B"
+
+
 def _format_table(all_rows, rows, width, header, shapes=False, stack_n=0, top_level=False,
-                  time_unit=None, shapes_width=80):
+                  time_unit=None, shapes_width=80, memory=False):
     def t(us):
         if time_unit == "s":
             return f"{us / 1e6:.3f}s"
@@ -604,6 +668,12 @@ def _format_table(all_rows, rows, width, header, shapes=False, stack_n=0, top_le
     cols = ["Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg"]
     if has_dev:
         cols += ["Self CUDA", "Self CUDA %", "CUDA total", "CUDA time avg"]
+    # profile_memory: torch's memory columns (the device ones where a device allocated)
+    has_dev_mem = memory and any(r.self_device_memory_usage > 0 for r in all_rows)
+    if memory:
+        cols += ["CPU Mem", "Self CPU Mem"]
+    if has_dev_mem:
+        cols += ["CUDA Mem", "Self CUDA Mem"]
     cols += ["# of Calls"]
     cw = 12
     sw_cap = shapes_width if isinstance(shapes_width, int) and shapes_width > 0 else 80
@@ -643,6 +713,10 @@ def _format_table(all_rows, rows, width, header, shapes=False, stack_n=0, top_le
             vals += [t(r.self_device_time_total), share(r.self_device_time_total,
                                                         total_self_dev),
                      t(r.device_time_total), t(r.device_time)]
+        if memory:
+            vals += [_fmt_mem(r.cpu_memory_usage), _fmt_mem(r.self_cpu_memory_usage)]
+        if has_dev_mem:
+            vals += [_fmt_mem(r.device_memory_usage), _fmt_mem(r.self_device_memory_usage)]
         vals.append(str(r.count))
         out.append(f"{name:>{nw}}" + "".join(f"  {v:>{cw}}" for v in vals)
                    + (f"  {shape_strs[i]:<{sw}}" if shapes else "")
@@ -671,7 +745,9 @@ def key_averages(window, group_by_input_shape=False, group_by_stack_n=0):
         raise ValueError(f"cprof: group_by_stack_n must be an int >= 0, got "
                          f"{group_by_stack_n!r}")
     _, cpu, gpu = _build(window)
-    return average(cpu, gpu, group_by_input_shape, group_by_stack_n)
+    out = average(cpu, gpu, group_by_input_shape, group_by_stack_n)
+    out.profile_memory = bool(window.config.get("profile_memory"))
+    return out
 
 
 def average(cpu, gpu, group_by_input_shape=False, group_by_stack_n=0):
@@ -691,6 +767,10 @@ def average(cpu, gpu, group_by_input_shape=False, group_by_stack_n=0):
         g.self_cpu_time_total += self_cpu
         g.device_time_total += dev_total
         g.self_device_time_total += self_dev
+        g.cpu_memory_usage += ev.cpu_memory_usage
+        g.self_cpu_memory_usage += ev.self_cpu_memory_usage
+        g.device_memory_usage += ev.device_memory_usage
+        g.self_device_memory_usage += ev.self_device_memory_usage
         g.flops += getattr(ev, "flops", 0)
 
     # every CPU event, python_function ones too (with_stack): self times are computed over all

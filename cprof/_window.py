@@ -119,6 +119,7 @@ class Window:
         self.gpu_snapshot = None
         self.mem_samples = None  # the CPU memory track (profile_memory): mem_sampler_stop bytes
         self.mem_heap = False
+        self.mem_events = None  # torch's allocation reports (profile_memory): mem_events_stop bytes
         self.notes = {}
         self.snapshot = None
         self.start_time = None
@@ -366,6 +367,7 @@ class Window:
                 if top else None,
                 mem=self.mem_samples,
                 mem_heap=self.mem_heap,
+                mem_events=self.mem_events,
                 # with_modules: kernels link to the innermost module, not an op inside it
                 link_modules=bool(self.config.get("with_modules")),
             )
@@ -379,6 +381,7 @@ class Window:
 
     def release(self):
         self.mem_samples = None
+        self.mem_events = None
         if self.snapshot is not None:
             self.snapshot.close()
             self.snapshot = None

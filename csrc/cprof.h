@@ -327,6 +327,28 @@ CPROF_EXPORT size_t cprof_json_escape(const char *s, size_t len, char *out, size
 
 /* ---- trace_writer.c: the Kineto-compatible Chrome trace ---- */
 /* ---- CPU memory samples (mem_sampler.c): profile_memory's counter track ---- */
+/* ---- mem_events.c: profile_memory's allocation events (torch's "[memory]") ---- */
+typedef struct cprof_mem_event {
+    uint64_t ts_ns;          /* cprof clock */
+    uint64_t addr;
+    int64_t bytes;           /* > 0 allocated, < 0 released */
+    int64_t total_allocated; /* the allocator's totals after it */
+    int64_t total_reserved;
+    uint32_t tid;            /* OS thread id */
+    int8_t device_type;      /* c10::DeviceType: 0 CPU, 1 CUDA */
+    int8_t device_index;     /* -1: none (CPU) */
+    uint16_t pad;
+} cprof_mem_event;
+/* start (GIL): a new, empty array of at most max events. add: any thread, no GIL: 0,
+ * CPROF_E_STATE (not started) or CPROF_E_FULL (at max: counted as dropped). stop (GIL): hands
+ * over the array (free() it; NULL when empty), its length and the drops; CPROF_E_STATE when
+ * not started. */
+int cprof_mem_events_start(size_t max);
+int cprof_mem_events_add(uint64_t addr, int64_t bytes, int64_t total_allocated,
+                         int64_t total_reserved, int device_type, int device_index);
+int cprof_mem_events_stop(cprof_mem_event **out, size_t *n, uint64_t *dropped);
+int cprof_mem_events_active(void);
+
 typedef struct cprof_mem_sample {
     uint64_t ts_ns;        /* cprof clock */
     uint64_t rss_bytes;    /* resident set of the process */
@@ -369,6 +391,8 @@ typedef struct cprof_trace_meta {
     int mem_has_heap;
     int link_modules;            /* with_modules: GPU work links to the innermost module or
                                   * user range, not to an operator inside it (link.c) */
+    const cprof_mem_event *mev;  /* profile_memory's allocation events ("[memory]"), or NULL */
+    size_t nmev;
 } cprof_trace_meta;
 
 typedef struct cprof_write_stats {

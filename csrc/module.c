@@ -459,7 +459,7 @@ static PyObject *snapshot_close(SnapshotObject *self, PyObject *unused) {
 
 /* write(stem, suffix, *, gzip=6, pid, process_name, rank, world_size, backend, extra_json,
  *       device_props_json, replace=False, gpu=None, top_json=None, mem=None, mem_heap=False,
- *       link_modules=False)
+ *       link_modules=False, mem_events=None)
  * Writes to stem+suffix, or stem-1+suffix, stem-2+suffix... if taken (never overwrites unless
  * replace). Returns (path, events, bytes, seconds, replaced_chars). The snapshot is kept, so a
  * failed write can be retried elsewhere. */
@@ -467,18 +467,24 @@ static PyObject *snapshot_write(SnapshotObject *self, PyObject *args, PyObject *
     static char *kwlist[] = {"stem",    "suffix",      "gzip",     "pid",
                              "process_name", "rank",   "world_size", "backend",
                              "extra_json",   "device_props_json", "replace", "gpu",
-                             "top_json",     "mem",         "mem_heap", "link_modules", NULL};
+                             "top_json",     "mem",         "mem_heap", "link_modules",
+                             "mem_events",   NULL};
     const char *stem, *suffix, *process_name = "python", *backend = NULL, *extra = NULL,
                                 *devprops = NULL, *top = NULL;
     int gzip = 6, rank = 0, world = 1, replace = 0;
     long long pid = getpid();
-    PyObject *gpu_obj = Py_None, *mem_obj = Py_None;
+    PyObject *gpu_obj = Py_None, *mem_obj = Py_None, *mev_obj = Py_None;
     int mem_heap = 0, link_modules = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "ss|$iLsiizzzpOzOpp", kwlist, &stem, &suffix,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "ss|$iLsiizzzpOzOppO", kwlist, &stem, &suffix,
                                      &gzip, &pid, &process_name, &rank, &world, &backend, &extra,
                                      &devprops, &replace, &gpu_obj, &top, &mem_obj, &mem_heap,
-                                     &link_modules))
+                                     &link_modules, &mev_obj))
         return NULL;
+    if (mev_obj != Py_None &&
+        (!PyBytes_Check(mev_obj) || PyBytes_GET_SIZE(mev_obj) % sizeof(cprof_mem_event))) {
+        PyErr_SetString(PyExc_TypeError, "mem_events must be the bytes mem_events_stop() gave");
+        return NULL;
+    }
     if (mem_obj != Py_None &&
         (!PyBytes_Check(mem_obj) || PyBytes_GET_SIZE(mem_obj) % sizeof(cprof_mem_sample))) {
         PyErr_SetString(PyExc_TypeError, "mem must be the bytes mem_sampler_stop() returned");
@@ -535,6 +541,10 @@ static PyObject *snapshot_write(SnapshotObject *self, PyObject *args, PyObject *
                                    : (size_t)PyBytes_GET_SIZE(mem_obj) / sizeof(cprof_mem_sample),
         .mem_has_heap = mem_heap,
         .link_modules = link_modules,
+        .mev = mev_obj == Py_None ? NULL : (const cprof_mem_event *)PyBytes_AS_STRING(mev_obj),
+        .nmev = mev_obj == Py_None
+                    ? 0
+                    : (size_t)PyBytes_GET_SIZE(mev_obj) / sizeof(cprof_mem_event),
     };
     /* ts values relative to the window's start second: small numbers keep ns precision for
      * readers that parse ts as a double */

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CPROF_OP_API_VERSION 3u
+#define CPROF_OP_API_VERSION 4u
 #define CPROF_OP_API_CAPSULE "cprof._C._op_api"
 
 typedef struct cprof_op_api {
@@ -36,6 +36,11 @@ typedef struct cprof_op_api {
      * window's stop closed it already). No GIL. */
     int (*async_open)(uint32_t name_id, uint64_t *handle);
     int (*async_close)(uint64_t handle);
+    /* profile_memory: one allocation (bytes > 0) or release (< 0) torch's allocator reported,
+     * with its totals after it and its device (c10::DeviceType, index; -1 none). Any thread,
+     * no GIL; 0, or an error code (not recording, or full: counted). */
+    int (*mem_event)(uint64_t addr, int64_t bytes, int64_t total_allocated,
+                     int64_t total_reserved, int device_type, int device_index);
 } cprof_op_api;
 
 /* The other way: what cprof._torch_ops lends the module hooks (py_hooks.c) for record_shapes,

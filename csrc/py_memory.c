@@ -1,6 +1,7 @@
 /* The binding of profile_memory's CPU memory sampler (mem_sampler.c): start it when a window's
  * memory tracking begins, stop it at its end and get the samples as packed bytes (what
- * Snapshot.write(mem=...) takes) with their peaks. GIL held throughout. */
+ * Snapshot.write(mem=...) takes) with their peaks; and of its allocation events
+ * (mem_events.c), packed the same way for Snapshot.write(mem_events=...). GIL held throughout. */
 #define PY_SSIZE_T_CLEAN
 #include "py_binding.h"
 
@@ -60,7 +61,53 @@ static PyObject *mem_running(PyObject *m, PyObject *unused) {
     return PyBool_FromLong(cprof_memsamp_running());
 }
 
+/* mem_events_start(max): an empty array of at most max allocation events, recording from now */
+static PyObject *mev_start(PyObject *m, PyObject *arg) {
+    Py_ssize_t max = PyLong_AsSsize_t(arg);
+    if (max == -1 && PyErr_Occurred()) return NULL;
+    if (max < 16) {
+        PyErr_SetString(PyExc_ValueError, "mem_events_start: max must be at least 16");
+        return NULL;
+    }
+    int rc = cprof_mem_events_start((size_t)max);
+    if (rc) return cprof_py_raise(m, rc, "starting the allocation events");
+    Py_RETURN_NONE;
+}
+
+/* mem_events_stop() -> (bytes of cprof_mem_event records, dropped) */
+static PyObject *mev_stop(PyObject *m, PyObject *unused) {
+    (void)unused;
+    cprof_mem_event *ev = NULL;
+    size_t n = 0;
+    uint64_t dropped = 0;
+    int rc = cprof_mem_events_stop(&ev, &n, &dropped);
+    if (rc) {
+        free(ev);
+        return cprof_py_raise(m, rc, "stopping the allocation events (they were not started)");
+    }
+    PyObject *data = PyBytes_FromStringAndSize(ev ? (const char *)ev : "",
+                                               (Py_ssize_t)(n * sizeof *ev));
+    free(ev);
+    if (!data) return NULL;
+    return Py_BuildValue("(NK)", data, (unsigned long long)dropped);
+}
+
+static PyObject *mev_active(PyObject *m, PyObject *unused) {
+    (void)m;
+    (void)unused;
+    return PyBool_FromLong(cprof_mem_events_active());
+}
+
 static PyMethodDef memory_methods[] = {
+    {"mem_events_start", (PyCFunction)mev_start, METH_O,
+     "mem_events_start(max): records torch's allocation reports (profile_memory) from now, at "
+     "most max (the rest are counted as dropped)."},
+    {"mem_events_stop", (PyCFunction)mev_stop, METH_NOARGS,
+     "mem_events_stop() -> (events bytes, dropped): stops and hands over the events, packed as "
+     "(ts_ns u64, addr u64, bytes i64, total_allocated i64, total_reserved i64, tid u32, "
+     "device_type i8, device_index i8, pad u16)."},
+    {"mem_events_active", (PyCFunction)mev_active, METH_NOARGS,
+     "True while allocation events are recorded."},
     {"mem_sampler_start", (PyCFunction)(void (*)(void))mem_start, METH_FASTCALL,
      "mem_sampler_start(interval_us, cap): starts the CPU memory sampler thread."},
     {"mem_sampler_stop", (PyCFunction)mem_stop, METH_NOARGS,

@@ -50,6 +50,7 @@ static const cprof_op_api op_api = {
     .push_op_seq = cprof_events_push_op_seq,
     .async_open = async_open_user,
     .async_close = cprof_events_async_close,
+    .mem_event = cprof_mem_events_add,
 };
 
 int cprof_py_ops_add(PyObject *m) {

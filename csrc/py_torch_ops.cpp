@@ -49,6 +49,27 @@ PyObject *py_add_async(PyObject *, PyObject *) {
     return PyLong_FromUnsignedLongLong(static_cast<unsigned long long>(h));
 }
 
+PyObject *mem_result(int rc, const std::string &err, const char *what) {
+    if (rc < 0) {
+        PyErr_Format(PyExc_RuntimeError, "cprof: %s the allocation reporter failed: %s", what,
+                     err.c_str());
+        return nullptr;
+    }
+    return PyBool_FromLong(rc);
+}
+
+PyObject *py_mem_push(PyObject *, PyObject *) {
+    std::string err;
+    int rc = cprof_torch_ops_mem_push(&err);
+    return mem_result(rc, err, "installing");
+}
+
+PyObject *py_mem_pop(PyObject *, PyObject *) {
+    std::string err;
+    int rc = cprof_torch_ops_mem_pop(&err);
+    return mem_result(rc, err, "removing");
+}
+
 PyObject *py_remove(PyObject *, PyObject *arg) {
     unsigned long long h = PyLong_AsUnsignedLongLong(arg);
     if (h == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return nullptr;
@@ -76,6 +97,11 @@ PyMethodDef methods[] = {
      "add_async() -> handle: records torch's async ranges (a collective's \"gloo:all_reduce\") "
      "from their begin to their end on any thread, until remove(handle) (any thread)."},
     {"remove", py_remove, METH_O, "remove(handle): takes the observer away (its own thread)."},
+    {"mem_push", py_mem_push, METH_NOARGS,
+     "mem_push() -> bool: profile_memory's allocation reporter on this thread (and the threads "
+     "torch hands work to); False when torch's profiler state holds the slot."},
+    {"mem_pop", py_mem_pop, METH_NOARGS,
+     "mem_pop() -> bool: takes it away (the thread that pushed it); False when not on top."},
     {"shapes_api", py_shapes_api, METH_VARARGS,
      "shapes_api(TensorBase, Tensor, Parameter) -> capsule: module-call shapes read through "
      "torch's C++ tensors, for cprof._C.ModuleHooks(fast_shapes=...)."},

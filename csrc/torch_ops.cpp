@@ -21,6 +21,8 @@
  * Callbacks never throw into torch: a failure records the op without shapes and is counted.
  * Binding: py_torch_ops.cpp; with py_torch_shapes.cpp they make the extension cprof._torch_ops. */
 #include <ATen/core/List.h>
+#include <c10/core/Allocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/record_function.h>
 
@@ -390,7 +392,46 @@ void leave_async(const at::RecordFunction &, at::ObserverContext *ctx) {
     if (ctx) api->async_close(static_cast<AsyncCtx *>(ctx)->handle);
 }
 
+/* ---- profile_memory: torch's allocators report each allocation and release to the
+ * MemoryReportingInfoBase in the thread's PROFILER_STATE debug info, which torch carries into
+ * the threads it hands work to; torch.profiler's state is one, cprof's reporter takes its place
+ * for the window when the slot is free. ---- */
+
+struct MemReporter final : c10::MemoryReportingInfoBase {
+    void reportMemoryUsage(void *ptr, int64_t alloc_size, size_t total_allocated,
+                           size_t total_reserved, c10::Device device) override {
+        api->mem_event(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(ptr)), alloc_size,
+                       static_cast<int64_t>(total_allocated), static_cast<int64_t>(total_reserved),
+                       static_cast<int>(device.type()), static_cast<int>(device.index()));
+    }
+    bool memoryProfilingEnabled() const override { return true; }
+};
+
 } // namespace
+
+int cprof_torch_ops_mem_push(std::string *err) {
+    try {
+        if (c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE)) return 0;
+        c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE,
+                                         std::make_shared<MemReporter>());
+        return 1;
+    } catch (const std::exception &e) {
+        *err = e.what();
+        return -1;
+    }
+}
+
+int cprof_torch_ops_mem_pop(std::string *err) {
+    try {
+        auto *top = c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE);
+        if (!top || !dynamic_cast<MemReporter *>(top)) return 0;
+        c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
+        return 1;
+    } catch (const std::exception &e) {
+        *err = e.what();
+        return -1;
+    }
+}
 
 void cprof_torch_ops_init(const cprof_op_api *a) { api = a; }
 

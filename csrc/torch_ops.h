@@ -31,6 +31,13 @@ int cprof_torch_ops_add(int shapes, uint64_t *handle, std::string *err);
  * user_annotation ranges from begin to end. Removed as the observer, from any thread.
  * 0 and *handle, or -1 and *err. */
 int cprof_torch_ops_add_async(uint64_t *handle, std::string *err);
+/* profile_memory: puts cprof's allocation reporter in this thread's PROFILER_STATE debug info
+ * (torch carries it into the threads it hands work to), so torch's CPU and CUDA allocators
+ * report each allocation and release through the capsule's mem_event. 1 pushed, 0 the slot is
+ * taken (torch.profiler or torch's ITT state on this thread), -1 and *err. pop: 1 popped, 0 not
+ * ours on top (nothing done), -1 and *err. Both on the thread that pushed. */
+int cprof_torch_ops_mem_push(std::string *err);
+int cprof_torch_ops_mem_pop(std::string *err);
 /* Removes it (only on the thread that added it). 0, or -1 and *err. */
 int cprof_torch_ops_remove(uint64_t handle, std::string *err);
 /* Interns a fragment's text through cprof._C (py_torch_shapes.cpp): 0 and *id, or an error. */

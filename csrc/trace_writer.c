@@ -488,6 +488,33 @@ int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap, const cprof_
         maybe_flush(&w);
     }
 
+    /* profile_memory's allocation events (mem_events.c), as torch.profiler's "[memory]" */
+    for (size_t i = 0; i < m->nmev && !w.err; i++) {
+        const cprof_mem_event *e = &m->mev[i];
+        cprof_buf_puts(b, "{\"ph\":\"i\",\"cat\":\"cpu_instant_event\",\"s\":\"t\","
+                          "\"name\":\"[memory]\",\"pid\":");
+        cprof_buf_i64(b, m->pid);
+        cprof_buf_puts(b, ",\"tid\":");
+        cprof_buf_u64(b, e->tid);
+        cprof_buf_puts(b, ",\"ts\":");
+        cprof_buf_us3(b, (int64_t)e->ts_ns + snap->unix_offset_ns - m->base_time_ns);
+        cprof_buf_puts(b, ",\"args\":{\"Total Reserved\":");
+        cprof_buf_i64(b, e->total_reserved);
+        cprof_buf_puts(b, ",\"Total Allocated\":");
+        cprof_buf_i64(b, e->total_allocated);
+        cprof_buf_puts(b, ",\"Bytes\":");
+        cprof_buf_i64(b, e->bytes);
+        cprof_buf_puts(b, ",\"Device Id\":");
+        cprof_buf_i64(b, e->device_index);
+        cprof_buf_puts(b, ",\"Device Type\":");
+        cprof_buf_i64(b, e->device_type);
+        cprof_buf_puts(b, ",\"Addr\":");
+        cprof_buf_u64(b, e->addr);
+        cprof_buf_puts(b, "}},\n");
+        w.events++;
+        maybe_flush(&w);
+    }
+
     /* the window itself, as the span Kineto writes for a profiler session (its name and
      * track, which TensorBoard's plugin reads for the profile's extent) */
     int64_t to_base = snap->unix_offset_ns - m->base_time_ns;

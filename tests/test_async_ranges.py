@@ -31,6 +31,7 @@ class _Api(ctypes.Structure):
         ("async_open", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint32,
                                         ctypes.POINTER(ctypes.c_uint64))),
         ("async_close", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64)),
+        ("mem_event", ctypes.c_void_p),
     ]
 
 
@@ -40,7 +41,7 @@ def api():
     get.restype = ctypes.c_void_p
     get.argtypes = [ctypes.py_object, ctypes.c_char_p]
     a = ctypes.cast(get(_C._op_api, b"cprof._C._op_api"), ctypes.POINTER(_Api)).contents
-    assert a.version == 3 and a.size == ctypes.sizeof(_Api)
+    assert a.version == 4 and a.size == ctypes.sizeof(_Api)
     return a
 
 

@@ -156,3 +156,33 @@ def test_memory_snapshot_for_memory_viz(tmp_path):
     assert ctx.memory_summary["cuda_peak_allocated_bytes"] >= 4 << 20
     t = load_trace(ctx.trace_path)
     assert any(e.get("ph") == "C" or e.get("cat") == "gpu_memory" for e in t["traceEvents"])
+
+
+def test_profile_memory_reports_cuda_allocations_per_operator(tmp_path):
+    """profile_memory with CUDA: the caching allocator's reports of each tensor allocation and
+    release are "[memory]" events on device 0 (Device Type 1), the ops that allocated carry
+    them as CUDA Mem / Self CUDA Mem, and the table has torch's CUDA memory columns."""
+    import torch
+
+    import cprof
+    torch.ones(1, device="cuda")
+    torch.cuda.synchronize()
+    with cprof.profile(activities=["CPU", "CUDA"], profile_memory=True) as p:
+        a = torch.empty(1 << 20, device="cuda")  # 4 MiB
+        b = a * 2
+        del a, b
+        torch.cuda.synchronize()
+    empties = [e for e in p.events() if e.name == "aten::empty"]
+    assert any(e.device_memory_usage == 4 << 20 for e in empties), \
+        [(e.name, e.device_memory_usage) for e in empties]
+    mul = [e for e in p.events() if e.name == "aten::mul"]
+    assert mul and mul[0].device_memory_usage == 4 << 20 and mul[0].cuda_memory_usage == 4 << 20
+    table = p.key_averages().table(sort_by="self_cuda_memory_usage", row_limit=5)
+    assert "CUDA Mem" in table and "Self CUDA Mem" in table and "4.00 MB" in table
+    t = load_trace(p.export_chrome_trace(str(tmp_path / "m.json")))
+    cuda = [e for e in t["traceEvents"] if e.get("name") == "[memory]"
+            and e["args"]["Device Type"] == 1]
+    assert [e["args"]["Bytes"] for e in cuda].count(4 << 20) == 2
+    assert [e["args"]["Bytes"] for e in cuda].count(-(4 << 20)) == 2
+    assert all(e["args"]["Device Id"] == 0 and e["args"]["Total Reserved"] > 0 for e in cuda)
+    assert t["cprof"]["memory"]["cuda0_peak_allocated_bytes_reported"] >= 8 << 20

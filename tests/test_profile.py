@@ -84,14 +84,13 @@ def test_actions_and_activities_equal_torchs():
 
 def test_table_and_events_speak_torchs_api():
     torch = pytest.importorskip("torch")
-    with cprof.profile(activities=["CPU"], with_modules=True) as p:
+    with cprof.profile(activities=["CPU"], with_modules=True, record_ops=False) as p:
         with cprof.record_function("blk"):
             torch.nn.Linear(4, 4)(torch.ones(2, 4))
     ka = p.key_averages()
-    with pytest.warns(RuntimeWarning, match="memory"):
-        t = ka.table(sort_by="self_cpu_memory_usage", row_limit=5, time_unit="ms",
-                     max_src_column_width=10, max_shapes_column_width=10)
-    assert "blk" in t
+    t = ka.table(sort_by="self_cpu_memory_usage", row_limit=5, time_unit="ms",
+                 max_src_column_width=10, max_shapes_column_width=10)
+    assert "blk" in t and "CPU Mem" not in t  # no memory columns without profile_memory
     total = ka.total_average()
     assert total.key == "Total" and total.count == 2
     assert ka.self_cpu_time_total == pytest.approx(sum(r.self_cpu_time_total for r in ka))
@@ -712,8 +711,7 @@ def test_table_options_as_torch_prints_them():
     # torch's spellings of the device keys, xpu's included
     for key in ("xpu_time_total", "self_xpu_time_total", "xpu_time", "cuda_time_total"):
         p.key_averages().table(sort_by=key)
-    with pytest.warns(RuntimeWarning, match="memory"):
-        p.key_averages().table(sort_by="self_xpu_memory_usage")
+    p.key_averages().table(sort_by="self_xpu_memory_usage")  # torch's memory keys too
     with pytest.raises(TypeError, match="sort_by"):
         p.key_averages().table(sort_by=3)
 
@@ -728,8 +726,8 @@ def test_table_keeps_a_name_on_one_line():
 
 
 def test_events_and_averages_have_torchs_attributes():
-    """Code written for torch.profiler's FunctionEvent / FunctionEventAvg reads these; cprof
-    records no per-operator memory or FLOPs (0), the rest has its meaning."""
+    """Code written for torch.profiler's FunctionEvent / FunctionEventAvg reads these: without
+    profile_memory / with_flops memory and FLOPs are 0, the rest has its meaning."""
     torch = pytest.importorskip("torch")
     from torch.autograd import DeviceType
     with cprof.profile(activities=CPU, record_ops=False) as p:
@@ -775,7 +773,8 @@ def test_events_have_times_threads_and_nesting():
 
 def _two_shapes_run(**kw):
     lin = torch.nn.Linear(8, 4)
-    with cprof.profile(activities=CPU, with_modules=True, **kw) as p:
+    # module rows only (with_modules records operators too, decision 99)
+    with cprof.profile(activities=CPU, with_modules=True, record_ops=False, **kw) as p:
         for batch in (2, 2, 5):
             lin(torch.randn(batch, 8))
     return p
@@ -1061,6 +1060,86 @@ def test_profile_memory_on_cpu_reports_peak_rss(tmp_path):
     assert "cpu_peak_rss_bytes" in load_trace(out)["cprof"]["memory"]
     with pytest.raises(cprof.WindowStateError, match="memory snapshot"):
         p.export_memory_snapshot(str(tmp_path / "m.pickle"))
+
+
+def _memory_work():
+    x = torch.ones(100, 100)  # 40,000 bytes in aten::empty under aten::ones
+    y = x * 2  # and in aten::mul
+    del y  # released outside any operator: a "[memory]" event of its own
+    big = torch.empty(50_000_000, dtype=torch.uint8)
+    del big  # a 50 MB spike no sampler sees
+    return x
+
+
+def test_profile_memory_records_each_allocation_as_torch_profiler(tmp_path):
+    """Seed 002: profile_memory profiles allocations and deallocations. Each allocation and
+    release torch's allocator reports is a "[memory]" event as torch.profiler writes it; every
+    event's CPU Mem / Self CPU Mem are torch's (the allocations while it ran, less its
+    children's), key_averages sorts by them and the table has torch's columns; the releases
+    outside any op are "[memory]" events of their own; the peak is exact."""
+    res = {}
+    for name, P in (("torch", torch.profiler), ("cprof", cprof)):
+        with P.profile(activities=[P.ProfilerActivity.CPU], profile_memory=True) as p:
+            _memory_work()
+        res[name] = (sorted((e.name, e.cpu_memory_usage, e.self_cpu_memory_usage)
+                            for e in p.events() if e.name != "[memory]"),
+                     sorted(e.cpu_memory_usage for e in p.events() if e.name == "[memory]"),
+                     {r.key: (r.cpu_memory_usage, r.self_cpu_memory_usage)
+                      for r in p.key_averages()})
+        if name == "cprof":
+            cp = p
+    assert res["cprof"][0] == res["torch"][0]
+    assert res["cprof"][1] == res["torch"][1]
+    assert res["cprof"][2] == res["torch"][2]
+    assert ("aten::empty", 40000 + 50_000_000) == (
+        "aten::empty", res["cprof"][2]["aten::empty"][0])
+    table = cp.key_averages().table(sort_by="self_cpu_memory_usage", row_limit=3)
+    head = table.splitlines()[1]
+    assert head.index("CPU time avg") < head.index("CPU Mem") < head.index("Self CPU Mem") \
+        < head.index("# of Calls")
+    first = table.splitlines()[3]
+    assert first.split()[0] == "aten::empty" and "47.72 MB" in first
+    path = cp.export_chrome_trace(str(tmp_path / "m.json"))
+    t = load_trace(path)
+    mem = [e for e in t["traceEvents"] if e.get("name") == "[memory]"]
+    assert all(e["ph"] == "i" and e["cat"] == "cpu_instant_event" and e["s"] == "t"
+               for e in mem)
+    assert {k for e in mem for k in e["args"]} == {"Total Reserved", "Total Allocated",
+                                                   "Bytes", "Device Id", "Device Type",
+                                                   "Addr"}
+    spike = [e for e in mem if abs(e["args"]["Bytes"]) == 50_000_000]
+    assert [e["args"]["Bytes"] for e in spike] == [50_000_000, -50_000_000]
+    assert spike[0]["args"]["Addr"] == spike[1]["args"]["Addr"]
+    assert spike[0]["args"]["Device Type"] == 0 and spike[0]["args"]["Device Id"] == -1
+    summary = t["cprof"]["memory"]
+    assert summary["cpu_peak_allocated_bytes_reported"] >= 50_000_000
+    assert summary["allocation_events"] == len(mem)
+    (win,) = [e for e in t["traceEvents"] if e.get("cat") == "Trace"]
+    assert all(win["ts"] <= e["ts"] <= win["ts"] + win["dur"] for e in mem)
+
+
+def test_no_allocation_events_without_profile_memory_and_torch_profiler_inside_works(tmp_path):
+    """Without profile_memory nothing is reported; with it, torch.profiler started inside the
+    window takes the allocator's reports while it runs (its state needs the slot cprof's
+    reporter holds) and cprof's come back after it."""
+    with cprof.profile(activities=CPU) as p:
+        torch.ones(1000)
+    p.export_chrome_trace(str(tmp_path / "a.json"))
+    t = load_trace(tmp_path / "a.json")
+    assert not [e for e in t["traceEvents"] if e.get("name") == "[memory]"]
+    with cprof.profile(activities=CPU, profile_memory=True) as p:
+        torch.ones(1000)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                    profile_memory=True) as tp:
+            torch.ones(2000)
+        torch.ones(3000)
+    assert sorted(r.cpu_memory_usage for r in tp.key_averages() if r.key == "aten::ones") \
+        == [8000]
+    got = sorted(e.cpu_memory_usage for e in p.events() if e.name == "aten::empty")
+    assert got == [4000, 12000]
+    # and a later torch.profiler on this thread starts: nothing of cprof's is left in its way
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        torch.ones(10)
 
 
 def _cpu_memory_track(trace):
