@@ -210,6 +210,7 @@ class _Installed:
         self.parts = []
         self.ops = None  # the operator capture's note when it is off or unavailable
         self.async_why = "not installed"  # None when torch's async ranges are captured
+        self.stack_why = None  # why with_stack could not start (another profiler's hook)
 
     def module_names(self):
         """Names given to module ranges so far (with_modules / record_shapes)."""
@@ -307,7 +308,13 @@ def install(with_stack=False, with_modules=False, record_shapes=False, c_calls=T
                 # shapes are those of module calls: record_shapes needs the module hooks
                 handle.parts.append(_modules.install(record_shapes=record_shapes))
         if with_stack:
-            handle.parts.append(_Tracer(c_calls, min_duration_us))
+            try:
+                handle.parts.append(_Tracer(c_calls, min_duration_us))
+            except _C.CprofError as err:
+                # another profiler holds the hook (cProfile on 3.11): the window records the
+                # rest, and says so in the trace and once here, rather than failing the program
+                handle.stack_why = str(err)
+                _warn_once(f"cprof: with_stack is not recorded in this window: {err}")
         # after the tracer: on 3.11 both would want the profile hook, and the tracer wins.
         # With torch's operators captured, torch's own "Torch-Compiled Region" and
         # "CompiledFunction" ranges arrive with them: cprof's copies would only double them.

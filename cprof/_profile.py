@@ -756,6 +756,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             ops = g.ops_note()
             if ops is not None and self._window is not None:
                 self._window.notes["ops"] = ops
+            if g.stack_why is not None and self._window is not None:
+                self._window.notes["with_stack_unavailable"] = g.stack_why
             g.remove()
 
     def _release_last(self):

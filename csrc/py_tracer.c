@@ -721,9 +721,9 @@ static int install(PyObject *module) {
     if (me->c_profilefunc && !ours(me)) {
         PyObject *err = PyObject_GetAttrString(module, "CprofError");
         if (err) {
-            PyErr_SetString(err, "with_stack: another profile function is set on this thread "
+            PyErr_SetString(err, "another profile function is set on this thread "
                                  "(sys.setprofile: cProfile, torch.profiler with_stack?); "
-                                 "stop it first");
+                                 "stop it first, or use Python 3.12+ where both can run");
             Py_DECREF(err);
         }
         return -1;

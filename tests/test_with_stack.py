@@ -809,6 +809,37 @@ def test_another_setprofile_profiler_is_refused():
     assert not _C.tracer_active() and threading.getprofile() is None
 
 
+@pytest.mark.skipif(MONITORING, reason="3.11 setprofile backend")
+def test_with_stack_under_another_profiler_records_the_rest_and_says_why(tmp_path):
+    """python -m cProfile with a with_stack profile: torch.profiler runs (taking cProfile's
+    hook); cprof leaves the other profiler's hook alone, records everything but the Python
+    functions, warns once and says why in the trace, rather than failing the program."""
+    from cprof import _glue
+
+    calls = []
+
+    def other(frame, event, arg):
+        calls.append(event)
+
+    _glue._ops_warned.discard(next((w for w in _glue._ops_warned if "with_stack" in w), None))
+    sys.setprofile(other)
+    try:
+        with pytest.warns(RuntimeWarning, match="with_stack is not recorded in this window"):
+            with cprof.profile(activities=["CPU"], with_stack=True, record_ops=False) as p:
+                with cprof.range("kept"):
+                    parent()
+        assert sys.getprofile() is other
+    finally:
+        sys.setprofile(None)
+    assert calls
+    path = p.export_chrome_trace(str(tmp_path / "t.json"))
+    t = load_trace(path)
+    names = [e["name"] for e in t["traceEvents"] if e.get("ph") == "X"]
+    assert "kept" in names and not any(e.get("cat") == "python_function"
+                                       for e in t["traceEvents"])
+    assert "another profile function" in t["cprof"]["with_stack_unavailable"]
+
+
 # ---- cprof's own code is not traced ----
 
 OWN_SRC = '''
