@@ -874,8 +874,29 @@ _run.exit()
 """
 
 
+def _cprof_lines_for_cprof_warnings():
+    """cprof run prints only `cprof: ` lines of its own: its warnings (a GPU asked for and not
+    there, ...) are raised from inside the program's frames (runpy's, the program's), which
+    Python would print as `<frozen runpy>:88: GpuUnavailableWarning: cprof: ...`. The program's
+    own warnings are shown as Python shows them."""
+    shown = warnings.showwarning
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        text = str(message)
+        if text.startswith("cprof: "):
+            try:
+                (file or sys.stderr).write(text + "\n")
+            except (OSError, ValueError):
+                pass
+            return
+        shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = showwarning
+
+
 def main(argv):
     """`cprof run` with the arguments after `run`; returns the exit code."""
+    _cprof_lines_for_cprof_warnings()
     run = _Run(list(argv), reexec=True)
     if run.program is not None:
         try:

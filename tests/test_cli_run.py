@@ -434,3 +434,20 @@ def test_compiled_regions_of_a_program_that_imports_torch_itself(tmp_path):
                           str(tmp_path / "gb.trace.json.gz")], env=_env(), capture_output=True,
                          text=True, timeout=120)
     assert "Graph breaks in compiled code" in rep.stdout, rep.stdout
+
+
+def test_cprofs_own_warnings_are_cprof_lines_and_the_programs_stay_pythons(tmp_path):
+    """cprof run prints only `cprof: ` lines of its own: a warning cprof raises inside the
+    program's frames (the GPU asked for where none is) was printed as `<frozen runpy>:88:
+    GpuUnavailableWarning: cprof: ...`. The program's own warnings keep Python's form."""
+    import cprof
+    if cprof.features()["gpu_activity"]["available"]:
+        pytest.skip("a GPU is collectable here: no GPU warning to see")
+    prog = tmp_path / "w.py"
+    prog.write_text("import warnings\nwarnings.warn('mine')\nprint('ok')\n")
+    r = cprof_run("-o", tmp_path / "out", "--activities", "GPU", prog)
+    assert r.returncode == 0 and r.stdout == "ok\n", r.stderr
+    lines = r.stderr.splitlines()
+    assert any(ln.startswith("cprof: GPU activity was asked for") for ln in lines), lines
+    assert not any("GpuUnavailableWarning" in ln or "runpy" in ln for ln in lines), lines
+    assert any(ln.endswith("UserWarning: mine") and "w.py:2" in ln for ln in lines), lines
