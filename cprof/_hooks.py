@@ -3,6 +3,7 @@ phase methods into bucket timers. Attaching twice never wraps twice (a marker at
 import functools
 import re
 import sys
+import types
 
 from . import _C
 
@@ -92,22 +93,61 @@ def _match_name(leaf, parts):
     return None
 
 
+_cpu_timer = None
+
+
+def _timer(domain):
+    global _cpu_timer
+    if domain == 0:
+        return _C.cuda_bucket_timer
+    if _cpu_timer is None:
+        from .runprof import cpu_bucket_timer  # strict_sync's device sync included
+        _cpu_timer = cpu_bucket_timer
+    return _cpu_timer
+
+
+class _TimedForward:
+    """A module's forward inside its bucket timer (module.forward, set by attach_model). An
+    object holding the module, not a closure over its bound method: copy.deepcopy(model) (a
+    draft or EMA copy) gives the copy a wrapper that runs the copy's own forward, and
+    torch.save(model) pickles it. inner: a forward the instance already had (another
+    wrapper), else the class's forward runs."""
+
+    def __init__(self, module, bucket, domain=0, inner=None):
+        self.module = module
+        self.bucket = bucket
+        self.domain = domain
+        self.inner = inner
+
+    @property
+    def __wrapped__(self):  # inspect.signature(model.forward) sees the real signature
+        if self.inner is not None:
+            return self.inner
+        return types.MethodType(type(self.module).forward, self.module)
+
+    @property
+    def __name__(self):
+        return getattr(self.__wrapped__, "__name__", "forward")
+
+    @property
+    def __doc__(self):
+        return getattr(self.__wrapped__, "__doc__", None)
+
+    def __call__(self, *args, **kwargs):
+        with _timer(self.domain)(self.bucket):
+            if self.inner is not None:
+                return self.inner(*args, **kwargs)
+            return type(self.module).forward(self.module, *args, **kwargs)
+
+    def __repr__(self):
+        return f"<cprof bucket timer {self.bucket!r} around {self.__wrapped__!r}>"
+
+
 def _wrap_forward(module, bucket, domain=0):
     if getattr(module, _MARK, None) is not None:
         return False
-    forward = module.forward
-    timer_name = bucket
-    if domain == 1:
-        from .runprof import cpu_bucket_timer as timer  # strict_sync's device sync included
-    else:
-        timer = _C.cuda_bucket_timer
-
-    @functools.wraps(forward)
-    def timed_forward(*args, **kwargs):
-        with timer(timer_name):
-            return forward(*args, **kwargs)
-
-    module.forward = timed_forward
+    own = module.__dict__.get("forward")  # an instance-level forward (another wrapper)
+    module.forward = _TimedForward(module, bucket, domain, own)
     setattr(module, _MARK, bucket)
     return True
 

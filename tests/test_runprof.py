@@ -573,6 +573,60 @@ def test_attach_model_buckets_and_idempotent(tmp_path):
     assert getattr(dist.all_reduce, "_cprof_bucket") == "communication.all_reduce"
 
 
+_TINY_LM = None
+
+
+def _tiny_lm(torch):
+    """A module-level class (pickle finds it by name), made once torch is known to exist."""
+    global _TINY_LM
+    if _TINY_LM is None:
+        class TinyLM(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.embed_tokens = torch.nn.Embedding(10, 4)
+                self.lm_head = torch.nn.Linear(4, 10)
+
+            def forward(self, x, attention_mask=None):
+                return self.lm_head(self.embed_tokens(x))
+
+        TinyLM.__qualname__ = "TinyLM"
+        globals()["TinyLM"] = _TINY_LM = TinyLM
+    return _TINY_LM()
+
+
+def test_attached_model_deepcopies_and_saves(tmp_path):
+    """A draft or EMA model is often copy.deepcopy(model): the copy's wrapped forwards run the
+    copy's own weights (they ran the original's, silently); torch.save(model) pickles it and
+    the loaded model runs and is timed; inspect.signature sees the real forward."""
+    torch = pytest.importorskip("torch")
+    import copy
+    import inspect
+    import io
+
+    m = _tiny_lm(torch)
+    prof = make(tmp_path, warmup_runs=0, model_profiling=True)
+    assert prof.attach_model(m) == {"embed_tokens": "embed", "lm_head": "lm_head"}
+    m2 = copy.deepcopy(m)
+    with torch.no_grad():
+        m2.lm_head.weight.zero_()
+        m2.lm_head.bias.zero_()
+    x = torch.tensor([1, 2])
+    assert bool((m2(x) == 0).all()) and not bool((m(x) == 0).all())
+    assert prof.attach_model(m2) == {}  # the copy is attached already
+    buf = io.BytesIO()
+    torch.save(m, buf)
+    buf.seek(0)
+    m3 = torch.load(buf, weights_only=False)
+    assert torch.equal(m3(x), m(x))
+    assert list(inspect.signature(m.lm_head.forward).parameters) == ["input"]
+    prof.begin_run()
+    with prof.step_timing_ctx():
+        m3(x)
+        m2(x)
+    prof.end_run()
+    assert set(prof.summary()["buckets_model_avg_ms"]) == {"embed", "lm_head"}
+
+
 def test_output_is_the_head_only_at_the_top(tmp_path):
     """Llama's reference code names its head `output`; a BERT block's `layer.N.output`
     modules are not heads and stay unbucketed."""
