@@ -109,6 +109,7 @@ def build_summary(prof):
         per_run.append({
             "meta": {**r.extra,
                      "index": r.index, "label": r.label, "bsz": r.bsz, "warmup": r.warmup,
+                     "steps_discarded": r.steps_discarded,
                      "start_time": _iso(r.start_time), "end_time": _iso(r.end_time),
                      "wall_s": r.end_time - r.start_time},
             "stats": rs,
@@ -154,6 +155,8 @@ def build_summary(prof):
             "runs_recorded": len(runs), "runs_measured": len(measured),
             "warmup_runs": cfg.warmup_runs, "num_total_runs": cfg.num_total_runs,
             "note": note,
+            # steps that raised inside step_timing_ctx (not measured), over the reported runs
+            "steps_discarded": sum(r.steps_discarded for r in runs),
             # what the buckets' "others" holds: each unknown bucket's avg ms per step, by name
             "buckets_others_ms": {dom: dict(sorted(v.items())) for dom, v in others.items()},
         },
@@ -205,6 +208,9 @@ def render_markdown(s):
         lines += [f"> {m['timing_note']}", ""]
     if m["note"]:
         lines += [f"> **Note:** {m['note']}.", ""]
+    if m.get("steps_discarded"):
+        lines += [f"> {m['steps_discarded']} step(s) raised inside step_timing_ctx and are not "
+                  "measured (not in any figure below).", ""]
     lines += ["## Global summary", "",
               "| Steps | Mean ms | P50 ms | P90 ms | P99 ms | Tok/s | Tokens | Time ms |",
               "|---:|---:|---:|---:|---:|---:|---:|---:|",

@@ -160,7 +160,8 @@ class ProfilerConfig:
 
 
 _run_name_lock = threading.Lock()
-_run_name_last = [None, 0]
+_run_names = {}  # every name this process made -> how many times (names made in between must
+                 # not let a later Profiler reuse an earlier one's directory)
 
 
 def generate_run_name(prefix="run"):
@@ -181,11 +182,9 @@ def generate_run_name(prefix="run"):
     prefix = "".join(c if c.isalnum() or c in "-_." else "_" for c in prefix) or "run"
     name = f"{prefix}_{time.strftime('%Y%m%d-%H%M%S')}_{os.getpid()}"
     with _run_name_lock:
-        if _run_name_last[0] == name:
-            _run_name_last[1] += 1
-            return f"{name}_{_run_name_last[1]}"
-        _run_name_last[0], _run_name_last[1] = name, 0
-    return name
+        n = _run_names.get(name, 0)
+        _run_names[name] = n + 1
+    return f"{name}_{n}" if n else name
 
 
 def _torch():
@@ -289,6 +288,7 @@ class _RunInfo:
         self.start_time = time.time()
         self.end_time = None
         self.steps = 0
+        self.steps_discarded = 0  # steps that raised: not measured, counted in the reports
         self.extra = {}  # begin_run's other keywords (prefix_len=...)
         self.pending_kv = []  # (step index, device scalar tensor): resolved at end_run
 
@@ -305,7 +305,9 @@ class Profiler:
             raise ValueError(f"cprof: timing must be 'auto', 'cuda' or 'host', got {timing!r}")
         self._timing = timing
         if isinstance(args, ProfilerConfig):
-            cfg = dataclasses.replace(args, **overrides) if overrides else args
+            # a copy, validated again: a config edited after it was made (cfg.kv_bins = ...)
+            # is checked here, and later edits do not reach this Profiler
+            cfg = dataclasses.replace(args, **overrides)
             self.runner_args = {}
         else:
             cfg = ProfilerConfig.from_args(args) if args is not None else ProfilerConfig()
@@ -386,7 +388,10 @@ class Profiler:
                 "first")
         self._decide_timing()
         index = len(self.runs)
-        self._run = _RunInfo(index, bsz, label, warmup=index < self.cfg.warmup_runs)
+        # what summary.json will hold: numpy / torch scalars as numbers, NaN as null, a label
+        # as text (bsz=np.int64(8), label=3 made save_all fail after the runs were collected)
+        self._run = _RunInfo(index, _json_scalar(bsz), None if label is None else str(label),
+                             warmup=index < self.cfg.warmup_runs)
         self._run.extra = _jsonable(meta)
         self.runs.append(self._run)
         self._pending_kv = None
@@ -428,9 +433,19 @@ class Profiler:
             return
         t = _torch()
         values = t.stack([v.reshape(()).double() for _, v in run.pending_kv]).cpu().tolist()
+        bad = 0
         for (step, _), v in zip(run.pending_kv, values):
-            _C.step_set_kv(step, float(v))
+            if math.isfinite(v) and v >= 0:
+                _C.step_set_kv(step, float(v))
+            else:
+                bad += 1
         run.pending_kv = []
+        if bad:
+            import warnings
+            warnings.warn(f"cprof: run {run.index}: {bad} step(s) got device tensors of KV "
+                          "lengths with a negative (or NaN) value in set_step_seq_len; those "
+                          "steps have no KV length (lengths are numbers >= 0)", RuntimeWarning,
+                          stacklevel=3)
 
     # -- steps --
     def step_timing_ctx(self):
@@ -494,7 +509,8 @@ class Profiler:
             ctx.range.__exit__(None, None, None)
         self._step = None
         if exc_type is not None:
-            _C.step_abort(ctx.step)  # a step that raised is not a measurement
+            _C.step_abort(ctx.step)  # a step that raised is not a measurement: counted
+            self._run.steps_discarded += 1
             return
         kv = self._kv
         if kv is not None and not isinstance(kv, float):
@@ -564,7 +580,14 @@ class Profiler:
                 r = v.sum()
             else:
                 r = t.quantile(v, 0.5 if how == "p50" else 0.9)
-            return float(r) if r.device.type == "cpu" else r
+            if r.device.type == "cpu":
+                if float(v.min()) < 0:
+                    raise ValueError(f"cprof: set_step_seq_len got a negative KV length "
+                                     f"({float(v.min()):g}); KV lengths are numbers >= 0")
+                return float(r)
+            # on the device, without a copy: a negative length makes the step's value NaN,
+            # which end_run reports (_resolve_kv)
+            return t.where(v.min() < 0, t.full_like(r, float("nan")), r)
         if isinstance(x, (int, float)) and not isinstance(x, bool):
             return float(x)
         if getattr(x, "ndim", None) == 0 or (
@@ -581,6 +604,10 @@ class Profiler:
                             f"tensor of KV lengths, got {type(x).__name__} ({exc})") from None
         if not values:
             return None
+        bad = next((v for v in values if not 0 <= v < math.inf), None)
+        if bad is not None:
+            raise ValueError(f"cprof: set_step_seq_len got a KV length of {bad:g}; KV lengths "
+                             "are numbers >= 0")
         values.sort()
         if how == "mean":
             return sum(values) / len(values)
@@ -793,6 +820,23 @@ class _SyncedTimer:
 
 def _iso(ts):
     return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).isoformat()
+
+
+def _json_scalar(v):
+    """A number for summary.json: numpy / torch scalars (one-element tensors included) as
+    Python numbers, NaN and infinities as None; anything else as _jsonable makes it."""
+    if v is None or isinstance(v, bool):
+        return v
+    if not isinstance(v, (int, float)):
+        item = getattr(v, "item", None)
+        if callable(item):
+            try:
+                v = item()
+            except Exception:
+                return _jsonable(v)
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v if isinstance(v, (int, float)) else _jsonable(v)
 
 
 def _jsonable(obj):

@@ -870,3 +870,80 @@ def test_cpu_timers_synchronise_under_strict_sync(tmp_path, monkeypatch, strict,
     with cprof.cpu_bucket_timer("engine.sampling"):  # outside a step: never
         pass
     assert calls == []
+
+
+def test_bsz_and_label_of_any_kind_keep_summary_json_valid(tmp_path):
+    """begin_run(bsz=np.int64(8)) made save_all fail after the runs were collected (and
+    bsz=nan, a torch scalar, label=3 too): numbers become numbers, NaN null, labels text."""
+    torch = pytest.importorskip("torch")
+    np = pytest.importorskip("numpy")
+    prof = make(tmp_path, warmup_runs=0)
+    for bsz, label in ((np.int64(8), 3), (torch.tensor(4), None), (float("nan"), "x"),
+                       (np.float32(2.5), np.str_("y"))):
+        prof.begin_run(bsz=bsz, label=label)
+        with prof.step_timing_ctx():
+            prof.set_step_tokens(1)
+        prof.end_run()
+    paths = prof.save_all()
+    s = json.loads(open(paths[0]).read())
+    assert [(r["meta"]["bsz"], r["meta"]["label"]) for r in s["runs"]] == \
+        [(8, "3"), (4, None), (None, "x"), (2.5, "y")]
+
+
+def test_two_profilers_never_share_a_run_directory(tmp_path):
+    """A name made in between (generate_run_name("wandb")) let a later Profiler reuse an
+    earlier one's directory in the same second, and overwrite its summary.json."""
+    a = make(tmp_path, run_name=None)
+    cprof.generate_run_name("wandb")
+    b = make(tmp_path, run_name=None)
+    c = make(tmp_path, run_name=None)
+    assert len({a.output_dir, b.output_dir, c.output_dir}) == 3
+
+
+def test_a_config_edited_after_it_was_made_is_checked(tmp_path):
+    cfg = cprof.ProfilerConfig(output_dir=str(tmp_path), run_name="e")
+    cfg.kv_len_reduce = "median"
+    with pytest.raises(ValueError, match="kv_len_reduce"):
+        cprof.Profiler(cfg)
+    cfg = cprof.ProfilerConfig(output_dir=str(tmp_path), run_name="e")
+    cfg.kv_bins = [4096, 0]
+    with pytest.raises(ValueError, match="increasing"):
+        cprof.Profiler(cfg)
+    cfg = cprof.ProfilerConfig(output_dir=str(tmp_path), run_name="e")
+    prof = cprof.Profiler(cfg)
+    cfg.kv_len_reduce = "median"  # later edits do not reach the Profiler
+    assert prof.cfg.kv_len_reduce == "mean"
+
+
+def test_negative_kv_lengths_in_a_list_array_or_tensor_are_errors(tmp_path):
+    torch = pytest.importorskip("torch")
+    np = pytest.importorskip("numpy")
+    prof = make(tmp_path, warmup_runs=0)
+    prof.begin_run()
+    with prof.step_timing_ctx():
+        for x in ([-100, 300], np.array([-100, 300]), torch.tensor([-100, 300]),
+                  [float("nan"), 3]):
+            with pytest.raises(ValueError, match=">= 0"):
+                prof.set_step_seq_len(x)
+        prof.set_step_seq_len([100, 300])
+    prof.end_run()
+
+
+def test_steps_that_raise_are_counted_not_silently_dropped(tmp_path):
+    prof = make(tmp_path, warmup_runs=0)
+    prof.begin_run()
+    for i in range(4):
+        try:
+            with prof.step_timing_ctx():
+                prof.set_step_tokens(1)
+                if i % 2:
+                    raise RuntimeError("boom")
+        except RuntimeError:
+            pass
+    prof.end_run()
+    s = prof.summary()
+    assert s["stats"]["steps"] == 2
+    assert s["meta"]["steps_discarded"] == 2 and s["runs"][0]["meta"]["steps_discarded"] == 2
+    paths = prof.save_all()
+    md = open([p for p in paths if p.endswith(".md")][0]).read()
+    assert "2 step(s) raised inside step_timing_ctx" in md
