@@ -795,12 +795,18 @@ def cpu_bucket_timer(bucket, sync=None):
     return t
 
 
-def attention_compute_timer():
-    return _C.cuda_bucket_timer("attn.compute")
+def attention_compute_timer(stream=None):
+    """The attn.compute bucket (CUDA events on the step's stream, or on stream)."""
+    if stream is None:  # the per-region fast path: one positional argument
+        return _C.cuda_bucket_timer("attn.compute")
+    return _C.cuda_bucket_timer("attn.compute", stream=stream)
 
 
-def rope_compute_timer():
-    return _C.cuda_bucket_timer("attn.rope")
+def rope_compute_timer(stream=None):
+    """The attn.rope bucket (CUDA events on the step's stream, or on stream)."""
+    if stream is None:
+        return _C.cuda_bucket_timer("attn.rope")
+    return _C.cuda_bucket_timer("attn.rope", stream=stream)
 
 
 class _SyncedTimer:

@@ -30,6 +30,8 @@ typedef struct {
     uint32_t slot;
     uint8_t domain;
     uint8_t pushed;
+    uint8_t own_stream; /* 1: recorded on stream, not on the step's stream */
+    uintptr_t stream;
 } BucketTimerObject;
 
 static PyTypeObject *timer_type; /* the module's BucketTimer (a reference held by the module) */
@@ -62,6 +64,60 @@ static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds) {
     return module ? timer_make(module, tp, name, domain) : NULL;
 }
 
+/* A stream given to cuda_bucket_timer(bucket, stream=...): a torch.cuda.Stream (its
+ * cuda_stream handle) or a raw handle (int); None: the step's (current) stream. 0 and *out /
+ * *given, or -1 with an exception set. */
+static int stream_arg(PyObject *s, uintptr_t *out, int *given) {
+    *given = 0;
+    if (s == Py_None) return 0;
+    PyObject *h = PyLong_Check(s) ? Py_NewRef(s) : PyObject_GetAttrString(s, "cuda_stream");
+    if (!h) {
+        PyErr_Format(PyExc_TypeError, "stream must be a torch.cuda.Stream, a CUDA stream handle "
+                     "(int) or None, not %.100s", Py_TYPE(s)->tp_name);
+        return -1;
+    }
+    unsigned long long v = PyLong_AsUnsignedLongLong(h);
+    Py_DECREF(h);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_SetString(PyExc_ValueError, "stream: a CUDA stream handle is an int >= 0");
+        return -1;
+    }
+    *out = (uintptr_t)v;
+    *given = 1;
+    return 0;
+}
+
+/* The slow path of cuda_bucket_timer: bucket by position or keyword, and stream=. */
+static PyObject *model_timer_parsed(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                                    PyObject *kwnames) {
+    PyObject *bucket = nargs >= 1 ? args[0] : NULL, *stream = Py_None;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (nargs > 2) goto usage;
+    if (nargs == 2) stream = args[1];
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *k = PyTuple_GET_ITEM(kwnames, i);
+        if (PyUnicode_CompareWithASCIIString(k, "bucket") == 0 && !bucket) bucket = args[nargs + i];
+        else if (PyUnicode_CompareWithASCIIString(k, "stream") == 0 && nargs < 2)
+            stream = args[nargs + i];
+        else goto usage;
+    }
+    if (!bucket) goto usage;
+    uintptr_t s = 0;
+    int given = 0;
+    if (stream_arg(stream, &s, &given) < 0) return NULL;
+    BucketTimerObject *t =
+        (BucketTimerObject *)timer_make(module, timer_type, bucket, CPROF_DOMAIN_MODEL);
+    if (t) {
+        t->own_stream = (uint8_t)given;
+        t->stream = s;
+    }
+    return (PyObject *)t;
+usage:
+    PyErr_SetString(PyExc_TypeError, "cuda_bucket_timer(bucket, stream=None): the bucket name, "
+                                     "and optionally the CUDA stream to record on");
+    return NULL;
+}
+
 /* cprof.cuda_bucket_timer(bucket) / the engine domain's: one positional argument takes no
  * parsing at all, the per-region path of the Profiler (issue 4 counts every ns of it);
  * bucket= as a keyword works too. */
@@ -78,8 +134,10 @@ static PyObject *bucket_arg(PyObject *const *args, Py_ssize_t nargs, PyObject *k
 
 static PyObject *mod_model_timer(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                                  PyObject *kwnames) {
-    PyObject *b = bucket_arg(args, PyVectorcall_NARGS(nargs), kwnames, "cuda_bucket_timer");
-    return b ? timer_make(module, timer_type, b, CPROF_DOMAIN_MODEL) : NULL;
+    Py_ssize_t n = PyVectorcall_NARGS(nargs);
+    if (CPROF_LIKELY(n == 1 && !kwnames))
+        return timer_make(module, timer_type, args[0], CPROF_DOMAIN_MODEL);
+    return model_timer_parsed(module, args, n, kwnames);
 }
 
 static PyObject *mod_engine_timer(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
@@ -102,14 +160,16 @@ static PyObject *timer_enter(BucketTimerObject *self, PyObject *unused) {
     if (cprof_events_active() && cprof_events_push(self->name_id, CPROF_CAT_USER_ANNOTATION) == 0)
         self->pushed = 1; /* the bucket shows in an open cprof trace too */
     uint32_t slot;
-    if (cprof_timer_begin(gate.cuda[self->domain], gate.stream, &slot) == CPROF_OK)
+    uintptr_t stream = self->own_stream ? self->stream : gate.stream;
+    if (cprof_timer_begin(gate.cuda[self->domain], stream, &slot) == CPROF_OK)
         self->slot = slot;
     return Py_NewRef(self);
 }
 
 static PyObject *timer_exit(BucketTimerObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (self->slot != NO_SLOT) {
-        cprof_timer_end(self->slot, gate.stream, self->domain, self->name_id, gate.step);
+        cprof_timer_end(self->slot, self->own_stream ? self->stream : gate.stream, self->domain,
+                        self->name_id, gate.step);
         self->slot = NO_SLOT;
     }
     if (self->pushed) {
@@ -362,8 +422,9 @@ static PyObject *mod_rs_buckets(PyObject *module, PyObject *args) {
 static PyMethodDef runprof_methods[] = {
     {"cuda_bucket_timer", (PyCFunction)(void (*)(void))mod_model_timer,
      METH_FASTCALL | METH_KEYWORDS,
-     "cuda_bucket_timer($module, /, bucket)\n--\n\n"
-     "Model-domain timer: CUDA events on the step's stream (host clock without CUDA); "
+     "cuda_bucket_timer($module, /, bucket, stream=None)\n--\n\n"
+     "Model-domain timer: CUDA events on the step's stream, or on stream (a torch.cuda.Stream "
+     "or a handle: a region on a side stream) (host clock without CUDA); "
      "`with cprof.cuda_bucket_timer(\"attn.compute\"): ...`."},
     {"engine_timer", (PyCFunction)(void (*)(void))mod_engine_timer,
      METH_FASTCALL | METH_KEYWORDS,

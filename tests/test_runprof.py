@@ -837,7 +837,8 @@ def test_bucket_name_must_be_a_str():
     assert cprof.cpu_bucket_timer(bucket="sampler").bucket == "sampler"
     for call in (lambda: cprof.cuda_bucket_timer(), lambda: cprof.cuda_bucket_timer("a", "b"),
                  lambda: cprof.cuda_bucket_timer(name="a")):
-        with pytest.raises(TypeError, match="takes one argument, the bucket name"):
+        # (a second argument is the stream: "b" is not one)
+        with pytest.raises(TypeError, match="the bucket name|stream must be"):
             call()
 
 
@@ -947,3 +948,54 @@ def test_steps_that_raise_are_counted_not_silently_dropped(tmp_path):
     paths = prof.save_all()
     md = open([p for p in paths if p.endswith(".md")][0]).read()
     assert "2 step(s) raised inside step_timing_ctx" in md
+
+
+def test_cuda_timers_record_on_a_stream_passed_in(tmp_path):
+    """Issue 4: CUDA timers are recorded on the current stream (or a stream passed in): a
+    region given stream= records its two boundary events on that stream (the fake driver
+    counts cuEventRecord per stream), and is timed into its bucket."""
+    fake_dir = os.path.join(ROOT, "tests", "fake_cupti")
+    if subprocess.run(["bash", os.path.join(fake_dir, "build.sh")]).returncode != 0:
+        pytest.skip("cannot build the fake library")
+    so = os.path.join(fake_dir, "libfake_cupti.so")
+    code = f"""
+import ctypes, json, sys, time
+sys.path.insert(0, {ROOT!r})
+import cprof
+fake = ctypes.CDLL({so!r})
+fake.fake_cuda_records_on.restype = ctypes.c_uint64
+fake.fake_cuda_records_on.argtypes = [ctypes.c_uint64]
+
+class Side:  # what cprof reads of a torch.cuda.Stream
+    cuda_stream = 0x5151
+
+prof = cprof.Profiler(cprof.ProfilerConfig(output_dir={str(tmp_path)!r}, run_name="s",
+                      warmup_runs=0, model_profiling=True, print_per_run=False), timing="cuda")
+prof.begin_run()
+with prof.step_timing_ctx():
+    with cprof.cuda_bucket_timer("attn.qkv_proj", stream=Side()):
+        time.sleep(0.002)
+    with cprof.attention_compute_timer(stream=0x5252):
+        time.sleep(0.002)
+    with cprof.cuda_bucket_timer("norm"):
+        time.sleep(0.002)
+prof.end_run()
+errs = []
+for bad in ("x", -1):
+    try:
+        cprof.cuda_bucket_timer("norm", stream=bad)
+    except (TypeError, ValueError) as e:
+        errs.append(type(e).__name__)
+print(json.dumps({{"side": fake.fake_cuda_records_on(0x5151),
+                   "raw": fake.fake_cuda_records_on(0x5252),
+                   "b": prof.summary()["buckets_model_avg_ms"], "errs": errs}}))
+"""
+    env = dict(os.environ, CPROF_LIBCUDA_PATH=so, CPROF_CUPTI_PATH=so)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["side"] == 2 and out["raw"] == 2
+    assert set(out["b"]) == {"attn.qkv_proj", "attn.compute", "norm"}
+    assert all(v >= 1.5 for v in out["b"].values())
+    assert out["errs"] == ["TypeError", "ValueError"]

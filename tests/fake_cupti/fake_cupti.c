@@ -933,10 +933,28 @@ FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent hEvent) {
     return CUDA_SUCCESS;
 }
 
+/* cuEventRecord calls per stream handle, for tests of timers on a stream passed in */
+static struct {
+    uintptr_t stream;
+    uint64_t n;
+} g_record_streams[32];
+
+FAKE_EXPORT uint64_t fake_cuda_records_on(uint64_t stream) {
+    for (int i = 0; i < 32; i++)
+        if (g_record_streams[i].n && g_record_streams[i].stream == (uintptr_t)stream)
+            return g_record_streams[i].n;
+    return 0;
+}
+
 FAKE_EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
     FAKE_ENTER(cuEventRecord, CUresult);
-    (void)hStream;
     if (!hEvent) return CUDA_ERROR_INVALID_HANDLE;
+    for (int i = 0; i < 32; i++)
+        if (!g_record_streams[i].n || g_record_streams[i].stream == (uintptr_t)hStream) {
+            g_record_streams[i].stream = (uintptr_t)hStream;
+            g_record_streams[i].n++;
+            break;
+        }
     hEvent->t_ns = now_ns(CLOCK_MONOTONIC); /* the work before it is "done" at once */
     hEvent->recorded = 1;
     return CUDA_SUCCESS;
