@@ -344,8 +344,14 @@ def install_async():
 def _mem_pop_here():
     mod, _ = observer()
     if mod is not None and _mem["thread"] == threading.get_ident():
-        mod.mem_pop()
         _mem["thread"] = None
+        try:
+            mod.mem_pop()
+        except RuntimeError as err:  # torch's debug-info stack changed under it: never fatal
+            import warnings
+            warnings.warn(f"cprof: the allocation reporter could not be removed ({err}); "
+                          "allocations reported after the window are ignored", RuntimeWarning,
+                          stacklevel=2)
 
 
 def mem_reporter_push():
