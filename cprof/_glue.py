@@ -453,8 +453,10 @@ def memory_begin(prof):
     prof._memory_recording = False
     if not prof.profile_memory:
         return
-    _sampler_begin(prof)
+    # the allocation reporter first: the sampler's first sample is taken as late as can be,
+    # just before the active window's first ProfilerStep opens
     _events_begin(prof)
+    _sampler_begin(prof)
     if not _cuda_memory_wanted(prof):
         return  # CPU-only memory, as torch.profiler(activities=[CPU], profile_memory=True)
     torch = sys.modules.get("torch")
