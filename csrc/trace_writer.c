@@ -498,16 +498,18 @@ int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap, const cprof_
         cprof_buf_u64(b, e->tid);
         cprof_buf_puts(b, ",\"ts\":");
         cprof_buf_us3(b, (int64_t)e->ts_ns + snap->unix_offset_ns - m->base_time_ns);
-        cprof_buf_puts(b, ",\"args\":{\"Total Reserved\":");
-        cprof_buf_i64(b, e->total_reserved);
-        cprof_buf_puts(b, ",\"Total Allocated\":");
-        cprof_buf_i64(b, e->total_allocated);
-        cprof_buf_puts(b, ",\"Bytes\":");
-        cprof_buf_i64(b, e->bytes);
-        cprof_buf_puts(b, ",\"Device Id\":");
-        cprof_buf_i64(b, e->device_index);
-        cprof_buf_puts(b, ",\"Device Type\":");
-        cprof_buf_i64(b, e->device_type);
+        const struct {
+            const char *key;
+            int64_t v;
+        } args[] = {{",\"args\":{\"Total Reserved\":", e->total_reserved},
+                    {",\"Total Allocated\":", e->total_allocated},
+                    {",\"Bytes\":", e->bytes},
+                    {",\"Device Id\":", e->device_index},
+                    {",\"Device Type\":", e->device_type}};
+        for (size_t k = 0; k < sizeof args / sizeof *args; k++) {
+            cprof_buf_puts(b, args[k].key);
+            cprof_buf_i64(b, args[k].v);
+        }
         cprof_buf_puts(b, ",\"Addr\":");
         cprof_buf_u64(b, e->addr);
         cprof_buf_puts(b, "}},\n");

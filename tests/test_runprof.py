@@ -718,13 +718,18 @@ def test_attach_engine(tmp_path):
     assert list(prof.summary()["buckets_engine_avg_ms"]) == ["prefill", "decode"]
 
 
-def test_cuda_timers_through_fake_driver(tmp_path):
-    """The CUDA-event path (pool, record, batch resolution) against tests/fake_cupti, whose
-    events stamp the host clock; in its own process because the driver loads once."""
+def _fake_so():
+    """tests/fake_cupti's library (the fake CUDA driver), built if needed; skips without it."""
     fake_dir = os.path.join(ROOT, "tests", "fake_cupti")
     if subprocess.run(["bash", os.path.join(fake_dir, "build.sh")]).returncode != 0:
         pytest.skip("cannot build the fake library")
-    so = os.path.join(fake_dir, "libfake_cupti.so")
+    return os.path.join(fake_dir, "libfake_cupti.so")
+
+
+def test_cuda_timers_through_fake_driver(tmp_path):
+    """The CUDA-event path (pool, record, batch resolution) against tests/fake_cupti, whose
+    events stamp the host clock; in its own process because the driver loads once."""
+    so = _fake_so()
     code = f"""
 import json, sys, time
 sys.path.insert(0, {ROOT!r})
@@ -777,10 +782,7 @@ print(json.dumps({{"b": s["buckets_model_avg_ms"], "share_ns": s["meta"]["timer_
 
 
 def _fake_timers(tmp_path, between="pass", **env):
-    fake_dir = os.path.join(ROOT, "tests", "fake_cupti")
-    if subprocess.run(["bash", os.path.join(fake_dir, "build.sh")]).returncode != 0:
-        pytest.skip("cannot build the fake library")
-    so = os.path.join(fake_dir, "libfake_cupti.so")
+    so = _fake_so()
     code = FAKE_TIMERS.format(root=ROOT, out=str(tmp_path), between=between)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                        env=dict(os.environ, CPROF_LIBCUDA_PATH=so, CPROF_CUPTI_PATH=so, **env))
@@ -954,10 +956,7 @@ def test_cuda_timers_record_on_a_stream_passed_in(tmp_path):
     """Issue 4: CUDA timers are recorded on the current stream (or a stream passed in): a
     region given stream= records its two boundary events on that stream (the fake driver
     counts cuEventRecord per stream), and is timed into its bucket."""
-    fake_dir = os.path.join(ROOT, "tests", "fake_cupti")
-    if subprocess.run(["bash", os.path.join(fake_dir, "build.sh")]).returncode != 0:
-        pytest.skip("cannot build the fake library")
-    so = os.path.join(fake_dir, "libfake_cupti.so")
+    so = _fake_so()
     code = f"""
 import ctypes, json, sys, time
 sys.path.insert(0, {ROOT!r})
