@@ -7,8 +7,9 @@ work with the launch's correlation id belongs to that launch."""
 import bisect
 import json
 import math
-import struct
 from collections import namedtuple
+
+from ._glue import MEM_EVENT  # one allocation event as csrc/mem_events.c packs it
 
 _CPU_CATS = {0: "user_annotation", 1: "cpu_op", 2: "python_function", 3: "user_annotation"}
 _CAT_STEP = 3  # ProfilerStep#N ranges (cprof.profile's steps)
@@ -323,10 +324,6 @@ def _build(window):
     return everything, cpu, gpu_events
 
 
-# one allocation event as csrc/mem_events.c packs it (cprof_mem_event; _glue.MEM_EVENT)
-_MEM_EVENT = struct.Struct("=QQqqqIbbH")
-
-
 def _attribute_memory(cpu, data, t0):
     """profile_memory, as torch's _parse_kineto_results: each CPU event's memory usage is the
     bytes of every allocation event (any thread) between its begin and its end (CPU ones as
@@ -334,7 +331,7 @@ def _attribute_memory(cpu, data, t0):
     children's; the allocation events inside no event become "[memory]" events of their own
     (returned), as in torch's results."""
     mem = sorted(((ts - t0) / 1000.0, nbytes, dev, tid)
-                 for ts, _addr, nbytes, _a, _r, tid, dev, _i, _p in _MEM_EVENT.iter_unpack(data))
+                 for ts, _addr, nbytes, _a, _r, tid, dev, _i, _p in MEM_EVENT.iter_unpack(data))
     times = [m[0] for m in mem]
     pre_cpu, pre_dev = [0], [0]
     for _, nbytes, dev, _ in mem:
