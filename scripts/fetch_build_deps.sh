@@ -8,4 +8,10 @@ cd "$(dirname "$0")/.."
 mkdir -p .deps
 if [ -d .git ]; then mkdir -p .git/info; grep -qx '/.deps/' .git/info/exclude 2>/dev/null || echo '/.deps/' >> .git/info/exclude; fi
 (cd .deps && apt-get download libcjson1 libcjson-dev zlib1g-dev >/dev/null)
+# py-spy (one static binary in a wheel) samples native + Python stacks where perf is missing,
+# as on the GPU machine (gpu_check.sh's "perf" benchmark)
+if ! ls .deps/py_spy-*.whl >/dev/null 2>&1; then
+  python3 -m pip download -q --no-deps --only-binary=:all: -d .deps py-spy \
+    || echo "fetch_build_deps: py-spy not downloaded (the perf benchmark falls back to timing only)"
+fi
 ls -1 .deps

@@ -10,7 +10,8 @@
 # cupti_modes" (names: clock gpu_overhead options timers compiled_regions cupti_modes residual perf) picks the
 # benchmarks; GPU_CHECK_TESTS overrides the GPU test files ("none": no tests);
 # GPU_CHECK_ROUNDS (15) the rounds of gpu_overhead and options; CUPTI_MODES / CUPTI_REPEAT (2)
-# the modes and processes of cupti_modes.
+# the modes and processes of cupti_modes; PERF_PROFILER=pyspy makes "perf" sample with py-spy
+# even where perf is installed, PERF_DEVICE=cpu runs its step on the CPU (to try it without a GPU).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
@@ -172,16 +173,33 @@ if [ "$failed" = 0 ]; then
       perf)
         # where each configuration's per-step cost goes (benchmarks/perf_step.py): steps/s of
         # each, and a perf profile of none and defaults where perf is installed
-        echo "== benchmark: $PY benchmarks/perf_step.py per configuration (perf: $(command -v perf || echo none)) =="
+        # perf, or else py-spy (its wheel carried in .deps/ by scripts/fetch_build_deps.sh)
+        pyspy=""
+        if ! command -v perf >/dev/null || [ "${PERF_PROFILER:-}" = pyspy ]; then
+          w=$(ls .deps/py_spy-*.whl 2>/dev/null | head -n 1)
+          if [ -n "$w" ]; then
+            mkdir -p /tmp/cprof-pyspy
+            $PY -c "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); n = [m for m in z.namelist() if m.endswith('/scripts/py-spy')][0]; open('/tmp/cprof-pyspy/py-spy', 'wb').write(z.read(n))" "$w" \
+              && chmod +x /tmp/cprof-pyspy/py-spy && /tmp/cprof-pyspy/py-spy --version >/dev/null 2>&1 \
+              && pyspy=/tmp/cprof-pyspy/py-spy
+          fi
+        fi
+        echo "== benchmark: $PY benchmarks/perf_step.py per configuration (perf: $(command -v perf || echo none); py-spy: ${pyspy:-none}) =="
         for c in none gpu defaults stack stack_noc shapes modules; do
-          if command -v perf >/dev/null && { [ $c = none ] || [ $c = defaults ]; }; then
+          if [ -n "$pyspy" ] && [ $c != modules ]; then
+            # native + Python stacks, 499 Hz; the summary counts samples inside the step only
+            $pyspy record --native -r 499 -f raw -o "$OUT/pyspy_$c.raw" -- $PY benchmarks/perf_step.py \
+              --config $c --seconds 4 --device ${PERF_DEVICE:-cuda} 2>&1 | grep -v -E '^(USDT:|py-spy>)' | tee -a "$OUT/perf_step.log"
+            $PY benchmarks/pyspy_summary.py "$OUT/pyspy_$c.raw" --top 40 > "$OUT/pyspy_$c.txt" 2>&1
+            gzip -f "$OUT/pyspy_$c.raw"
+          elif command -v perf >/dev/null && { [ $c = none ] || [ $c = defaults ]; }; then
             perf record -q -g -F 1999 -o "$OUT/perf_$c.data" $PY benchmarks/perf_step.py \
-              --config $c --seconds 4 2>&1 | grep -v '^USDT:' | tee -a "$OUT/perf_step.log"
+              --config $c --seconds 4 --device ${PERF_DEVICE:-cuda} 2>&1 | grep -v "^USDT:" | tee -a "$OUT/perf_step.log"
             perf report -i "$OUT/perf_$c.data" --no-children --sort dso,symbol -g none \
               2>/dev/null | grep -v '^#' | grep '%' | sed 's/   */  /g' | head -n 80 > "$OUT/perf_$c.txt"
             rm -f "$OUT/perf_$c.data"
           else
-            $PY benchmarks/perf_step.py --config $c --seconds 3 2>&1 | grep -v '^USDT:' \
+            $PY benchmarks/perf_step.py --config $c --seconds 3 --device ${PERF_DEVICE:-cuda} 2>&1 | grep -v '^USDT:' \
               | tee -a "$OUT/perf_step.log"
           fi
         done ;;
