@@ -22,7 +22,7 @@ from . import _schedule as _schedule_mod
 from ._dist import rank_info
 from ._features import gpu_unavailable_reason
 from ._schedule import ProfilerAction, _always_record, as_action, same_member
-from ._window import Window, check_gpu_buffer_mb, check_output_dir, clean_text, is_stream
+from ._window import Window, check_buffer_size_mb, check_gpu_buffer_mb, check_output_dir, clean_text, is_stream
 
 
 _TRUE = {"1", "true", "yes", "on", "y", "t"}
@@ -267,8 +267,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             raise TypeError("cprof.profile: min_duration_us must be a number") from None
         if not min_duration_us >= 0:
             raise ValueError("cprof.profile: min_duration_us must be >= 0 microseconds")
-        if buffer_size_mb is not None and not buffer_size_mb > 0:
-            raise ValueError("cprof.profile: buffer_size_mb must be a positive number of MiB")
+        buffer_size_mb = check_buffer_size_mb(buffer_size_mb, "cprof.profile")
         self.gpu_buffer_mb = check_gpu_buffer_mb(gpu_buffer_mb, "cprof.profile")
         self.record_shapes = bool(record_shapes)
         self.profile_memory = "MEM" in self.activities

@@ -4,6 +4,7 @@ This is the engine under ProfilerContext (and later cprof.profile): it validates
 user typed (callers do) and keeps the collected snapshot until it has been written, so a failed
 write loses nothing."""
 import json
+import math
 import os
 import socket
 import stat
@@ -37,17 +38,46 @@ def is_stream(path):
     return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
 
 
+def _memory_mib():
+    """This machine's physical memory in MiB (None where the system does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_buffer_size_mb(mb, who):
+    """None, or a finite positive number of MiB for the CPU range buffers' cap (ValueError
+    naming who otherwise). A cap above the machine's memory is allowed: it is only a cap."""
+    if mb is None:
+        return None
+    try:
+        mb = float(mb)
+    except (TypeError, ValueError):
+        raise ValueError(f"{who}: buffer_size_mb must be a number of MiB, got {mb!r}") from None
+    if not (mb > 0 and math.isfinite(mb)):
+        raise ValueError(f"{who}: buffer_size_mb must be a finite positive number of MiB (the "
+                         f"cap of the CPU range buffers), got {mb!r}")
+    return mb
+
+
 def check_gpu_buffer_mb(mb, who):
-    """None, or a positive number of MiB (ValueError naming who otherwise)."""
+    """None, or a positive number of MiB no larger than the machine's memory (CUPTI's buffer
+    pool is reserved whole when a GPU window opens); ValueError naming who otherwise."""
     if mb is None:
         return None
     try:
         mb = float(mb)
     except (TypeError, ValueError):
         raise ValueError(f"{who}: gpu_buffer_mb must be a number of MiB, got {mb!r}") from None
-    if not mb > 0:
-        raise ValueError(f"{who}: gpu_buffer_mb must be a positive number of MiB (CUPTI's "
-                         "buffer pool; default 128)")
+    if not (mb > 0 and math.isfinite(mb)):
+        raise ValueError(f"{who}: gpu_buffer_mb must be a finite positive number of MiB "
+                         f"(CUPTI's buffer pool; default 128), got {mb!r}")
+    total = _memory_mib()
+    if total is not None and mb > total:
+        raise ValueError(f"{who}: gpu_buffer_mb={mb:g} is more than this machine's memory "
+                         f"({total:.0f} MiB); CUPTI's buffer pool is reserved whole when a GPU "
+                         "window opens, so ask for less (default 128)")
     return mb
 
 
@@ -176,6 +206,15 @@ class Window:
                 self.gpu = False
                 self.gpu_failure = str(err)
                 self.notes["gpu_unavailable"] = str(err)
+            except MemoryError as err:
+                # the buffer pool could not be had: close the window this start opened (a later
+                # one must be able to open) and say what to lower
+                _C.stop().close()
+                raise MemoryError(f"{err}; ask for a smaller CUPTI buffer pool (gpu_buffer_mb "
+                                  "or CPROF_GPU_BUFFER_MB; default 128)") from None
+            except BaseException:
+                _C.stop().close()
+                raise
             else:
                 if self.nvtx:
                     _set_nvtx_injection()
@@ -211,7 +250,7 @@ class Window:
             try:
                 _C.gpu_start(memory=self.memory, nvtx=self.nvtx, share=_kineto_idle(),
                              pool_bytes=self._pool_bytes())
-            except _C.CprofError as err:
+            except (_C.CprofError, MemoryError) as err:
                 self.gpu = False
                 self.notes["gpu_unavailable"] = str(err)
                 warnings.warn(f"cprof: GPU collection could not be restarted after warmup: "
@@ -312,6 +351,34 @@ class Window:
                 f"cprof: {lost} GPU activity records were dropped (CUPTI buffers full or out "
                 "of memory); the trace says so in its metadata. Shorten the window or raise "
                 "gpu_buffer_mb (or CPROF_GPU_BUFFER_MB).", RuntimeWarning, stacklevel=4)
+        u = counts["unrecovered"]
+        if u["flush_error"]:
+            warnings.warn(
+                f"cprof: CUPTI could not flush its activity buffers when the window closed "
+                f"(CUPTI error {u['flush_error']}): GPU records still held in them are missing "
+                "from this trace, in numbers CUPTI does not report; the trace says so in its "
+                "metadata (dropped.gpu_flush_error). Another CUPTI client or a broken CUDA "
+                "context is the usual cause.", RuntimeWarning, stacklevel=4)
+        if u["buffers_undecoded"]:
+            warnings.warn(
+                f"cprof: {u['buffers_undecoded']} CUPTI activity buffer(s) could not be read "
+                f"to their end (CUPTI error {u['undecoded_error']}): the GPU records after that "
+                "point are missing from this trace; the trace says so in its metadata "
+                "(dropped.gpu_buffers_undecoded). A libcupti other than the one the driver "
+                "expects (CPROF_CUPTI_PATH) can cause it.", RuntimeWarning, stacklevel=4)
+        if d["incomplete"]:
+            nvtx = u["nvtx_open"]
+            other = d["incomplete"] - nvtx
+            parts = []
+            if other:
+                parts.append(f"{other} GPU activity record(s) had no end time or ended before "
+                             "they began (work still running when the window closed on a "
+                             "device cprof does not synchronise)")
+            if nvtx:
+                parts.append(f"{nvtx} NVTX range(s) were pushed and never popped in the window")
+            warnings.warn("cprof: " + "; ".join(parts) + ": left out of the trace, which "
+                          "counts them in its metadata (dropped.gpu_incomplete).",
+                          RuntimeWarning, stacklevel=4)
 
     def metadata(self, extra=None):
         rank, world, backend = rank_info()
@@ -333,9 +400,12 @@ class Window:
                                                  "toggles": self.toggles}
         if self.gpu_snapshot is not None:
             d = self.notes["gpu"]["dropped"]
+            u = self.notes["gpu"]["unrecovered"]
             meta["dropped"] = {"gpu_cupti": d["cupti"], "gpu_decode": d["decode"],
                                "gpu_incomplete": d["incomplete"],
-                               "gpu_buffers_refused": d["buffers_refused"]}
+                               "gpu_buffers_refused": d["buffers_refused"],
+                               "gpu_flush_error": u["flush_error"],
+                               "gpu_buffers_undecoded": u["buffers_undecoded"]}
         if extra:
             meta.update(extra)
         return meta, rank, world, backend

@@ -13,7 +13,7 @@ from . import _lifecycle
 from ._dist import rank_info
 from ._profile import normalize_activities as _normalize
 from ._profile import profile
-from ._window import check_output_dir, is_stream
+from ._window import check_buffer_size_mb, check_output_dir, is_stream
 
 VALID_ACTIVITIES = ("CPU", "GPU", "MEM")
 DEFAULT_ACTIVITIES = ("CPU", "GPU")
@@ -176,8 +176,7 @@ class ProfilerContext:
             raise ValueError(f"cprof: profile_name is {len(os.fsencode(profile_name))} bytes; "
                              "file names are limited to 255 bytes with the -rankR-N.trace.json.gz "
                              "suffix, so keep it under 200")
-        if buffer_size_mb is not None and not buffer_size_mb > 0:
-            raise ValueError("cprof: buffer_size_mb must be a positive number of MiB")
+        buffer_size_mb = check_buffer_size_mb(buffer_size_mb, "cprof")
         self.profile_name = profile_name
         self.buffer_size_mb = buffer_size_mb
         self._prof = profile(activities=self.activities, with_stack=self.with_stack,

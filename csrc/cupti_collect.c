@@ -33,6 +33,7 @@ static int timestamp_callback_ok;  /* CUPTI stamps with cprof_clock_now_ns */
 static int64_t cupti_clock_offset; /* cprof clock = CUPTI clock - offset (when no callback) */
 static CUpti_SubscriberHandle subscriber;
 static int shared;                 /* this window runs without the subscriber (config.share) */
+static char shared_holder[64];     /* the holder CUPTI named when shared ("" if none) */
 static int active;
 static uint64_t window_start_ns;
 static cprof_gpu_config config;
@@ -405,16 +406,56 @@ static int enable_kinds(void) {
 
 int cprof_cupti_active(void) { return active; }
 
+/* Holders CUPTI may name that are never an idle Kineto: a profiling tool attached to the
+ * process, whose records cprof must not take (share) even when torch is loaded. */
+static int never_shared(const char *holder) {
+    static const char *const tools[] = {"nsight",  "nsys",    "ncu",      "hpctoolkit",
+                                        "score-p", "scorep", "caliper", "omnitrace"};
+    for (size_t i = 0; i < sizeof tools / sizeof *tools; i++)
+        if (strcasestr(holder, tools[i])) return 1;
+    return 0;
+}
+
+/* ---- fork ----
+ * CUDA does not survive fork(): a child of a process that has used it cannot use it at all
+ * (every driver call fails; CUPTI's may hang). So a child forked after cprof's first GPU
+ * window has no collector running (its copy of the parent's state is dropped) and is refused
+ * GPU collection with a message that says why, instead of "already active". */
+static int cuda_touched;      /* this process started GPU collection once (cuInit done) */
+static int forked_after_cuda; /* set in the child of such a process */
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void atfork_child(void) {
+    if (!cuda_touched) return;
+    forked_after_cuda = 1;
+    active = 0;
+    shared = 0;
+    subscriber = NULL;
+    /* a CUPTI thread may have held it at the fork; that thread does not exist here */
+    pthread_mutex_init(&pool_lock, NULL);
+    pool_done_n = 0;
+}
+
+static void atfork_register(void) { pthread_atfork(NULL, NULL, atfork_child); }
+
 int cprof_cupti_start(const cprof_gpu_config *cfg, uint64_t start_ns) {
     last_error[0] = '\0';
     if (active) {
         set_error("GPU collection is already active");
         return CPROF_E_STATE;
     }
+    if (forked_after_cuda) {
+        set_error("this process was forked from one that had used CUDA, and CUDA cannot be "
+                  "used after fork(): profile the GPU in the parent, or start the child with "
+                  "multiprocessing's 'spawn' start method");
+        return CPROF_E_UNAVAILABLE;
+    }
     if (cprof_cuda_load_cupti(&api) != CPROF_OK) {
         set_error("CUPTI is not available: %s", cprof_cupti_error());
         return CPROF_E_UNAVAILABLE;
     }
+    pthread_once(&atfork_once, atfork_register);
+    cuda_touched = 1; /* the driver is initialised from here on */
     config = *cfg;
     if (!config.buffer_bytes) config.buffer_bytes = DEFAULT_BUFFER_BYTES;
     if (!config.pool_cap_bytes) config.pool_cap_bytes = DEFAULT_POOL_CAP;
@@ -440,12 +481,13 @@ int cprof_cupti_start(const cprof_gpu_config *cfg, uint64_t start_ns) {
         r = api->cuptiSubscribe(&subscriber, subscriber_cb, NULL);
     }
     if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && config.share &&
-        !strcasestr(holder, "nsight")) {
+        !never_shared(holder)) {
         /* Kineto subscribes at its first session and never lets go; once its session is over
          * the activity API is free, and the subscriber is not needed to collect */
         r = CUPTI_SUCCESS;
         subscriber = NULL;
         shared = 1;
+        snprintf(shared_holder, sizeof shared_holder, "%s", holder);
     }
     if (r != CUPTI_SUCCESS) {
         int rc = map_cupti_error(r, "subscribing to CUPTI");
@@ -872,9 +914,11 @@ int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot
     /* forced: also the buffers CUPTI is still filling, so nothing of this window is left
      * behind to leak into the next one */
     int had_shared = shared, had_events = kinds_enabled[CUPTI_ACTIVITY_KIND_CUDA_EVENT];
-    api->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    CUptiResult flush1 = api->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     disable_all();
-    api->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    CUptiResult flush2 = api->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    /* the second flush catches what the first left; only both failing leaves records behind */
+    int flush_error = flush2 != CUPTI_SUCCESS && flush1 != CUPTI_SUCCESS ? (int)flush2 : 0;
     zeroed_attr_off();
     /* with CPROF_CUPTI_TEARDOWN=1 the subscriber is kept until the buffers are decoded (any
      * thread's next CUDA call would detach CUPTI), then armed for the teardown */
@@ -912,15 +956,23 @@ int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot
     uint64_t raw[64] = {0};
     for (size_t i = 0; i < ndone; i++) {
         CUpti_Activity *rec = NULL;
-        while (api->cuptiActivityGetNextRecord(done[i].buf, done[i].valid, &rec) == CUPTI_SUCCESS) {
+        CUptiResult r;
+        while ((r = api->cuptiActivityGetNextRecord(done[i].buf, done[i].valid, &rec)) ==
+               CUPTI_SUCCESS) {
             raw[(unsigned)rec->kind & 63]++;
             decode_one(&d, rec);
         }
+        if (r != CUPTI_ERROR_MAX_LIMIT_REACHED) { /* not the buffer's end: the rest is lost */
+            snap->buffers_undecoded++;
+            snap->undecoded_error = (int)r;
+        }
     }
+    snap->flush_error = flush_error;
     /* the buffers go back to the pool (zeroed) when the next window starts: pool_setup */
     free(done);
     free(d.demangled_of);
     snap->dropped_incomplete += d.nmarkers; /* NVTX ranges never closed in the window */
+    snap->open_markers = d.nmarkers;
     snap->cuda_events = had_events;
     cprof_gpu_resolve_event_waits(snap); /* out of memory: the waits stay unresolved, counted */
     free(d.markers);
@@ -929,6 +981,7 @@ int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot
     snap->pool_cap_bytes = config.pool_cap_bytes;
     snap->buffers = atomic_load(&buffers_used);
     snap->cupti_shared = had_shared;
+    if (had_shared) snprintf(snap->cupti_holder, sizeof snap->cupti_holder, "%s", shared_holder);
     snap->api_mode = api_mode;
     snap->api_delivered = raw[CUPTI_ACTIVITY_KIND_RUNTIME] + raw[CUPTI_ACTIVITY_KIND_DRIVER];
     snap->api_ids_off = api_ids_off;

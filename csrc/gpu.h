@@ -96,6 +96,13 @@ typedef struct cprof_gpu_snapshot {
     uint64_t dropped_incomplete;/* records without an end time (work still running at stop) */
     uint64_t dropped_outside;   /* records entirely outside the window */
     uint64_t dropped_decode;    /* records cprof could not store (out of memory) */
+    uint64_t open_markers;      /* NVTX ranges pushed and never popped in the window (counted
+                                   in dropped_incomplete too) */
+    int flush_error;            /* CUPTI's result of the last flush at stop (0: flushed); a
+                                   failed flush leaves records in CUPTI, lost to this window */
+    uint64_t buffers_undecoded; /* completed buffers whose walk ended on an error before their
+                                   end (records after that point lost, in unknown numbers) */
+    int undecoded_error;        /* CUPTI's result that ended the last such walk */
     uint64_t toggled_off;       /* records left out on request: launched while CUDA collection
                                    was toggled off (gpu_toggle.c) */
     uint64_t buffers_refused;   /* CUPTI's requests for a buffer refused (pool full): records
@@ -104,6 +111,7 @@ typedef struct cprof_gpu_snapshot {
     uint64_t overhead_ns;       /* sum of CUPTI overhead records */
     uint64_t buffers;           /* CUPTI buffers used */
     int cupti_shared;           /* collected without the subscriber (another client held it) */
+    char cupti_holder[64];      /* the holder CUPTI named then ("" if it named none) */
     const char *api_mode;       /* how API records were enabled: "kinds+filter" (default),
                                    "kinds", "ids" or "none" (diagnostic modes) */
     uint64_t api_delivered;     /* runtime + driver records CUPTI delivered (before filtering) */

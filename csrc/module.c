@@ -43,7 +43,10 @@ static inline module_state *get_state(PyObject *module) {
 static PyObject *raise_core_error(module_state *st, int code, const char *what, int err_no) {
     PyObject *type = st->CprofError;
     switch (code) {
-    case CPROF_E_NOMEM: return PyErr_NoMemory();
+    case CPROF_E_NOMEM:
+        /* keep what could not be had (a buffer pool's size, say): the user can act on it */
+        if (what && *what) return PyErr_Format(PyExc_MemoryError, "cprof: %s", what);
+        return PyErr_NoMemory();
     case CPROF_E_EMPTY:
         type = st->NoOpenRangeError;
         break;
@@ -314,6 +317,15 @@ static const char *const gpu_kind_names[CPROF_GPU_KIND_COUNT] = {
     "kernel", "memcpy", "memset", "runtime", "driver", "sync", "overhead", "memory", "marker",
     "cuda_event"};
 
+/* Who held CUPTI's subscriber in the window, for the trace's metadata. */
+static PyObject *subscriber_text(const cprof_gpu_snapshot *g) {
+    if (!g->cupti_shared) return PyUnicode_FromString("held by cprof");
+    return PyUnicode_FromFormat("shared: another client (%s) holds it; collected through the "
+                                "activity API alone",
+                                g->cupti_holder[0] ? g->cupti_holder : "unnamed: Kineto, "
+                                                                       "presumably");
+}
+
 static PyObject *gpu_snapshot_counts(GpuSnapshotObject *self, PyObject *unused) {
     if (!self->snap) Py_RETURN_NONE;
     cprof_gpu_snapshot *g = self->snap;
@@ -324,7 +336,7 @@ static PyObject *gpu_snapshot_counts(GpuSnapshotObject *self, PyObject *unused) 
         Py_XDECREF(v);
     }
     if (!kinds) return NULL;
-    PyObject *counts = Py_BuildValue("{sNsKs{sKsKsKsKsK}sKsKsKsss{sssKsI}sIsNsI}", "records", kinds,
+    PyObject *counts = Py_BuildValue("{sNsKs{sKsKsKsKsK}sKsKsKsNs{sssKsI}sIsNsI}", "records", kinds,
                          "total", (unsigned long long)g->nrecords, "dropped", "cupti",
                          (unsigned long long)g->dropped_cupti, "incomplete",
                          (unsigned long long)g->dropped_incomplete, "outside_window",
@@ -334,9 +346,7 @@ static PyObject *gpu_snapshot_counts(GpuSnapshotObject *self, PyObject *unused) 
                          (unsigned long long)g->pool_cap_bytes, "cupti_overhead_ns",
                          (unsigned long long)g->overhead_ns, "buffers",
                          (unsigned long long)g->buffers, "cupti_subscriber",
-                         g->cupti_shared ? "shared: another client (Kineto) holds it; collected "
-                                           "through the activity API alone"
-                                         : "held by cprof",
+                         subscriber_text(g),
                          "api_records", "mode", g->api_mode ? g->api_mode : "",
                          "delivered", (unsigned long long)g->api_delivered, "ids_switched_off",
                          (unsigned)g->api_ids_off, "enable_us", (unsigned)g->enable_us,
@@ -355,6 +365,16 @@ static PyObject *gpu_snapshot_counts(GpuSnapshotObject *self, PyObject *unused) 
     PyObject *off = counts ? PyLong_FromUnsignedLongLong(g->toggled_off) : NULL;
     if (!off || PyDict_SetItemString(counts, "toggled_off", off) < 0) Py_CLEAR(counts);
     Py_XDECREF(off);
+    /* what a stop could not get out of CUPTI: a failed final flush, buffers not walked to
+     * their end (records lost in numbers nobody knows), NVTX ranges left open */
+    PyObject *lost = counts ? Py_BuildValue("{sisKsisK}", "flush_error", g->flush_error,
+                                            "buffers_undecoded",
+                                            (unsigned long long)g->buffers_undecoded,
+                                            "undecoded_error", g->undecoded_error, "nvtx_open",
+                                            (unsigned long long)g->open_markers)
+                            : NULL;
+    if (!lost || PyDict_SetItemString(counts, "unrecovered", lost) < 0) Py_CLEAR(counts);
+    Py_XDECREF(lost);
     return counts;
 }
 

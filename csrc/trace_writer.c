@@ -102,7 +102,7 @@ static void event_tail(writer *w) {
 }
 
 /* {"ph":"M","name":<what>,"ts":0,"pid":P,"tid":T,"args":{<key>:<value>}} ; value pre-rendered */
-static void meta_event(writer *w, const char *what, int64_t pid, uint64_t tid, const char *key,
+static void meta_event(writer *w, const char *what, int64_t pid, int64_t tid, const char *key,
                        const char *value_json, size_t value_len) {
     cprof_buf *b = &w->b;
     cprof_buf_puts(b, "{\"ph\":\"M\",\"name\":\"");
@@ -110,7 +110,7 @@ static void meta_event(writer *w, const char *what, int64_t pid, uint64_t tid, c
     cprof_buf_puts(b, "\",\"ts\":0.000,\"pid\":");
     cprof_buf_i64(b, pid);
     cprof_buf_puts(b, ",\"tid\":");
-    cprof_buf_u64(b, tid);
+    cprof_buf_i64(b, tid);
     cprof_buf_puts(b, ",\"args\":{\"");
     cprof_buf_puts(b, key);
     cprof_buf_puts(b, "\":");
@@ -293,6 +293,8 @@ typedef struct track {
     uint32_t device, stream; /* stream UINT32_MAX: the device's process */
 } track;
 #define MAX_NAMED_TRACKS 512
+
+#define NO_STREAM_TRACK 0xFFFFFFFEu /* named[]'s key for a device's tid -1 (stream-less syncs) */
 
 static int track_named(const track *named, size_t n, uint32_t device, uint32_t stream) {
     for (size_t i = 0; i < n; i++)
@@ -717,9 +719,19 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
         /* a device seen only in its memory counters is named too */
         if (r->kind == CPROF_GPU_MEMORY && !track_named(named, nnamed, r->device, UINT32_MAX))
             device_meta(w, r->device, named, &nnamed);
-        if (r->kind != CPROF_GPU_SYNC || r->stream == 0xFFFFFFFFu) continue;
+        if (r->kind != CPROF_GPU_SYNC) continue;
         uint32_t dev = device_of(ctx_dev, nctx, r->context);
         if (!track_named(named, nnamed, dev, UINT32_MAX)) device_meta(w, dev, named, &nnamed);
+        if (r->stream == 0xFFFFFFFFu) {
+            /* context and event syncs wait on no stream: Kineto's tid -1, named here */
+            if (!track_named(named, nnamed, dev, NO_STREAM_TRACK)) {
+                static const char name[] = "\"syncs (no stream)\"";
+                meta_event(w, "thread_name", dev, -1, "name", name, sizeof name - 1);
+                meta_event(w, "thread_sort_index", dev, -1, "sort_index", "-1", 2);
+                if (nnamed < MAX_NAMED_TRACKS) named[nnamed++] = (track){dev, NO_STREAM_TRACK};
+            }
+            continue;
+        }
         if (!track_named(named, nnamed, dev, r->stream))
             stream_meta(w, dev, r->stream, named, &nnamed);
     }

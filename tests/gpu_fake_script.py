@@ -61,9 +61,12 @@ with warnings.catch_warnings(record=True) as caught:
         except cprof.CuptiBusyError as e:
             result["raised"] = str(e)
         result["window_open"] = C.active()
-    elif scenario in ("shared_kineto_idle", "shared_nsight", "shared_kineto_active"):
+    elif scenario in ("shared_kineto_idle", "shared_nsight", "shared_kineto_active",
+                      "shared_tool"):
         import torch  # loaded: Kineto may be the holder
-        holder = b"CUPTI for Nsight Systems" if scenario == "shared_nsight" else b"Kineto"
+        holder = {"shared_nsight": b"CUPTI for Nsight Systems",
+                  "shared_tool": os.environ.get("FAKE_HOLDER", "HPCToolkit").encode()}.get(
+                      scenario, b"Kineto")
         fake.fake_cupti_set_other_subscriber(holder)
         tp = None
         if scenario == "shared_kineto_active":
@@ -185,6 +188,77 @@ with warnings.catch_warnings(record=True) as caught:
         traces.append(str(scene("td3").trace_path))  # after the detach: a new subscriber
         result["after_third_stop"] = state()
         result["traces"] = traces
+    elif scenario == "unrecovered":  # what a stop cannot get out of CUPTI is never silent
+        fake.fake_cupti_set_error_once.argtypes = [ctypes.c_char_p, ctypes.c_int]
+        tid = threading.get_native_id()
+        caught_at = {}
+        for name, fn, once in (("flush", b"cuptiActivityFlushAll", False),
+                               ("nextrecord", b"cuptiActivityGetNextRecord", True)):
+            before = len(caught)
+            with cprof.ProfilerContext(output_dir=out_dir, profile_name=name, verbose=False,
+                                       with_stack=False) as p:
+                fake.fake_cupti_script_basic(C.now_ns() + 1000, tid)
+                time.sleep(0.002)
+                (fake.fake_cupti_set_error_once if once else fake.fake_cupti_set_error)(fn, 999)
+            fake.fake_cupti_set_error(fn, 0)
+            result[name] = str(p.trace_path)
+            caught_at[name] = [str(w.message) for w in caught[before:]]
+        before = len(caught)
+        with cprof.ProfilerContext(output_dir=out_dir, profile_name="incomplete", verbose=False,
+                                   with_stack=False) as p:
+            t0 = C.now_ns() + 1000
+            fake.fake_cupti_add_kernel(b"no_end", t0, 0, 7, 1)
+            fake.fake_cupti_add_kernel(b"backwards", t0 + 500, t0 + 100, 7, 2)
+            fake.fake_cupti_add_kernel(b"fine", t0 + 600, t0 + 900, 7, 3)
+            fake.fake_cupti_add_marker(b"pushed, never popped", b"", 9, t0 + 50, 0, tid)
+            time.sleep(0.002)
+        result["incomplete"] = str(p.trace_path)
+        caught_at["incomplete"] = [str(w.message) for w in caught[before:]]
+        result["warned_at"] = caught_at
+    elif scenario == "fork_child":  # a child forked inside a GPU window
+        with cprof.ProfilerContext(output_dir=out_dir, profile_name="parent", verbose=False,
+                                   with_stack=False) as p:
+            fake.fake_cupti_script_basic(C.now_ns() + 1000, threading.get_native_id())
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(r)
+                child = {"gpu_active": C.gpu_active(), "active": C.active()}
+                with warnings.catch_warnings(record=True) as cw:
+                    warnings.simplefilter("always")
+                    with cprof.ProfilerContext(output_dir=out_dir, profile_name="child",
+                                               verbose=False, with_stack=False) as pc:
+                        with cprof.range("child work"):
+                            pass
+                child["warnings"] = [str(x.message) for x in cw]
+                child["trace"] = str(pc.trace_path)
+                os.write(w, json.dumps(child).encode())
+                os._exit(0)
+            os.close(w)
+            got = b""
+            while True:
+                chunk = os.read(r, 65536)
+                if not chunk:
+                    break
+                got += chunk
+            os.waitpid(pid, 0)
+            time.sleep(0.002)
+        result["child"] = json.loads(got)
+        result["trace"] = str(p.trace_path)
+    elif scenario == "pool_unobtainable":  # the pool cannot be had: the window must not stay open
+        real = C.gpu_start
+
+        def refuse(**kw):
+            raise MemoryError("cprof: cannot allocate 9 CUPTI buffers of 8388608 bytes")
+        C.gpu_start = refuse
+        try:
+            with cprof.ProfilerContext(output_dir=out_dir, profile_name="nopool", verbose=False):
+                pass
+        except MemoryError as e:
+            result["raised"] = str(e)
+        result["open_after"] = C.active()
+        C.gpu_start = real
+        result["trace"] = str(scene("after").trace_path)
     elif scenario == "pool_full":  # run with CPROF_GPU_BUFFER_MB=8 (or gpu_buffer_mb)
         n = int(os.environ.get("POOL_KERNELS", "200000"))
         kw = {}

@@ -135,7 +135,9 @@ def test_event_waits_name_the_event_record_they_wait_on(tmp_path, fake_so):
     assert (ssync["pid"], ssync["tid"]) == (0, 21) and "wait_on_stream" not in ssync["args"]
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events(t, ph="M")
              if e["name"] == "thread_name" and e["pid"] == 0}
-    assert names == {(0, 7): "stream 7", (0, 13): "stream 13", (0, 21): "stream 21"}
+    # the Event Sync waits on no stream: Kineto's tid -1, named so no track is anonymous
+    assert names == {(0, 7): "stream 7", (0, 13): "stream 13", (0, 21): "stream 21",
+                     (0, -1): "syncs (no stream)"}
     syncs.remove(ssync)
     got = [(e["name"], e["pid"], e["tid"], e["args"]["wait_on_stream"],
             e["args"]["wait_on_cuda_event_record_corr_id"], e["args"]["wait_on_cuda_event_id"])
@@ -247,6 +249,7 @@ def test_idle_kineto_subscriber_is_shared_and_everything_collected(tmp_path, fak
     t = load_trace(res["trace"])
     assert len(events(t, "kernel")) == 7 and "gpu_unavailable" not in t["cprof"]  # the scene
     assert t["cprof"]["gpu"]["cupti_subscriber"].startswith("shared")
+    assert "(Kineto)" in t["cprof"]["gpu"]["cupti_subscriber"]  # the holder CUPTI named
     assert res["subscribers_after"] == 1  # the other client's, untouched
     rng = {e["name"]: e["args"]["External id"] for e in events(t, "user_annotation")}
     assert {k["args"]["External id"] for k in events(t, "kernel")} == {rng["launches"]}
@@ -262,6 +265,16 @@ def test_nsight_or_a_running_torch_profiler_is_never_shared(tmp_path, fake_so):
         res = run(scenario, tmp_path / scenario, fake_so)
         assert res["raised"] and "another profiler holds CUPTI" in res["raised"], scenario
         assert holder in res["raised"] and res["window_open"] is False
+
+
+@pytest.mark.parametrize("holder", ["HPCToolkit", "CUPTI for nsys", "Score-P", "ncu"])
+def test_a_named_profiling_tool_is_never_taken_for_kineto(tmp_path, fake_so, holder):
+    """With torch loaded, an idle holder is shared only when it may be Kineto: a profiling tool
+    CUPTI names is refused (strict), its name in the error."""
+    pytest.importorskip("torch")
+    res = run("shared_tool", tmp_path, fake_so, FAKE_HOLDER=holder)
+    assert res["raised"] and "another profiler holds CUPTI" in res["raised"]
+    assert holder in res["raised"] and res["window_open"] is False
 
 
 def test_other_cupti_client_lenient_gives_cpu_trace_and_warning(tmp_path, fake_so):
@@ -481,9 +494,69 @@ def test_full_cupti_buffer_pool_is_counted_warned_and_in_the_metadata(tmp_path, 
 
 def test_gpu_buffer_mb_is_checked():
     import cprof
-    for bad in (0, -1, "lots"):
+    for bad in (0, -1, "lots", float("inf"), float("nan"), 1e12):
         with pytest.raises(ValueError, match="gpu_buffer_mb"):
             cprof.profile(activities=["CPU"], gpu_buffer_mb=bad)
+        with pytest.raises(ValueError, match="gpu_buffer_mb"):
+            cprof.ProfilerContext(gpu_buffer_mb=bad)
+    for bad in (0, -1, "lots", float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="buffer_size_mb"):
+            cprof.profile(activities=["CPU"], buffer_size_mb=bad)
+        with pytest.raises(ValueError, match="buffer_size_mb"):
+            cprof.ProfilerContext(buffer_size_mb=bad)
+    assert not cprof._C.active()
+
+
+def test_buffer_pool_that_cannot_be_had_closes_the_window(tmp_path, fake_so):
+    """gpu_start failing for memory: a MemoryError saying what to lower, and no window left
+    open (the next one opens and collects)."""
+    res = run("pool_unobtainable", tmp_path, fake_so)
+    assert "cannot allocate" in res["raised"] and "gpu_buffer_mb" in res["raised"]
+    assert res["open_after"] is False
+    assert len(events(load_trace(res["trace"]), "kernel")) == 7
+
+
+def test_what_a_stop_cannot_recover_is_counted_and_warned(tmp_path, fake_so):
+    """A final flush that fails, a buffer whose walk ends on an error, records without an end
+    and NVTX ranges never popped: each is warned about and written into the metadata."""
+    res = run("unrecovered", tmp_path, fake_so)
+    warned = res["warned_at"]
+    t = load_trace(res["flush"])
+    assert t["cprof"]["dropped"]["gpu_flush_error"] == 999
+    assert [w for w in warned["flush"] if "could not flush" in w and "999" in w]
+    t = load_trace(res["nextrecord"])
+    assert t["cprof"]["dropped"]["gpu_buffers_undecoded"] == 1
+    assert t["cprof"]["gpu"]["unrecovered"]["undecoded_error"] == 999
+    assert [w for w in warned["nextrecord"] if "could not be read to their end" in w]
+    t = load_trace(res["incomplete"])
+    assert [e["name"] for e in events(t, "kernel")] == ["fine"]
+    assert t["cprof"]["dropped"]["gpu_incomplete"] == 3
+    assert t["cprof"]["gpu"]["unrecovered"]["nvtx_open"] == 1
+    w = [w for w in warned["incomplete"] if "no end time" in w]
+    assert len(w) == 1 and "2 GPU activity record(s)" in w[0] and "1 NVTX range(s)" in w[0]
+
+
+def test_a_clean_window_reports_nothing_unrecovered(basic):
+    res, t = basic
+    assert t["cprof"]["gpu"]["unrecovered"] == {"flush_error": 0, "buffers_undecoded": 0,
+                                                "undecoded_error": 0, "nvtx_open": 0}
+    assert t["cprof"]["dropped"]["gpu_flush_error"] == 0
+    assert not [w for w in res["warnings"] if "flush" in w or "no end time" in w
+                or "read to their end" in w], res["warnings"]
+
+
+def test_child_forked_in_a_gpu_window_has_no_collector(tmp_path, fake_so):
+    """CUDA does not survive fork(): the child has no GPU collection running, and its own
+    window says why it records CPU only; the parent's trace is complete."""
+    res = run("fork_child", tmp_path, fake_so)
+    child = res["child"]
+    assert child["gpu_active"] is False and child["active"] is False
+    assert [w for w in child["warnings"] if "forked" in w and "spawn" in w], child["warnings"]
+    assert not [w for w in child["warnings"] if "already active" in w]
+    tc = load_trace(child["trace"])
+    assert "forked" in tc["cprof"]["gpu_unavailable"]
+    assert [e["name"] for e in events(tc, "user_annotation")] == ["child work"]
+    assert len(events(load_trace(res["trace"]), "kernel")) == 7
 
 
 def test_gpu_user_annotation_spans_belong_to_user_ranges_under_with_stack(tmp_path, fake_so):

@@ -1440,11 +1440,13 @@ FAKE_EXPORT int fake_cupti_add_marker(const char *name, const char *domain, uint
     m.name = intern_name(name);
     m.domain = intern_name(domain);
     int n = emit(&m, sizeof m);
-    m.flags = CUPTI_ACTIVITY_FLAG_MARKER_END;
-    m.timestamp = end;
-    m.name = NULL;
-    m.domain = NULL;
-    n += emit(&m, sizeof m);
+    if (end) { /* end 0: a range pushed and never popped */
+        m.flags = CUPTI_ACTIVITY_FLAG_MARKER_END;
+        m.timestamp = end;
+        m.name = NULL;
+        m.domain = NULL;
+        n += emit(&m, sizeof m);
+    }
     pthread_mutex_unlock(&g_lock);
     return n;
 }
