@@ -33,6 +33,7 @@ int cprof_monitoring_release(int tool_id, const char *const *events, size_t n);
  * prefixes left out of its file (a sequence of str; None: none). -1: an exception is set and
  * no prefix is kept. */
 PyObject *cprof_py_code_name(PyCodeObject *co);
+PyObject *cprof_py_code_name_at(PyCodeObject *co, int line);
 int cprof_py_code_name_strip(PyObject *prefixes);
 /* py_hooks.c: nn.Module forward hooks in C (with_modules) and tensor shape capture. */
 int cprof_py_hooks_add(PyObject *m);

@@ -1,5 +1,6 @@
 /* The names of python_function events, as torch.profiler's Python tracer spells them:
- * "{file}({first line}): {co_name}", the file relative to the first of a list of directory
+ * "{file}({first line}): {co_name}" (a frame already running when a window opens: the line
+ * it is at), the file relative to the first of a list of directory
  * prefixes it lies under (the sys.path / site-packages entries torch strips, longest first,
  * given at each tracer start by cprof/_pystack.py), else whole. The tracer (py_tracer.c)
  * builds a name once per code object per session. GIL held throughout. */
@@ -56,7 +57,12 @@ fail:
     return -1;
 }
 
-PyObject *cprof_py_code_name(PyCodeObject *co) {
+PyObject *cprof_py_code_name(PyCodeObject *co) { return cprof_py_code_name_at(co, -1); }
+
+/* line < 0: the code's first line (a call made inside the window); else the line a frame
+ * running when the window opened was at, as torch.profiler names those. */
+PyObject *cprof_py_code_name_at(PyCodeObject *co, int line) {
+    if (line < 0) line = co->co_firstlineno;
     const char *rel = NULL;
     if (nstrip) {
         Py_ssize_t flen;
@@ -70,7 +76,6 @@ PyObject *cprof_py_code_name(PyCodeObject *co) {
             }
         }
     }
-    return rel ? PyUnicode_FromFormat("%s(%d): %U", rel, co->co_firstlineno, co->co_name)
-               : PyUnicode_FromFormat("%U(%d): %U", co->co_filename, co->co_firstlineno,
-                                      co->co_name);
+    return rel ? PyUnicode_FromFormat("%s(%d): %U", rel, line, co->co_name)
+               : PyUnicode_FromFormat("%U(%d): %U", co->co_filename, line, co->co_name);
 }

@@ -383,7 +383,7 @@ CPROF_INLINE PyCodeObject *frame_code(PyFrameObject *f) {
     return co;
 }
 
-static void seed_record(shadow_t *sh);
+static void seed_record(shadow_t *sh, const int *lines);
 
 /* Starts this thread's stack of the session with the frames running now, which were entered
  * before start (callbacks are not re-entered, so no call came in between): QUIET entries, OWN
@@ -401,12 +401,23 @@ static void shadow_seed(shadow_t *sh, PyFrameObject *top, PyCodeObject *entering
         Py_DECREF(f);
         f = back;
     }
+    int *lines = NULL; /* each entry's current line (torch names running frames by it) */
+    uint32_t lines_cap = 0;
     while (f) { /* innermost first, reversed below */
         if (shadow_reserve(sh, sh->depth + 1) < 0) {
             tr.errors++;
             Py_DECREF(f);
             break;
         }
+        if (sh->depth >= lines_cap) {
+            uint32_t ncap = lines_cap ? lines_cap * 2 : 64;
+            int *nl = realloc(lines, ncap * sizeof *nl);
+            if (nl) {
+                lines = nl;
+                lines_cap = ncap;
+            }
+        }
+        if (sh->depth < lines_cap) lines[sh->depth] = PyFrame_GetLineNumber(f);
         PyCodeObject *co = frame_code(f);
         uint32_t own = own_code(co);
         uintptr_t tag = own == ID_OWN ? TAG_OWN : own == ID_PASS ? TAG_PASS : TAG_QUIET;
@@ -424,8 +435,14 @@ static void shadow_seed(shadow_t *sh, PyFrameObject *top, PyCodeObject *entering
         uintptr_t t = sh->ent[i];
         sh->ent[i] = sh->ent[j - 1];
         sh->ent[j - 1] = t;
+        if (lines && lines_cap >= sh->depth) {
+            int l = lines[i];
+            lines[i] = lines[j - 1];
+            lines[j - 1] = l;
+        }
     }
-    seed_record(sh);
+    seed_record(sh, lines && lines_cap >= sh->depth ? lines : NULL);
+    free(lines);
     RESTORE_EXC(saved);
 }
 
@@ -491,17 +508,37 @@ CPROF_INLINE int lookup(const void *key, PyObject *obj, int is_code, uint32_t *i
     return gen == tr.gen ? 0 : -1;
 }
 
+/* The name of co running at line (a seeded frame), interned into *id; -1 (counted, *id left
+ * as it was) when it cannot be made. */
+static int at_line_name(PyCodeObject *co, int line, uint32_t *id) {
+    SAVE_EXC(saved);
+    PyObject *s = cprof_py_code_name_at(co, line);
+    uint32_t nid;
+    int rc = s ? intern_str(s, &nid) : -1;
+    Py_XDECREF(s);
+    if (rc == 0) *id = nid;
+    else {
+        PyErr_Clear();
+        tr.errors++;
+    }
+    RESTORE_EXC(saved);
+    return rc;
+}
+
 /* The seeded user frames outside cprof's own (the caller of `with profile`, main, <module>;
  * a thread's whole stack) are recorded as running since now, as torch.profiler records the
  * frames running at its start, if the thread has no record yet in this window; what own code
  * runs stays unrecorded (events.c thread_fresh; window_enter reopens them in later windows). */
-static void seed_record(shadow_t *sh) {
+static void seed_record(shadow_t *sh, const int *lines) {
     uint32_t id;
     if (!tr.running || !cprof_events_thread_fresh(sh->ev)) return;
     for (uint32_t i = 0; i < sh->depth && (sh->ent[i] & TAG_MASK) != TAG_OWN; i++) {
         PyCodeObject *co = (PyCodeObject *)(sh->ent[i] & ~TAG_MASK);
         if ((sh->ent[i] & TAG_MASK) != TAG_QUIET) continue; /* an own pass-through wrapper */
         if (lookup(co, (PyObject *)co, 1, &id) < 0) break;    /* the session stopped */
+        if (id < ID_PASS && !(id & ID_REGION) && lines && lines[i] >= 0 &&
+            lines[i] != co->co_firstlineno)
+            at_line_name(co, lines[i], &id); /* keeps the code's name if this fails */
         /* an entry becomes recorded only with its slot pushed: entries and slots pair up */
         if (id < ID_PASS && cprof_events_push_traced_on(sh->ev, id & ~ID_REGION,
                 (id & ID_REGION) ? CPROF_CAT_USER_ANNOTATION : CPROF_CAT_PYTHON_FUNCTION) == 0)

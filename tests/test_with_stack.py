@@ -5,6 +5,7 @@ same for both except where marked."""
 import collections
 import math
 import os
+import re
 import sys
 import threading
 import time
@@ -45,6 +46,21 @@ def short_path(path):
 def pyname(fn):
     co = fn.__code__
     return f"{short_path(co.co_filename)}({co.co_firstlineno}): {co.co_name}"
+
+
+def pyname_at(fn, offset):
+    """A frame of fn running at its first line + offset when the window opened."""
+    co = fn.__code__
+    return f"{short_path(co.co_filename)}({co.co_firstlineno + offset}): {co.co_name}"
+
+
+def running(recs, fn):
+    """The records of fn's frames, at whatever line each was named (frames running when the
+    window opened are named by their current line, as torch.profiler names them)."""
+    co = fn.__code__
+    pat = re.compile(re.escape(short_path(co.co_filename)) + r"\(\d+\): " +
+                     re.escape(co.co_name) + "$")
+    return [r for r in recs if pat.match(r.name)]
 
 
 def records(snap):
@@ -487,13 +503,16 @@ def test_frames_running_at_start_are_recorded_as_torch_does():
     snap = _C.stop()
     recs = records(snap)
     snap.close()
-    b, s = one(recs, body), one(recs, starter)
+    # named as torch names frames running at its start: by the line each one is at when the
+    # thread's first event seeds them (starter: its leaf(1) call, the first after start)
+    b, s = one(recs, pyname_at(body, 1)), one(recs, pyname_at(starter, 2))
     l1, l2 = named(recs, leaf)
     assert inside(l1, s) and inside(s, b) and inside(l2, b) and not inside(l2, s)
     assert s.depth == b.depth + 1 and l1.depth == s.depth + 1 and l2.depth == b.depth + 1
     assert not s.truncated and not b.truncated and s.end <= l2.begin
-    me = named(recs, test_frames_running_at_start_are_recorded_as_torch_does)
+    me = named(recs, pyname_at(test_frames_running_at_start_are_recorded_as_torch_does, 14))
     assert len(me) == 1 and inside(b, me[0]) and me[0].depth == b.depth - 1
+    assert not named(recs, body) and not named(recs, starter)  # not by their first lines
     assert not any("cprof/" in r.name for r in recs)  # cprof's own frames are not recorded
 
 
@@ -1197,7 +1216,7 @@ def test_own_frames_of_another_thread_running_at_start(own):
     (lf,) = named(recs, leaf)
     assert lf.tid == tids[0]
     assert named(recs, waiter) == []
-    (ut,) = named(recs, user_thread)
+    (ut,) = running(recs, user_thread)  # running at start: named by its line then
     assert ut.tid == tids[0] and inside(lf, ut) and lf.depth > ut.depth
 
 
