@@ -126,14 +126,20 @@ def normalize_activities(activities, default=None):
                           "CUDA and MEM are); ignored", RuntimeWarning, stacklevel=3)
             continue
         if canon is None:
-            raise ValueError(
+            raise ActivityError(
                 f"cprof: unknown profiler activity {a!r}; valid activities are CPU, CUDA "
                 "(alias GPU) and MEM, as strings or ProfilerActivity members")
         if canon not in out:
             out.append(canon)
     if not out:
-        raise ValueError("cprof: activities is empty; pass at least one of CPU, CUDA (alias GPU), MEM")
+        raise ActivityError("cprof: activities is empty; pass at least one of CPU, CUDA (alias GPU), "
+                            "MEM")
     return ActivityList(out)
+
+
+class ActivityError(ValueError, AssertionError):
+    """An unknown or empty activity list. A ValueError; also an AssertionError, which is what
+    torch.profiler.profile raises ("No valid profiler activities found")."""
 
 
 def _default_activities():
@@ -249,6 +255,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         self.with_flops = bool(with_flops)
         record_shapes = bool(record_shapes) or self.with_flops
         self.activities = normalize_activities(activities)
+        # torch.profiler's attribute: the device whose activity is asked for ("cuda" or None)
+        self.use_device = "cuda" if "GPU" in self.activities else None
         # torch's Execution Trace observer: started and stopped with each recording window
         # and cleaned up at the with block's end, as torch.profiler.profile does (cprof/_et.py)
         self.execution_trace_observer = _et.resolve(execution_trace_observer)

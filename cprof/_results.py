@@ -7,6 +7,7 @@ work with the launch's correlation id belongs to that launch."""
 import bisect
 import json
 import math
+import sys
 from collections import namedtuple
 
 from ._glue import MEM_EVENT  # one allocation event as csrc/mem_events.c packs it
@@ -37,6 +38,18 @@ class _DeviceType(str):
         return not self.__eq__(other)
 
     __hash__ = str.__hash__
+
+    @property
+    def name(self):  # the enum member's name, as torch's DeviceType has it
+        return str(self)
+
+    @property
+    def value(self):  # c10::DeviceType's number (torch's, where torch is loaded)
+        torch = sys.modules.get("torch")
+        try:
+            return torch.autograd.DeviceType.__members__[str(self)].value
+        except Exception:
+            return {"CPU": 0, "CUDA": 1}.get(str(self), -1)
 
 
 CPU = _DeviceType("CPU")
@@ -757,7 +770,8 @@ def average(cpu, gpu, group_by_input_shape=False, group_by_stack_n=0):
         g = groups.get(key)
         if g is None:
             g = groups[key] = FunctionEventAvg(
-                name, device, (shapes or []) if group_by_input_shape else None, list(frames),
+                # torch blanks the shapes of rows not grouped by them ('')
+                name, device, (shapes or []) if group_by_input_shape else "", list(frames),
                 first=ev)
         g.count += 1
         g.cpu_time_total += cpu_total

@@ -242,6 +242,27 @@ def test_activities_mix_with_torch_profilers_enum():
     assert T.XPU not in p.activities
 
 
+def test_attributes_and_errors_as_torch_has_them():
+    """What code written for torch.profiler reads or catches: use_device, an event's
+    device_type .name / .value, '' for shapes of rows not grouped by them, and an
+    AssertionError (torch's) for an unknown or empty activity list."""
+    assert cprof.profile(activities=["CPU"]).use_device is None
+    assert cprof.profile(activities=["CPU", "CUDA"]).use_device == "cuda"
+    assert torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]).use_device is None
+    with cprof.profile(activities=["CPU"], record_ops=True) as p:
+        torch.ones(2) + 1
+    ev = p.events()[0]
+    T = torch.autograd.DeviceType
+    assert ev.device_type.name == T.CPU.name and ev.device_type.value == T.CPU.value
+    assert cprof.DeviceType.CUDA.value == T.CUDA.value
+    assert {r.input_shapes for r in p.key_averages()} == {""}
+    for bad in (["FOO"], []):
+        with pytest.raises(AssertionError, match="activit"):
+            cprof.profile(activities=bad)
+        with pytest.raises(ValueError, match="activit"):
+            cprof.profile(activities=bad)
+
+
 def test_tensorboard_handler_takes_torchs_use_python_export(tmp_path):
     h = cprof.tensorboard_trace_handler(str(tmp_path), worker_name="w", use_python_export=True)
     with cprof.profile(activities=CPU, on_trace_ready=h):
