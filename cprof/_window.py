@@ -46,33 +46,32 @@ def _memory_mib():
         return None
 
 
-def check_buffer_size_mb(mb, who):
-    """None, or a finite positive number of MiB for the CPU range buffers' cap (ValueError
-    naming who otherwise). A cap above the machine's memory is allowed: it is only a cap."""
+def _positive_mib(mb, who, arg, what):
+    """None, or mb as a finite positive float; ValueError naming who, arg and what it caps."""
     if mb is None:
         return None
     try:
         mb = float(mb)
     except (TypeError, ValueError):
-        raise ValueError(f"{who}: buffer_size_mb must be a number of MiB, got {mb!r}") from None
+        raise ValueError(f"{who}: {arg} must be a number of MiB, got {mb!r}") from None
     if not (mb > 0 and math.isfinite(mb)):
-        raise ValueError(f"{who}: buffer_size_mb must be a finite positive number of MiB (the "
-                         f"cap of the CPU range buffers), got {mb!r}")
+        raise ValueError(f"{who}: {arg} must be a finite positive number of MiB ({what}), "
+                         f"got {mb!r}")
     return mb
+
+
+def check_buffer_size_mb(mb, who):
+    """None, or a finite positive number of MiB for the CPU range buffers' cap (ValueError
+    naming who otherwise). A cap above the machine's memory is allowed: it is only a cap."""
+    return _positive_mib(mb, who, "buffer_size_mb", "the cap of the CPU range buffers")
 
 
 def check_gpu_buffer_mb(mb, who):
     """None, or a positive number of MiB no larger than the machine's memory (CUPTI's buffer
     pool is reserved whole when a GPU window opens); ValueError naming who otherwise."""
+    mb = _positive_mib(mb, who, "gpu_buffer_mb", "CUPTI's buffer pool; default 128")
     if mb is None:
         return None
-    try:
-        mb = float(mb)
-    except (TypeError, ValueError):
-        raise ValueError(f"{who}: gpu_buffer_mb must be a number of MiB, got {mb!r}") from None
-    if not (mb > 0 and math.isfinite(mb)):
-        raise ValueError(f"{who}: gpu_buffer_mb must be a finite positive number of MiB "
-                         f"(CUPTI's buffer pool; default 128), got {mb!r}")
     total = _memory_mib()
     if total is not None and mb > total:
         raise ValueError(f"{who}: gpu_buffer_mb={mb:g} is more than this machine's memory "
