@@ -13,23 +13,24 @@ _MARK = "_cprof_bucket"
 _NAME_RULES = [
     (r"^(embed_tokens|wte|embed|embedding|embeddings|word_embeddings|tok_embeddings)$", "embed"),
     (r"^(q_norm|k_norm|query_norm|key_norm)$", "attn.qk_norm"),
-    (r"^(rotary_emb|rotary|rope|rotary_embedding|pos_emb)$", "attn.rope"),
+    (r"^(rotary_emb|rotary|rope|rotary_embedding|pos_emb|rotary_pos_emb)$", "attn.rope"),
     (r"^(qkv_proj|q_proj|k_proj|v_proj|query_key_value|c_attn|wqkv|wq|wk|wv|query|key|value)$",
      "attn.qkv_proj"),
     (r"^(o_proj|out_proj|wo)$", "attn.o_proj"),
     (r"^(core_attention|attn_core|sdpa|flash_attn|attention_core|attn_fn)$", "attn.compute"),
-    (r"^(gate_up_proj|gate_proj|up_proj|w1|w3|fc1|c_fc|dense_h_to_4h)$", "mlp.gate_up_proj"),
+    (r"^(gate_up_proj|gate_proj|up_proj|w1|w3|w13|w1w3|fc1|c_fc|dense_h_to_4h)$",
+     "mlp.gate_up_proj"),
     (r"^(act_fn|act|silu_and_mul|activation_fn)$", "mlp.silu_and_mul"),
     (r"^(down_proj|w2|fc2|dense_4h_to_h)$", "mlp.down_proj"),
     (r"^(lm_head|embed_out)$", "lm_head"),
     (r"(^|_)(norm|layernorm|ln_f|ln_1|ln_2|ln)$", "norm"),
 ]
-_TYPE_RULES = [
+_TYPE_RULES = [  # first match wins: RotaryEmbedding before the Embedding it ends with
+    (r"(Rotary\w*Embedding|RotaryEmbedding\w*|RoPE)$", "attn.rope"),
     (r"Embedding$", "embed"),
     (r"(RMSNorm|LayerNorm|GroupNorm)$", "norm"),
     (r"(SiluAndMul|SiLUAndMul)$", "mlp.silu_and_mul"),
     (r"(CoreAttention|FlashAttention|ScaledDotProductAttention)$", "attn.compute"),
-    (r"(RotaryEmbedding|RotaryEmbedding\w*)$", "attn.rope"),
 ]
 _COLLECTIVES = ("all_reduce", "reduce_scatter_tensor", "all_gather", "broadcast")
 _ENGINE_METHODS = {

@@ -9,12 +9,33 @@ from . import _C
 
 INF = math.inf
 DOMAINS = {0: "model", 1: "engine"}
+OTHERS = "others"  # the subtotal of the buckets outside the canonical list
 
 
 def _ordered(avgs, order):
-    """Canonical buckets first, in their order, then "others"."""
-    keys = [b for b in order if b in avgs] + sorted(b for b in avgs if b not in order)
-    return {k: avgs[k] for k in keys}
+    """Canonical buckets first, in their order, then the buckets outside the canonical list
+    under their own names in the order first timed (issue 4: kept, never dropped), then
+    "others": their sum (seed 003 compacts unknown keys into "others"; a subtotal, not one more
+    bucket: the report's totals leave it out)."""
+    keys = [b for b in order if b in avgs] + [b for b in avgs if b not in order]
+    out = {k: avgs[k] for k in keys}
+    unknown = [avgs[k] for k in keys if k not in order]
+    if unknown:
+        out[OTHERS] = (sum(v for v in unknown if v is not None)
+                       if any(v is not None for v in unknown) else None)
+    return out
+
+
+# other spellings of canonical buckets that models and engines use (seed 003's profiler reads
+# them as the canonical name)
+BUCKET_ALIASES = {
+    "attn.out_proj": "attn.o_proj", "attn.out_proj.lora": "attn.o_proj.lora",
+    "attn.qknorm": "attn.qk_norm", "attn.q_k_norm": "attn.qk_norm",
+    "attn.qkv": "attn.qkv_proj", "attn.attention": "attn.compute",
+    "mlp.gate_up": "mlp.gate_up_proj", "mlp.down": "mlp.down_proj",
+    "mlp.act": "mlp.silu_and_mul", "mlp.silu": "mlp.silu_and_mul",
+    "sampling": "sampler", "sample": "sampler", "postprocess": "postproc",
+}
 
 
 def canonical_bucket(domain, name):
@@ -22,13 +43,18 @@ def canonical_bucket(domain, name):
     surrounding space folded; a "model." / "engine." prefix names the domain when the rest is
     one of its canonical buckets ("engine.prefill" -> engine "prefill"); a canonical name of
     one domain only goes to that domain whatever timer recorded it ("decode" is the engine's).
-    Unknown names: (the timer's domain, None), compacted into "others"."""
+    Other spellings (BUCKET_ALIASES: attn.out_proj, attn.qknorm, ...) are the canonical name.
+    Unknown names: (the timer's domain, None); they are reported under their own names after
+    the canonical buckets."""
     from .runprof import ENGINE_BUCKET_ORDER, MODEL_BUCKET_ORDER
     n = name.strip().lower()
     for prefix, dom, order in (("model.", "model", MODEL_BUCKET_ORDER),
                                ("engine.", "engine", ENGINE_BUCKET_ORDER)):
-        if n.startswith(prefix) and n[len(prefix):] in order and n not in order:
-            return dom, n[len(prefix):]
+        rest = n[len(prefix):]
+        rest = BUCKET_ALIASES.get(rest, rest)
+        if n.startswith(prefix) and rest in order and n not in order:
+            return dom, rest
+    n = BUCKET_ALIASES.get(n, n)
     in_model, in_engine = n in MODEL_BUCKET_ORDER, n in ENGINE_BUCKET_ORDER
     if in_model and in_engine:
         return domain, n
@@ -40,17 +66,20 @@ def canonical_bucket(domain, name):
 
 
 def _bucket_avgs(owner, run_lo, run_hi, steps, kv_lo=-INF, kv_hi=INF, others=None):
-    """Average ms per step of each canonical bucket, in canonical order, then "others" (the
-    unknown buckets summed, as seed 003 compacts them); others, if given, gets each unknown
-    bucket's own average by domain, so no name is lost."""
+    """Average ms per step of each bucket: the canonical ones in canonical order, then the
+    others under their own names (as the timer spelled them, surrounding space removed), in the
+    order first timed; unknown buckets are kept, never dropped (issue 4). others, if given,
+    also gets each unknown bucket's average by domain (summary.json meta.buckets_others_ms)."""
     from .runprof import ENGINE_BUCKET_ORDER, MODEL_BUCKET_ORDER
     avgs = {"model": {}, "engine": {}}
     for domain, name, total_ns, _ in _C.rs_buckets(owner, run_lo, run_hi, kv_lo, kv_hi):
         dom, canon = canonical_bucket(DOMAINS[domain], name)
         avg = total_ns / steps / 1e6 if steps else None
-        key = canon if canon is not None else "others"
+        key = canon if canon is not None else name.strip()
+        if key == OTHERS:  # a bucket the user named "others" is one of them, not the subtotal
+            key = "others (timed)"
         if canon is None and others is not None:
-            others[dom][name] = avg
+            others[dom][key] = avg
         prev = avgs[dom].get(key)
         avgs[dom][key] = avg if prev is None else (prev + avg if avg is not None else prev)
     return _ordered(avgs["model"], MODEL_BUCKET_ORDER), _ordered(avgs["engine"],
@@ -68,10 +97,9 @@ def _stats(owner, run_lo, run_hi, kv_lo=-INF, kv_hi=INF):
 def _bins(owner, cfg, run_lo, run_hi):
     edges = list(cfg.kv_bins)
     out = []
-    if edges[0] > 0:  # lengths below the first edge get a bin of their own when there are any
-        s = _stats(owner, run_lo, run_hi, 0.0, edges[0])
-        if s["steps"]:
-            out.append({"lo": 0, "hi": edges[0], "label": f"[0, {edges[0]})", **s})
+    if edges[0] > 0:  # lengths below the first edge: a bin of their own, always listed so
+        s = _stats(owner, run_lo, run_hi, 0.0, edges[0])  # every run has the same bins
+        out.append({"lo": 0, "hi": edges[0], "label": f"[0, {edges[0]})", **s})
     for i, lo in enumerate(edges):
         hi = edges[i + 1] if i + 1 < len(edges) else None
         s = _stats(owner, run_lo, run_hi, lo, hi if hi is not None else INF)
@@ -157,8 +185,9 @@ def build_summary(prof):
             "note": note,
             # steps that raised inside step_timing_ctx (not measured), over the reported runs
             "steps_discarded": sum(r.steps_discarded for r in runs),
-            # what the buckets' "others" holds: each unknown bucket's avg ms per step, by name
-            "buckets_others_ms": {dom: dict(sorted(v.items())) for dom, v in others.items()},
+            # the buckets outside the canonical list (listed after the canonical ones in the
+            # bucket tables): each one's avg ms per step, by domain
+            "buckets_others_ms": {dom: dict(v) for dom, v in others.items()},
         },
         "stats": stats,
         "buckets_model_avg_ms": model,
@@ -188,13 +217,15 @@ def _bucket_table(title, avgs, step_mean, others=None):
     lines += ["| Bucket | Avg ms/step | Share of step |", "|---|---:|---:|"]
     for name, v in avgs.items():
         share = f"{100 * v / step_mean:.1f}%" if v is not None and step_mean else "—"
-        lines.append(f"| `{name}` | {_f(v)} | {share} |")
-    total = sum(v for v in avgs.values() if v is not None)
+        label = "*others (subtotal of the rows above it outside the canonical list)*" \
+            if name == OTHERS else f"`{name}`"
+        lines.append(f"| {label} | {_f(v)} | {share} |")
+    total = sum(v for k, v in avgs.items() if v is not None and k != OTHERS)
     share = f"{100 * total / step_mean:.1f}%" if step_mean else "—"
     lines += [f"| **total** | {_f(total)} | {share} |", ""]
     if others:
-        lines += ["`others` holds buckets outside the canonical list: " + ", ".join(
-            f"`{n}` {_f(v)} ms" for n, v in others.items()) + ".", ""]
+        lines += ["Outside the canonical bucket list (listed last): " + ", ".join(
+            f"`{n}`" for n in others) + ".", ""]
     return lines
 
 

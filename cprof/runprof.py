@@ -699,6 +699,9 @@ class NullProfiler:
     def __init__(self, cfg=None):
         self.cfg = cfg if cfg is not None else ProfilerConfig()
 
+    def __bool__(self):  # so `if get_active_profiler():` tells "none active", as seed 003's
+        return False
+
     def begin_run(self, *a, **k):
         return None
 
@@ -752,7 +755,14 @@ _active = None
 
 
 def register_active_profiler(prof):
+    """Makes prof the profiler get_active_profiler() returns (None: as release). A Profiler,
+    a NullProfiler, or an object with the Profiler's step methods (a wrapper of one)."""
     global _active
+    if prof is not None and not isinstance(prof, (Profiler, NullProfiler)) and not all(
+            callable(getattr(prof, m, None)) for m in ("begin_run", "end_run",
+                                                        "step_timing_ctx")):
+        raise TypeError(f"register_active_profiler: expected a cprof.Profiler, got "
+                        f"{type(prof).__name__}; make one with cprof.Profiler(config)")
     _active = prof
     return prof
 

@@ -31,8 +31,53 @@ typedef struct {
     uint8_t domain;
     uint8_t pushed;
     uint8_t own_stream; /* 1: recorded on stream, not on the step's stream */
+    uint8_t nested;     /* entered inside a region of its own bucket: times nothing */
+    uint8_t tracked;    /* counted in this thread's open-bucket table */
     uintptr_t stream;
 } BucketTimerObject;
+
+/* The buckets open on this thread in the current step, with their depth: a region of a bucket
+ * already open (a user's timer around a call attach_engine / attach_model already times into
+ * the same bucket) would count that time twice, so it times nothing. Entries of an earlier
+ * step are stale (a timer entered and never exited) and are dropped when met. */
+#define OPEN_BUCKETS_MAX 16
+static _Thread_local struct open_bucket {
+    uint64_t step;
+    uint32_t name_id, depth;
+    uint8_t domain;
+} open_b[OPEN_BUCKETS_MAX];
+static _Thread_local uint32_t n_open_b;
+
+/* 1 when (domain, name_id) is already open on this thread in this step (its depth grows), 0
+ * when it is now open once; *tracked 0 when the table is full (not counted either way). */
+static int bucket_open(uint32_t name_id, uint8_t domain, uint8_t *tracked) {
+    for (uint32_t i = 0; i < n_open_b;) {
+        struct open_bucket *o = &open_b[i];
+        if (o->step != gate.step) {
+            open_b[i] = open_b[--n_open_b];
+            continue;
+        }
+        if (o->name_id == name_id && o->domain == domain) {
+            o->depth++;
+            *tracked = 1;
+            return 1;
+        }
+        i++;
+    }
+    *tracked = n_open_b < OPEN_BUCKETS_MAX;
+    if (*tracked) open_b[n_open_b++] = (struct open_bucket){gate.step, name_id, 1, domain};
+    return 0;
+}
+
+static void bucket_close(uint32_t name_id, uint8_t domain) {
+    for (uint32_t i = 0; i < n_open_b; i++) {
+        struct open_bucket *o = &open_b[i];
+        if (o->name_id == name_id && o->domain == domain && o->step == gate.step) {
+            if (--o->depth == 0) open_b[i] = open_b[--n_open_b];
+            return;
+        }
+    }
+}
 
 static PyTypeObject *timer_type; /* the module's BucketTimer (a reference held by the module) */
 
@@ -156,9 +201,12 @@ static void timer_dealloc(BucketTimerObject *self) {
 static PyObject *timer_enter(BucketTimerObject *self, PyObject *unused) {
     self->slot = NO_SLOT;
     self->pushed = 0;
+    self->tracked = 0;
     if (!gate.on[self->domain]) return Py_NewRef(self);
     if (cprof_events_active() && cprof_events_push(self->name_id, CPROF_CAT_USER_ANNOTATION) == 0)
         self->pushed = 1; /* the bucket shows in an open cprof trace too */
+    self->nested = (uint8_t)bucket_open(self->name_id, self->domain, &self->tracked);
+    if (self->nested) return Py_NewRef(self); /* the enclosing region times it already */
     uint32_t slot;
     uintptr_t stream = self->own_stream ? self->stream : gate.stream;
     if (cprof_timer_begin(gate.cuda[self->domain], stream, &slot) == CPROF_OK)
@@ -167,6 +215,10 @@ static PyObject *timer_enter(BucketTimerObject *self, PyObject *unused) {
 }
 
 static PyObject *timer_exit(BucketTimerObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (self->tracked) {
+        bucket_close(self->name_id, self->domain);
+        self->tracked = 0;
+    }
     if (self->slot != NO_SLOT) {
         cprof_timer_end(self->slot, self->own_stream ? self->stream : gate.stream, self->domain,
                         self->name_id, gate.step);

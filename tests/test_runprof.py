@@ -295,8 +295,15 @@ def test_kv_lengths_below_the_first_edge_get_a_bin(tmp_path):
     run_steps(prof, [0.1, 0.1], kv=[10, 20])
     bins = prof.summary()["decode_length_buckets"]
     assert bins[0]["label"] == "[0, 128)" and bins[0]["steps"] == 2
+    # listed whether or not any step falls below the first edge: every run has the same bins
     assert [b["label"] for b in make(tmp_path, run_name="u", kv_bins=[128, 512]).summary()[
-        "decode_length_buckets"]] == ["[128, 512)", "[512, inf)"]
+        "decode_length_buckets"]] == ["[0, 128)", "[128, 512)", "[512, inf)"]
+    prof = make(tmp_path, warmup_runs=0, run_name="v", kv_bins=[128, 512])
+    run_steps(prof, [0.1], kv=[300])
+    run_steps(prof, [0.1], kv=[10])
+    runs = prof.summary()["runs"]
+    assert [len(r["decode_length_buckets"]) for r in runs] == [3, 3]
+    assert runs[0]["decode_length_buckets"][0]["steps"] == 0
 
 
 def test_across_run_sample_std(tmp_path):
@@ -330,24 +337,39 @@ def test_gating(tmp_path):
     assert C.timers_counts()["pending"] == 0
 
 
-def test_unknown_buckets_compacted_into_others_after_canonical(tmp_path):
-    """Seed 003: buckets are canonicalised and aggregated by domain, unknown keys compacted
-    into "others" after the canonical ones; what "others" holds is kept by name apart."""
+def test_unknown_buckets_kept_by_name_after_canonical(tmp_path):
+    """Issue 4: unknown buckets are kept, listed after the canonical ones (in the order first
+    timed), never dropped; the meta lists which buckets are outside the canonical list; other
+    spellings of canonical buckets (attn.out_proj, attn.qknorm) are canonicalised."""
     prof = make(tmp_path, warmup_runs=0, model_profiling=True)
-    run_steps(prof, [0.1], buckets=["zzz.custom", "mlp.down_proj", "embed", "aaa.custom"])
+    run_steps(prof, [0.1], buckets=["zzz.custom", "mlp.down_proj", "embed", "aaa.custom",
+                                    "attn.out_proj", "Attn.QKNorm"])
     s = prof.summary()
-    assert list(s["buckets_model_avg_ms"]) == ["embed", "mlp.down_proj", "others"]
-    detail = s["meta"]["buckets_others_ms"]["model"]
-    assert list(detail) == ["aaa.custom", "zzz.custom"]
-    assert s["buckets_model_avg_ms"]["others"] == pytest.approx(sum(detail.values()))
-    assert list(s["runs"][0]["buckets_model_avg_ms"]) == ["embed", "mlp.down_proj", "others"]
-    assert "others" in s["runs_aggregate"]["buckets_model_avg_ms"]
+    order = ["embed", "attn.qk_norm", "attn.o_proj", "mlp.down_proj", "zzz.custom", "aaa.custom",
+             "others"]
+    b = s["buckets_model_avg_ms"]
+    assert list(b) == order
+    # seed 003's "others": the subtotal of the unknown ones, not one more bucket
+    assert b["others"] == pytest.approx(b["zzz.custom"] + b["aaa.custom"])
+    assert list(s["meta"]["buckets_others_ms"]["model"]) == ["zzz.custom", "aaa.custom"]
+    assert list(s["runs"][0]["buckets_model_avg_ms"]) == order
+    assert list(s["runs_aggregate"]["buckets_model_avg_ms"]) == order
+    md = (tmp_path / prof.run_name / "report.md")
+    prof.save_all()
+    text = md.read_text()
+    assert "| `zzz.custom` |" in text and "| `aaa.custom` |" in text
+    # the table's total counts each bucket once (the subtotal row is left out of it)
+    total = sum(v for k, v in b.items() if k != "others")
+    assert f"| **total** | {total:.3f} |" in text
 
 
 def test_bucket_names_are_canonicalised_by_domain():
     from cprof._runreport import canonical_bucket
     assert canonical_bucket("model", " ATTN.QKV_PROJ ") == ("model", "attn.qkv_proj")
     assert canonical_bucket("engine", "engine.prefill") == ("engine", "prefill")
+    assert canonical_bucket("model", "attn.out_proj") == ("model", "attn.o_proj")
+    assert canonical_bucket("engine", "engine.sampling") == ("engine", "engine.sampling")
+    assert canonical_bucket("engine", "my_phase") == ("engine", None)
     assert canonical_bucket("model", "engine.decode") == ("engine", "decode")
     assert canonical_bucket("model", "model.embed") == ("model", "embed")
     assert canonical_bucket("engine", "engine.sampling") == ("engine", "engine.sampling")
@@ -500,6 +522,15 @@ def test_disabled_timer_costs_little():
     assert (time.perf_counter() - t0) / n < 20e-6  # ~0.1 us in practice (benchmarks/)
 
 
+def test_registry_checks_what_it_is_given():
+    cprof.release_active_profiler()
+    with pytest.raises(TypeError, match="cprof.Profiler"):
+        cprof.register_active_profiler(42)
+    assert not cprof.get_active_profiler()  # NullProfiler: falsy, as seed 003's
+    cprof.register_active_profiler(None)
+    assert not cprof.get_active_profiler()
+
+
 def test_null_profiler_calls_are_safe():
     p = cprof.get_active_profiler()
     p.begin_run(bsz=1, label="x")
@@ -571,6 +602,64 @@ def test_attach_model_buckets_and_idempotent(tmp_path):
     assert list(got)[:3] == ["embed", "attn.qkv_proj", "attn.o_proj"]
     import torch.distributed as dist
     assert getattr(dist.all_reduce, "_cprof_bucket") == "communication.all_reduce"
+
+
+def test_a_bucket_nested_in_itself_counts_once(tmp_path):
+    """A user's timer around a call attach_engine already times into the same bucket: the
+    inner region times nothing (the time would count twice, a share above 100%); different
+    buckets nested, and the same bucket one after the other, each count. A timer entered and
+    never exited does not stop the bucket from counting in the next step."""
+    prof = make(tmp_path, warmup_runs=0, engine_profiling=True, model_profiling=True)
+
+    class Engine:
+        def decode(self):
+            time.sleep(0.01)
+
+    e = Engine()
+    prof.attach_engine(e)
+    prof.begin_run()
+    with prof.step_timing_ctx():
+        with cprof.cpu_bucket_timer("decode"):
+            e.decode()
+        with cprof.cpu_bucket_timer("sampler"):
+            with cprof.cpu_bucket_timer("postproc"):
+                time.sleep(0.002)
+        with cprof.cuda_bucket_timer("norm"):
+            time.sleep(0.002)
+        with cprof.cuda_bucket_timer("norm"):
+            time.sleep(0.002)
+        cprof.cuda_bucket_timer("embed").__enter__()  # never exited
+    with prof.step_timing_ctx():
+        with cprof.cuda_bucket_timer("embed"):
+            time.sleep(0.002)
+    prof.end_run()
+    s = prof.summary()
+    eng, mod = s["buckets_engine_avg_ms"], s["buckets_model_avg_ms"]
+    step_ms = s["stats"]["mean_ms"]
+    per_step = 2  # averages are per step over both steps
+    assert 10 / per_step <= eng["decode"] < 18 / per_step  # once, not twice (20 ms)
+    assert eng["sampler"] >= 2 / per_step and eng["postproc"] >= 2 / per_step
+    assert mod["norm"] >= 4 / per_step
+    assert mod["embed"] >= 2 / per_step
+    assert eng["decode"] < step_ms
+
+
+def test_module_buckets_by_name_and_type():
+    """Rotary embeddings are attn.rope whatever their attribute name (the type rule comes
+    before the Embedding one they end with); gpt-fast's fused w13 is mlp.gate_up_proj."""
+    torch = pytest.importorskip("torch")
+    from cprof._hooks import bucket_for
+
+    class RotaryEmbedding(torch.nn.Module):
+        pass
+
+    class LlamaRotaryEmbedding(torch.nn.Module):
+        pass
+
+    assert bucket_for("transformer.rotary_pos_emb", RotaryEmbedding()) == "attn.rope"
+    assert bucket_for("layers.0.layer0", LlamaRotaryEmbedding()) == "attn.rope"
+    assert bucket_for("layers.0.feed_forward.w13", torch.nn.Linear(2, 2)) == "mlp.gate_up_proj"
+    assert bucket_for("tok", torch.nn.Embedding(3, 2)) == "embed"
 
 
 _TINY_LM = None
