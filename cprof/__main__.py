@@ -49,7 +49,10 @@ def main(argv=None):
     head`) ends quietly with the shell's status for it, as other command-line tools do."""
     try:
         code = _main(argv)
-        sys.stdout.flush()
+        try:
+            sys.stdout.flush()
+        except ValueError:  # the profiled program closed sys.stdout (python exits 0 then)
+            pass
         return code
     except BrokenPipeError:
         import os

@@ -20,6 +20,7 @@ import sys
 from . import _C
 from ._diagnose import diagnose, rank_table
 from ._report_format import TABLES, render
+from ._window import is_stream
 
 FORMATS = ("table", "csv", "json", "md")
 TRACE_GLOBS = ("*.trace.json", "*.trace.json.gz", "*.pt.trace.json", "*.pt.trace.json.gz")
@@ -129,6 +130,9 @@ def analyse(path, top=20, short_gap_us=10.0, small_copy_bytes=65536, step_name=N
     except OSError as err:
         raise InputError(f"{path}: {err.strerror or err}") from None
     reports = [json.loads(t) for t in texts]
+    if not any(r.get("trace", {}).get("events") for r in reports):
+        raise InputError(f"{path}: the trace holds no events (its traceEvents list is empty): "
+                         "nothing to report; profile a window with work in it")
     for report in reports:
         report["diagnoses"] = diagnose(report)
     return reports
@@ -148,10 +152,28 @@ def _fail(cmd, msg):
 
 
 def _write_text(path, text):
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    """Writes text to path whole or not at all: a temporary file beside it, renamed over it.
+    A device or FIFO (/dev/stdout, /dev/full, a pipe) is written into, never replaced; a
+    symlink's target is replaced, not the link. Errors name path, not the temporary file."""
+    try:
+        if is_stream(path):
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+            return
+        real = os.path.realpath(path)
+        tmp = f"{real}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, real)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+    except OSError as err:
+        raise OSError(err.errno, err.strerror, str(path)) from None
 
 
 def cmd_report(args):
@@ -196,13 +218,16 @@ def cmd_merge(args):
     except InputError as err:
         return _fail("merge", err)
     out = args.output
-    out_dir = os.path.dirname(os.path.abspath(out))
+    # a symlink's target is written (replaced), not the link; a device or FIFO is written into
+    target = out if is_stream(out) else os.path.realpath(out)
+    out_dir = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(out_dir):
         return _fail("merge", f"the output directory {out_dir} does not exist; create it first")
-    if os.path.abspath(out) in {os.path.abspath(f) for f in files}:
+    if os.path.realpath(out) in {os.path.realpath(f) for f in files}:
         return _fail("merge", f"{out} is also an input; write the merged trace elsewhere")
     try:
-        events, nbytes, texts = _C.trace_merge(files, out, gzip=6 if out.endswith(".gz") else 0,
+        events, nbytes, texts = _C.trace_merge(files, target,
+                                               gzip=6 if out.endswith(".gz") else 0,
                                                replace=args.force,
                                                step_name=args.step_range)
     except _C.TraceFormatError as err:

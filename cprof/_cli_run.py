@@ -1059,6 +1059,8 @@ def _load_program(kind, target, prog_args):
     import types
     module = types.ModuleType("__main__")
     module.__dict__["__builtins__"] = builtins
+    if sys.version_info < (3, 14):  # the interpreter's __main__ has it (lazy from 3.14 on)
+        module.__dict__["__annotations__"] = {}
     if kind == "module":
         _, spec, code = runpy._get_module_details(target)
         module.__dict__.update(__file__=spec.origin, __cached__=spec.cached,

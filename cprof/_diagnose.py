@@ -8,6 +8,8 @@ import statistics
 LAUNCH_UTIL_PCT = 60.0       # launch-bound: the GPU is busy less than this share of the window
 LAUNCH_KERNEL_US = 20.0      # ... its kernels average less than this
 LAUNCH_HOST_SHARE = 0.5      # ... and at least half its idle time waits on the host
+LAUNCH_CALL_SHARE = 0.1      # ... of which launch calls fill at least this share (not a host
+                             # busy elsewhere: data loading, I/O, a Python loop between steps)
 SYNC_SHARE = 0.10            # sync stalls: waits or sync-caused idle above 10% of the window
 SMALL_COPIES = 10            # many small copies: at least this many below small_copy_bytes
 IDLE_UTIL_PCT = 50.0         # GPU mostly idle (not launch-bound): busy below this share
@@ -62,8 +64,11 @@ def diagnose(r):
         idle = dev["idle"]
         itot = max(idle["total_us"], 1e-9)
         host_share = (idle["host_us"] + idle["short_us"]) / itot
+        host_us = idle["host_us"] + idle["short_us"]
+        launch_us = launches.get("calls", 0) * launches.get("avg_us", 0.0)
         if (dev["util_pct"] < LAUNCH_UTIL_PCT and 0 < avg_kernel < LAUNCH_KERNEL_US
-                and host_share >= LAUNCH_HOST_SHARE):
+                and host_share >= LAUNCH_HOST_SHARE
+                and launch_us >= LAUNCH_CALL_SHARE * host_us):
             launch_bound = True
             out.append(_d(
                 "launch_bound", f"GPU {dev['device']} is launch-bound",

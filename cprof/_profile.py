@@ -802,7 +802,9 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         Python writers (torch.profiler.tensorboard_trace_handler passes it): cprof has one
         writer, in C, and takes the argument so torch's handler works unchanged."""
         w = self._data("export")
-        path = os.fspath(path)
+        path = given = os.fspath(path)
+        if os.path.islink(path) and not is_stream(path):
+            path = os.path.realpath(path)  # the link's target is replaced, never the link
         if not is_stream(path):  # /dev/null: written into, its directory need not be writable
             check_output_dir(os.path.dirname(path) or ".", "pass export_chrome_trace a path in "
                              "a directory you can write to (the trace is kept until then)")
@@ -815,7 +817,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         if result is None:  # a forked child: the window is the parent's to write
             return None
         self.last_export = result
-        return result.path
+        return given if path != given else result.path
 
     def _export_extra(self, w):
         extra = {"steps": [w.config.get("first_step"), w.config.get("last_step")]}

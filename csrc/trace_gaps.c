@@ -312,7 +312,12 @@ int cprof_gaps_report(const cprof_trace *t, const cprof_report_opts *o, int64_t 
                 int64_t launch = corr_get(&cm, ev[first].correlation);
                 if (cs - prev_end < o->short_gap_ns && prev_last >= 0) g.kind = GAP_SHORT;
                 else if (sync_overlaps(sy, pmax, nsync, prev_end, cs)) g.kind = GAP_SYNC;
-                else if (prev_last < 0 || launch < 0 || ev[launch].ts_ns > prev_end) g.kind = GAP_HOST;
+                /* waiting on the host: the next op's launch call had not returned when the
+                 * GPU ran dry (it began after, or was still running then) */
+                else if (prev_last < 0 || launch < 0 ||
+                         ev[launch].ts_ns + (ev[launch].dur_ns > 0 ? ev[launch].dur_ns : 0) >
+                             prev_end)
+                    g.kind = GAP_HOST;
                 else g.kind = GAP_OTHER;
                 idle[g.kind] += cs - prev_end;
                 keep_largest(top, &ntop, top_cap, &g);

@@ -94,6 +94,19 @@ def test_script_args_stdout_stderr_pass_through(tmp_path):
     assert t["cprof"]["config"]["record_shapes"] is False
 
 
+def test_program_globals_and_a_closed_stdout_as_python_has_them(tmp_path):
+    """The program's module globals are python's (__annotations__ included), and a program
+    that closes sys.stdout ends as under python (exit 0, no cprof traceback)."""
+    prog = tmp_path / "g.py"
+    prog.write_text("import sys\n"
+                    "print(sorted(k for k in globals() if k.startswith('__')))\n"
+                    "sys.stdout.close()\n")
+    ran, plain = cprof_run("-o", tmp_path, prog), plain_run(prog)
+    assert ran.returncode == plain.returncode == 0, ran.stderr
+    assert ran.stdout == plain.stdout
+    assert "Traceback" not in ran.stderr
+
+
 @pytest.mark.parametrize("opts", [(), ("--with-stack",)])
 def test_module(tmp_path, opts):
     ran = cprof_run("-o", tmp_path, *opts, "-m", "basic", "a", "b", cwd=SCRIPTS)

@@ -258,6 +258,11 @@ def test_export_twice_and_gzip_by_suffix(tmp_path):
     # the same path again replaces the file, as torch.profiler does
     assert p.export_chrome_trace(a) == a
     load_trace(a)
+    # through a symlink: the target is replaced, the link stays
+    link = tmp_path / "link.json"
+    link.symlink_to(tmp_path / "a.json")
+    assert p.export_chrome_trace(str(link)) == str(link)
+    assert link.is_symlink() and [e["name"] for e in ranges_of(load_trace(a))] == ["x"]
 
 
 def test_export_before_any_window_or_while_recording(tmp_path):
