@@ -487,7 +487,8 @@ int cprof_cupti_start(const cprof_gpu_config *cfg, uint64_t start_ns) {
         r = CUPTI_SUCCESS;
         subscriber = NULL;
         shared = 1;
-        snprintf(shared_holder, sizeof shared_holder, "%s", holder);
+        snprintf(shared_holder, sizeof shared_holder, "%.*s", (int)sizeof shared_holder - 1,
+                 holder);
     }
     if (r != CUPTI_SUCCESS) {
         int rc = map_cupti_error(r, "subscribing to CUPTI");
@@ -630,7 +631,9 @@ int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot
     snap->pool_cap_bytes = config.pool_cap_bytes;
     snap->buffers = atomic_load(&buffers_used);
     snap->cupti_shared = had_shared;
-    if (had_shared) snprintf(snap->cupti_holder, sizeof snap->cupti_holder, "%s", shared_holder);
+    if (had_shared)
+        snprintf(snap->cupti_holder, sizeof snap->cupti_holder, "%.*s",
+                 (int)sizeof snap->cupti_holder - 1, shared_holder);
     snap->api_mode = api_mode;
     snap->api_delivered = raw[CUPTI_ACTIVITY_KIND_RUNTIME] + raw[CUPTI_ACTIVITY_KIND_DRIVER];
     snap->api_ids_off = api_ids_off;
