@@ -569,8 +569,11 @@ static void add_info(const cprof_trace *t, const char *path, cJSON *root) {
     if (in->end_reason) add_str(tr, "end", t, in->end_reason);
     cJSON_AddNumberToObject(tr, "events", (double)cprof_trace_nevents(t));
     cJSON_AddNumberToObject(tr, "json_bytes", (double)in->text_bytes);
-    if (in->base_time_ns != CPROF_TEV_NONE)
-        cJSON_AddNumberToObject(tr, "base_time_ns", (double)in->base_time_ns);
+    if (in->base_time_ns != CPROF_TEV_NONE) { /* exact: a double keeps only 53 bits */
+        char num[32];
+        snprintf(num, sizeof num, "%lld", (long long)in->base_time_ns);
+        cJSON_AddRawToObject(tr, "base_time_ns", num);
+    }
     cJSON *dropped = NULL;
     size_t tl;
     const char *text = cprof_trace_text(t, &tl);

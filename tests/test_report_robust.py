@@ -1374,3 +1374,11 @@ def test_50mb_trace_parses(tmp_path):
     assert r2["kernels_total"] == r["kernels_total"]
     print(f"\n50 MB trace: {len(data) / 1e6:.1f} MB, {3 * n} events: "
           f"trace_report_bytes {t_bytes:.2f} s, trace_report(.gz) {t_gz:.2f} s")
+
+
+def test_base_time_is_reported_exactly():
+    """baseTimeNanoseconds needs 61 bits: the report keeps it as an exact integer."""
+    r = report_bytes(json.dumps({"baseTimeNanoseconds": 1700000000123456789, "traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]})
+        .encode())
+    assert r["trace"]["base_time_ns"] == 1700000000123456789
