@@ -20,7 +20,7 @@ import sys
 from . import _C
 from ._diagnose import diagnose, rank_table
 from ._report_format import TABLES, render
-from ._window import is_stream
+from ._window import is_stream, write_target
 
 FORMATS = ("table", "csv", "json", "md")
 TRACE_GLOBS = ("*.trace.json", "*.trace.json.gz", "*.pt.trace.json", "*.pt.trace.json.gz")
@@ -160,7 +160,7 @@ def _write_text(path, text):
             with open(path, "w", encoding="utf-8") as f:
                 f.write(text)
             return
-        real = os.path.realpath(path)
+        real = write_target(path)
         tmp = f"{real}.{os.getpid()}.tmp"
         try:
             with open(tmp, "w", encoding="utf-8") as f:
@@ -218,8 +218,7 @@ def cmd_merge(args):
     except InputError as err:
         return _fail("merge", err)
     out = args.output
-    # a symlink's target is written (replaced), not the link; a device or FIFO is written into
-    target = out if is_stream(out) else os.path.realpath(out)
+    target = write_target(out)
     out_dir = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(out_dir):
         return _fail("merge", f"the output directory {out_dir} does not exist; create it first")

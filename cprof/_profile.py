@@ -22,7 +22,8 @@ from . import _schedule as _schedule_mod
 from ._dist import rank_info
 from ._features import gpu_unavailable_reason
 from ._schedule import ProfilerAction, _always_record, as_action, same_member
-from ._window import Window, check_buffer_size_mb, check_gpu_buffer_mb, check_output_dir, clean_text, is_stream
+from ._window import (Window, check_buffer_size_mb, check_gpu_buffer_mb, check_output_dir,
+                      clean_text, is_stream, write_target)
 
 
 _TRUE = {"1", "true", "yes", "on", "y", "t"}
@@ -802,9 +803,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         Python writers (torch.profiler.tensorboard_trace_handler passes it): cprof has one
         writer, in C, and takes the argument so torch's handler works unchanged."""
         w = self._data("export")
-        path = given = os.fspath(path)
-        if os.path.islink(path) and not is_stream(path):
-            path = os.path.realpath(path)  # the link's target is replaced, never the link
+        given = os.fspath(path)
+        path = write_target(given)
         if not is_stream(path):  # /dev/null: written into, its directory need not be writable
             check_output_dir(os.path.dirname(path) or ".", "pass export_chrome_trace a path in "
                              "a directory you can write to (the trace is kept until then)")

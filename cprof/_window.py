@@ -60,6 +60,12 @@ def _positive_mib(mb, who, arg, what):
     return mb
 
 
+def write_target(path):
+    """Where a write to path goes: a symlink's target (replaced, the link kept), else path (a
+    device or FIFO is written into; a regular file is replaced by a renamed temporary)."""
+    return os.path.realpath(path) if os.path.islink(path) and not is_stream(path) else path
+
+
 def check_buffer_size_mb(mb, who):
     """None, or a finite positive number of MiB for the CPU range buffers' cap (ValueError
     naming who otherwise). A cap above the machine's memory is allowed: it is only a cap."""
