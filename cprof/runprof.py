@@ -268,7 +268,7 @@ def _finite(v):
 
 
 class _StepContext:
-    __slots__ = ("prof", "step", "t0", "region", "range")
+    __slots__ = ("prof", "step", "t0", "region", "range", "gate", "sync")
 
     def __init__(self, prof):
         self.prof = prof
@@ -280,6 +280,9 @@ class _StepContext:
     def __exit__(self, exc_type, exc, tb):
         self.prof._step_exit(self, exc_type)
         return False
+
+
+_DISCARDED = object()  # Profiler._last_step after a step that raised
 
 
 class _RunInfo:
@@ -475,18 +478,29 @@ class Profiler:
         stream = _current_stream() if self._cuda else 0
         measured = not run.warmup
         # model buckets time on the GPU (CUDA events) when possible; engine buckets on the host
-        _C.timers_gate(measured and self.cfg.model_profiling,
-                       measured and self.cfg.engine_profiling, bool(self._cuda), False, stream,
-                       ctx.step)
-        if _C.active():
-            ctx.range = _C.range(f"step[{run.label}]" if run.label else "step")
-            ctx.range.__enter__()
-        ctx.region = None
-        if self._cuda and not strict:
-            ctx.region = (_C.timer_begin(True, stream), stream)
-        # last, after everything that can raise: a step that failed to start leaves it off
-        _StepSync.engine = bool(strict and measured and self.cfg.engine_profiling
-                                and _cuda_ready())
+        ctx.gate = (measured and self.cfg.model_profiling,
+                    measured and self.cfg.engine_profiling, bool(self._cuda), False, stream,
+                    ctx.step)
+        ctx.sync = bool(strict and measured and self.cfg.engine_profiling and _cuda_ready())
+        _C.timers_gate(*ctx.gate)
+        _StepSync.engine = ctx.sync
+        _open_steps.append(ctx)
+        try:
+            if _C.active():
+                r = _C.range(f"step[{run.label}]" if run.label else "step")
+                r.__enter__()
+                ctx.range = r
+            ctx.region = None
+            if self._cuda and not strict:
+                ctx.region = (_C.timer_begin(True, stream), stream)
+        except BaseException:
+            # a step that failed to start is not open: the gate goes back, the step is dropped
+            _close_gate(ctx)
+            if ctx.range is not None:
+                ctx.range.__exit__(None, None, None)
+            _C.step_abort(ctx.step)
+            self._step = ctx.step = None
+            raise
         ctx.t0 = _C.now_ns()
 
     def _step_exit(self, ctx, exc_type):
@@ -503,14 +517,16 @@ class Profiler:
             t1 = _C.now_ns()
         if ctx.region is None:
             latency = t1 - ctx.t0
-        _C.timers_gate(False, False, False, False, 0, 0)
-        _StepSync.engine = False
+        _close_gate(ctx)
         if ctx.range is not None:
             ctx.range.__exit__(None, None, None)
         self._step = None
         if exc_type is not None:
             _C.step_abort(ctx.step)  # a step that raised is not a measurement: counted
             self._run.steps_discarded += 1
+            # tokens reported right after it are its own, discarded with it (not the step
+            # before it's)
+            self._last_step = _DISCARDED
             return
         kv = self._kv
         if kv is not None and not isinstance(kv, float):
@@ -535,6 +551,8 @@ class Profiler:
         if self._step is not None:
             self._tokens = n
             return
+        if self._run is not None and self._last_step is _DISCARDED:
+            return  # the step that just ended raised: its tokens go with its times
         if self._run is not None and self._last_step is not None:
             _C.step_set_tokens(self._last_step, n)
             return
@@ -787,6 +805,26 @@ def release_active_profiler():
 # Model-domain timer: CUDA events on the step's stream (host clock without CUDA). A C function:
 # no Python frame and no argument parsing on the per-region path.
 cuda_bucket_timer = _C.cuda_bucket_timer
+
+
+# The open steps of every Profiler, innermost last. The C timer gate is one per process: a
+# step of one Profiler opened inside another's (a draft model's Profiler inside the target's)
+# takes it, and its exit hands it back to the step it covered, whose timers record again.
+_open_steps = []
+
+
+def _close_gate(ctx):
+    for i in range(len(_open_steps) - 1, -1, -1):
+        if _open_steps[i] is ctx:
+            del _open_steps[i]
+            break
+    if _open_steps:
+        top = _open_steps[-1]
+        _C.timers_gate(*top.gate)
+        _StepSync.engine = top.sync
+    else:
+        _C.timers_gate(False, False, False, False, 0, 0)
+        _StepSync.engine = False
 
 
 class _StepSync:

@@ -396,6 +396,52 @@ def test_two_profilers_keep_their_steps_apart(tmp_path):
     assert a.summary()["stats"]["steps"] == 8
 
 
+def test_a_step_nested_in_another_profilers_step_hands_the_timers_back(tmp_path):
+    """One Profiler's step inside another's (a draft model's Profiler inside the target's):
+    timers record into the innermost step, and once it ends the outer step's timers record
+    again (the C gate is one per process; the inner exit used to switch it off)."""
+    a = make(tmp_path, warmup_runs=0, run_name="a", engine_profiling=True)
+    b = make(tmp_path, warmup_runs=0, run_name="b", engine_profiling=True)
+    a.begin_run()
+    b.begin_run()
+    with a.step_timing_ctx():
+        with cprof.cpu_bucket_timer("draft"):
+            time.sleep(0.002)
+        with b.step_timing_ctx():
+            with cprof.cpu_bucket_timer("verify"):
+                time.sleep(0.002)
+        with cprof.cpu_bucket_timer("draft"):
+            time.sleep(0.002)
+    with cprof.cpu_bucket_timer("draft"):  # outside every step: gated off again
+        time.sleep(0.05)
+    a.end_run()
+    b.end_run()
+    ea = a.summary()["buckets_engine_avg_ms"]
+    eb = b.summary()["buckets_engine_avg_ms"]
+    assert 4.0 <= ea["draft"] < 45.0, ea  # both of a's draft regions, not the one outside
+    assert "verify" not in ea and "draft" not in eb and eb["verify"] >= 2.0
+
+
+def test_a_step_that_fails_to_start_leaves_no_gate_open(tmp_path, monkeypatch):
+    prof = make(tmp_path, warmup_runs=0, engine_profiling=True)
+    prof.begin_run()
+    with cprof.ProfilerContext(output_dir=str(tmp_path / "w"), activities=["CPU"]):
+        def boom(name):
+            raise RuntimeError("no range")
+        monkeypatch.setattr(C, "range", boom)
+        with pytest.raises(RuntimeError, match="no range"):
+            with prof.step_timing_ctx():
+                pass
+        monkeypatch.undo()
+        with cprof.cpu_bucket_timer("draft"):  # no step open: records nothing
+            time.sleep(0.001)
+        with prof.step_timing_ctx():  # the failed step is not left open
+            pass
+    prof.end_run()
+    s = prof.summary()
+    assert s["stats"]["steps"] == 1 and "draft" not in s["buckets_engine_avg_ms"]
+
+
 def test_tokens_after_the_step_and_seq_len_before_it(tmp_path):
     np = pytest.importorskip("numpy")
     prof = make(tmp_path, warmup_runs=0, kv_bins=[0, 100, 1000])
@@ -1039,6 +1085,29 @@ def test_steps_that_raise_are_counted_not_silently_dropped(tmp_path):
     paths = prof.save_all()
     md = open([p for p in paths if p.endswith(".md")][0]).read()
     assert "2 step(s) raised inside step_timing_ctx" in md
+
+
+def test_tokens_reported_after_a_step_that_raised_are_discarded_with_it(tmp_path):
+    """set_step_tokens right after a step goes to the step that just ended; when that step
+    raised (discarded), its tokens go with it, not onto the step before it."""
+    prof = make(tmp_path, warmup_runs=0)
+    prof.begin_run()
+    with prof.step_timing_ctx():
+        pass
+    prof.set_step_tokens(1)
+    try:
+        with prof.step_timing_ctx():
+            raise RuntimeError("oom, retried")
+    except RuntimeError:
+        pass
+    prof.set_step_tokens(7)  # the failed step's count: dropped
+    with prof.step_timing_ctx():
+        pass
+    prof.set_step_tokens(2)  # the next good step's count
+    prof.end_run()
+    s = prof.summary()
+    assert s["stats"]["steps"] == 2 and s["stats"]["tokens"] == 3
+    assert s["meta"]["steps_discarded"] == 1
 
 
 def test_cuda_timers_record_on_a_stream_passed_in(tmp_path):
