@@ -5,6 +5,9 @@ import os
 import sys
 
 
+_warned_env = set()
+
+
 def _env_int(name, default):
     value = os.environ.get(name)
     if value is None or value.strip() == "":
@@ -12,6 +15,13 @@ def _env_int(name, default):
     try:
         return int(value)
     except ValueError:
+        if (name, value) not in _warned_env:  # once per value: rank_info runs per window
+            _warned_env.add((name, value))
+            import warnings
+            warnings.warn(f"cprof: ${name}={value!r} is not a whole number; it is ignored (the "
+                          "rank and world size then come from the other variables, else 0 and "
+                          "1), so file names and distributedInfo may not say the right rank",
+                          RuntimeWarning, stacklevel=3)
         return default
 
 

@@ -23,7 +23,7 @@ from ._dist import rank_info
 from ._features import gpu_unavailable_reason
 from ._schedule import ProfilerAction, _always_record, as_action, same_member
 from ._window import (Window, check_buffer_size_mb, check_gpu_buffer_mb, check_output_dir,
-                      clean_text, is_stream, write_target)
+                      clean_text, flag, is_stream, write_target)
 
 
 _TRUE = {"1", "true", "yes", "on", "y", "t"}
@@ -175,6 +175,12 @@ def resolve_gpu(activities):
     return collected, notes
 
 
+def _clean_exit(exc):
+    """sys.exit(0) / sys.exit() / sys.exit(None): the program's normal end, not a failure that
+    marks the window partial (as `cprof run` reads it)."""
+    return isinstance(exc, SystemExit) and exc.code in (0, None)
+
+
 def _rank_selected(ranks):
     if ranks is None:
         return True
@@ -199,6 +205,9 @@ def _rank_selected(ranks):
         raise bad from None
     if any(r < 0 for r in ranks):
         raise bad
+    if not ranks:
+        raise ValueError("cprof: ranks=[] would profile no rank; pass the ranks to profile "
+                         "(ranks=[0]), None for every rank, or enabled=False to profile none")
     rank, _, _ = rank_info()
     return rank in set(ranks)
 
@@ -253,8 +262,9 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             warnings.warn("cprof.profile: experimental_config not supported by cprof; "
                           "ignored", RuntimeWarning, stacklevel=2)
         # with_flops estimates FLOPs from the operators' shapes: it records them, as torch's
-        self.with_flops = bool(with_flops)
-        record_shapes = bool(record_shapes) or self.with_flops
+        who = f"cprof.{_api}"
+        self.with_flops = flag(with_flops, who, "with_flops")
+        record_shapes = flag(record_shapes, who, "record_shapes") or self.with_flops
         self.activities = normalize_activities(activities)
         # torch.profiler's attribute: the device whose activity is asked for ("cuda" or None)
         self.use_device = "cuda" if "GPU" in self.activities else None
@@ -262,7 +272,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         # and cleaned up at the with block's end, as torch.profiler.profile does (cprof/_et.py)
         self.execution_trace_observer = _et.resolve(execution_trace_observer)
         self._et_step = None        # the ProfilerStep RecordFunction the observer sees
-        if profile_memory and "MEM" not in self.activities:
+        if flag(profile_memory, who, "profile_memory") and "MEM" not in self.activities:
             self.activities.append("MEM")
         if schedule is not None and not callable(schedule):
             raise TypeError("cprof.profile: schedule must be a callable step -> ProfilerAction "
@@ -280,14 +290,14 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         self.gpu_buffer_mb = check_gpu_buffer_mb(gpu_buffer_mb, "cprof.profile")
         self.record_shapes = bool(record_shapes)
         self.profile_memory = "MEM" in self.activities
-        self.with_stack = bool(with_stack)
-        self.with_modules = bool(with_modules)
+        self.with_stack = flag(with_stack, who, "with_stack")
+        self.with_modules = flag(with_modules, who, "with_modules")
         self.min_duration_us = min_duration_us
-        self.c_calls = bool(c_calls)
+        self.c_calls = flag(c_calls, who, "c_calls")
         # torch's operators (aten::*) as cpu_op ranges, as torch.profiler records them with CPU.
         # None (the default): on, as torch.profiler's default (with with_modules too: the
         # trace then links kernels to the innermost module, not to the op inside it)
-        self._ops_asked = record_ops is not None and bool(record_ops)
+        self._ops_asked = record_ops is not None and flag(record_ops, who, "record_ops")
         if record_ops is None:
             record_ops = True
         self.record_ops = bool(record_ops) and "CPU" in self.activities
@@ -295,9 +305,9 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             from . import _ops
             _ops.capture_choice()  # a bad CPROF_OPS_CAPTURE is a ValueError here, not later
         self.buffer_size_mb = buffer_size_mb
-        self.strict = bool(strict)
+        self.strict = flag(strict, who, "strict")
         # acc_events: events() / key_averages() cover every window so far, as torch's do
-        self.acc_events = bool(acc_events)
+        self.acc_events = flag(acc_events, who, "acc_events")
         self._acc = []              # the finished windows' events (acc_events)
         self.enabled = _rank_selected(ranks)
         self.ranks = ranks
@@ -442,7 +452,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             return
         if self._started and self._window is not None and self._window_exc is None:
             exc = sys.exc_info()[1]
-            if exc is not None and not isinstance(exc, Exception):
+            if exc is not None and not isinstance(exc, Exception) and not _clean_exit(exc):
                 self._window_exc = type(exc)
         self._stop()
 
@@ -552,7 +562,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             return False
         if not self._started:
             return False
-        if self._window is not None and exc_type is not None:
+        if self._window is not None and exc_type is not None and not _clean_exit(exc):
             self._window_exc = exc_type
         try:
             try:

@@ -46,10 +46,23 @@ def _memory_mib():
         return None
 
 
+def flag(value, who, arg):
+    """A bool argument: a bool, an int, numpy's bool_ or None (off) as it is; anything else (a
+    "false" string from a YAML file or the environment, which bool() would take as true) is a
+    TypeError naming who and arg."""
+    if (value is None or isinstance(value, (bool, int))
+            or (type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool"))):
+        return bool(value)
+    raise TypeError(f"{who}: {arg} takes a bool, got {value!r}; parse it first (a string such "
+                    "as 'false' would count as true)")
+
+
 def _positive_mib(mb, who, arg, what):
     """None, or mb as a finite positive float; ValueError naming who, arg and what it caps."""
     if mb is None:
         return None
+    if isinstance(mb, (str, bytes, bool)):
+        raise ValueError(f"{who}: {arg} must be a number of MiB, got {mb!r}")
     try:
         mb = float(mb)
     except (TypeError, ValueError):
@@ -69,7 +82,12 @@ def write_target(path):
 def check_buffer_size_mb(mb, who):
     """None, or a finite positive number of MiB for the CPU range buffers' cap (ValueError
     naming who otherwise). A cap above the machine's memory is allowed: it is only a cap."""
-    return _positive_mib(mb, who, "buffer_size_mb", "the cap of the CPU range buffers")
+    mb = _positive_mib(mb, who, "buffer_size_mb", "the cap of the CPU range buffers")
+    chunk = _C.memory()["chunk_bytes"]
+    if mb is not None and mb * (1 << 20) < chunk:
+        raise ValueError(f"{who}: buffer_size_mb={mb:g} is less than one buffer chunk "
+                         f"({chunk / (1 << 20):.4f} MiB); pass at least 0.07, or None for no cap")
+    return mb
 
 
 def check_gpu_buffer_mb(mb, who):

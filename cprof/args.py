@@ -1,5 +1,6 @@
 """Command-line flags of seed 000: add_profiler_args / create_profiler_from_args."""
 import argparse
+import collections.abc
 
 from .context import VALID_ACTIVITIES, ProfilerContext
 
@@ -48,24 +49,47 @@ def add_profiler_args(parser):
     return parser
 
 
+_FALSE_WORDS = {"0", "false", "no", "off", "n", "f", "none", ""}
+
+
+def _arg_flag(value):
+    """A flag's value as a namespace or config holds it: a bool or number as it is, the words
+    YAML or an environment variable leave ("false", "no", "0", "off": False; bool() would take
+    them as true), and any other value given (a program's own --profile PATH) as on."""
+    if isinstance(value, str):
+        return value.strip().lower() not in _FALSE_WORDS
+    return bool(value)
+
+
 def create_profiler_from_args(args, profile_name=None):
-    """Returns a ProfilerContext configured from parsed arguments. Disabled (a no-op) when
-    --profile is absent. An explicit profile_name wins over --profile-name. Attributes that
-    the namespace lacks take their defaults."""
-    enabled = bool(getattr(args, "profile", False))
-    activities = getattr(args, "profile_activities", None) or ["CPU", "GPU"]
+    """Returns a ProfilerContext configured from parsed arguments: an argparse namespace (or
+    any object with those attributes) or a mapping of the same names (`vars(args)`, a config
+    dict). Disabled (a no-op) when --profile is absent. An explicit profile_name wins over
+    --profile-name. Names that args lacks take their defaults."""
+    if args is None:
+        raise TypeError("cprof.create_profiler_from_args: args is None; pass the parsed arguments (parser.parse_args()) "
+                        "or a dict of them")
+    if isinstance(args, collections.abc.Mapping):
+        def get(name, default):
+            value = args.get(name, default)
+            return default if value is None and default is not None else value
+    else:
+        def get(name, default):
+            return getattr(args, name, default)
+    enabled = _arg_flag(get("profile", False))
+    activities = get("profile_activities", None) or ["CPU", "GPU"]
     if isinstance(activities, str):
         activities = [activities]
     activities = list(activities)
-    if getattr(args, "track_memory", False) and not any(
+    if _arg_flag(get("track_memory", False)) and not any(
             str(a).upper() == "MEM" for a in activities):
         activities.append("MEM")
     return ProfilerContext(
         enabled=enabled,
         activities=activities,
-        output_dir=getattr(args, "profile_dir", None),
-        profile_name=profile_name or getattr(args, "profile_name", None),
-        with_stack=getattr(args, "profile_with_stack", True),
-        record_shapes=getattr(args, "profile_record_shapes", True),
-        record_ops=bool(getattr(args, "profile_record_ops", False)),
+        output_dir=get("profile_dir", None),
+        profile_name=profile_name or get("profile_name", None),
+        with_stack=_arg_flag(get("profile_with_stack", True)),
+        record_shapes=_arg_flag(get("profile_record_shapes", True)),
+        record_ops=_arg_flag(get("profile_record_ops", False)),
     )

@@ -13,7 +13,8 @@ from . import _lifecycle
 from ._dist import rank_info
 from ._profile import normalize_activities as _normalize
 from ._profile import profile
-from ._window import check_buffer_size_mb, check_output_dir, is_stream
+from ._window import check_buffer_size_mb, check_output_dir, flag, is_stream
+from ._ranges import _async_gen_wrapper
 
 VALID_ACTIVITIES = ("CPU", "GPU", "MEM")
 DEFAULT_ACTIVITIES = ("CPU", "GPU")
@@ -146,13 +147,14 @@ class ProfilerContext:
         self.memory_paths = []
         self.memory_summary = None
         self.profile_name = profile_name
-        self.with_stack = bool(with_stack)
-        self.record_shapes = bool(record_shapes)
-        self.with_modules = bool(with_modules)
-        self.record_ops = bool(record_ops)
-        self.gzip = bool(gzip)
-        self.verbose = bool(verbose)
-        self.strict = bool(strict)
+        who = "cprof.ProfilerContext"
+        self.with_stack = flag(with_stack, who, "with_stack")
+        self.record_shapes = flag(record_shapes, who, "record_shapes")
+        self.with_modules = flag(with_modules, who, "with_modules")
+        self.record_ops = flag(record_ops, who, "record_ops")
+        self.gzip = flag(gzip, who, "gzip")
+        self.verbose = flag(verbose, who, "verbose")
+        self.strict = flag(strict, who, "strict")
         self.collected_activities = None
         if not self.enabled:
             # a no-op that touches nothing (no device check, no directory: output_dir and
@@ -162,16 +164,25 @@ class ProfilerContext:
             return
         self.activities = normalize_activities(activities)
         self._dir_given = output_dir is not None
-        self.output_dir = OutputDir(os.path.expanduser(os.fspath(output_dir))
+        if output_dir is not None and not isinstance(output_dir, (str, bytes, os.PathLike)):
+            raise TypeError(f"cprof: output_dir must be a path (str or pathlib.Path), got "
+                            f"{output_dir!r}")
+        self.output_dir = OutputDir(os.path.expanduser(os.fsdecode(output_dir))
                                     if output_dir is not None else default_output_dir())
         if profile_name is None:
             profile_name = f"profile_{int(time.time())}"
-        if (not isinstance(profile_name, str) or not profile_name or "/" in profile_name
-                or "\0" in profile_name):
+        if (not isinstance(profile_name, str) or profile_name in ("", ".", "..")
+                or "/" in profile_name or any(c < " " or c == "\x7f" for c in profile_name)):
             raise ValueError(
-                f"cprof: profile_name must be a non-empty file name without '/' or NUL, got "
-                f"{profile_name!r}"
+                f"cprof: profile_name must be a file name (not '.' or '..', without '/' or "
+                f"control characters such as a newline), got {profile_name!r}"
             )
+        try:
+            os.fsencode(profile_name)
+        except UnicodeError:
+            raise ValueError(f"cprof: profile_name {profile_name!r} cannot be a file name on "
+                             "this system (it has characters the file system encoding cannot "
+                             "write); pass another") from None
         if len(os.fsencode(profile_name)) > 200:
             raise ValueError(f"cprof: profile_name is {len(os.fsencode(profile_name))} bytes; "
                              "file names are limited to 255 bytes with the -rankR-N.trace.json.gz "
@@ -397,46 +408,6 @@ class _CallWindow:
         return False
 
 
-def _async_gen_wrapper(fn, window):
-    """fn's async generator inside a call window, doing what `yield from` does for a generator:
-    asend values, athrow exceptions and aclose reach fn's; its finally runs. The wrapper stays
-    an async generator function (inspect.isasyncgenfunction) as fn is."""
-
-    @functools.wraps(fn)
-    async def agen_wrapper(*args, **kw):
-        inner = fn(*args, **kw)
-        call = window(suspends=True)
-        call.__enter__()
-        exc_info = (None, None, None)
-        try:
-            to_send, to_throw = None, None
-            while True:
-                try:
-                    if to_throw is not None:
-                        item = await inner.athrow(to_throw)
-                    else:
-                        item = await inner.asend(to_send)
-                except StopAsyncIteration:
-                    return
-                to_send, to_throw = None, None
-                try:
-                    to_send = yield item
-                except GeneratorExit:
-                    raise
-                except BaseException as err:  # athrow(): into inner
-                    to_throw = err
-        except BaseException as err:
-            exc_info = (type(err), err, err.__traceback__)
-            raise
-        finally:
-            try:
-                await inner.aclose()
-            finally:
-                call.__exit__(*exc_info)
-
-    return agen_wrapper
-
-
 def profile_function(
     enabled=True,
     activities=None,
@@ -466,6 +437,14 @@ def profile_function(
             raise TypeError(f"cprof.profile_function decorates a function, got {fn!r}")
         name = profile_name or getattr(fn, "__name__", "function")
         marker = _C.range(name)
+        if enabled:
+            # the arguments are checked now, where the decorator is applied: a typo or a bad
+            # value is not found only at the first call, after the program did its work
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ProfilerContext(enabled=True, activities=activities, output_dir=output_dir,
+                                profile_name=name, with_stack=with_stack,
+                                record_shapes=record_shapes, **kwargs)
 
         def window(suspends=False):
             return _CallWindow(enabled, marker, name, suspends, dict(

@@ -179,13 +179,25 @@ int cprof_events_pop(void);
 /* A push whose range is closed by its token, wherever it sits on the thread's stack by then:
  * ranges that do not nest (a ProfilerStep ends inside a record_function opened in it) close
  * themselves, not the innermost range. pop_token: CPROF_E_EMPTY when no open range has it. */
+/* pop closes the innermost range opened by a plain push, passing over ranges that close by
+ * token or by name (a pop() never ends a `with cprof.range` opened after its push()).
+ * pop_to: closes this thread's plain ranges above depth (a region's exit unwinding what was
+ * left open inside it); token and named ones stay for their owners to close. */
+void cprof_events_pop_to(uint32_t depth);
+/* A range closed by its name and category (`with cprof.range`, record_function, bucket
+ * timers): pop_named closes the innermost open range pushed with that name and category,
+ * wherever it sits, so interleaved ranges (asyncio tasks on one thread) each end their own,
+ * recursion still ends the innermost, and nothing is kept in the range object (one object may
+ * be entered by several threads). pop_named: CPROF_E_EMPTY when none is open. */
+int cprof_events_push_named(uint32_t name_id, uint8_t cat);
+int cprof_events_pop_named(uint32_t name_id, uint8_t cat);
 /* Closes the innermost range as a point (end = begin: NVTX mark). 0 or CPROF_E_EMPTY (none
- * open, or the innermost is detached). */
+ * open, or the innermost closes by token or name). */
 int cprof_events_pop_point(void);
 int cprof_events_push_token(uint32_t name_id, uint8_t cat, uint64_t *token);
 int cprof_events_pop_token(uint64_t token);
-/* push_token for a range that does not nest (NVTX range_start): plain pops pass over it to the
- * innermost range below, so it ends only by its token. */
+/* push_token for a range that does not nest (NVTX range_start); like every token range, plain
+ * pops pass over it to the innermost plain range below, so it ends only by its token. */
 int cprof_events_push_detached(uint32_t name_id, uint8_t cat, uint64_t *token);
 /* pop_token on the thread whose pthread_self() is ident (the caller's or another's: NVTX
  * range_end may run on another thread than range_start). Caller holds the GIL. */

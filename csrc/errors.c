@@ -1,6 +1,8 @@
 /* Static descriptions of the core error codes. Any thread. */
 #include "cprof.h"
 
+_Static_assert(CPROF_MAX_DEPTH == 65535u, "the E_DEPTH message names the limit");
+
 const char *cprof_strerror(int code) {
     switch (code) {
     case CPROF_OK: return "success";
@@ -8,7 +10,8 @@ const char *cprof_strerror(int code) {
     case CPROF_E_ARG: return "invalid argument";
     case CPROF_E_STATE: return "not valid in the current state";
     case CPROF_E_EMPTY: return "no open range on this thread";
-    case CPROF_E_DEPTH: return "ranges nested too deeply";
+    case CPROF_E_DEPTH:
+        return "ranges nested too deeply (65535 open on this thread: a push() without its pop()?)";
     case CPROF_E_IO: return "input/output error";
     case CPROF_E_ZLIB: return "zlib error";
     case CPROF_E_FULL: return "table full";

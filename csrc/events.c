@@ -335,7 +335,8 @@ int cprof_events_push(uint32_t name_id, uint8_t cat) {
     return CPROF_OK;
 }
 
-#define DETACHED_BIT (1ull << 63) /* in a token: a range plain pops pass over */
+#define DETACHED_BIT (1ull << 63) /* in a token: a range closed only by its token */
+#define NAMED_BIT (1ull << 62)    /* a range closed by name (push_named); counters never get here */
 
 /* Ends the range at stack entry i - 1 and takes the entry out. Ranges opened inside it stay
  * open: they end later, overlapping its end, as torch records a ProfilerStep that ends inside
@@ -349,10 +350,11 @@ static void close_entry(tstate *t, uint32_t i, uint64_t now) {
     t->depth--;
 }
 
-/* The innermost range that is not detached, below detached ones (NVTX range_start). */
-static CPROF_NOINLINE int pop_under_detached(tstate *t, uint64_t now) {
+/* The innermost plain range, below ranges closed by token or by name: a pop() belongs to a
+ * push(), never to a `with cprof.range` or a record_function opened after it. */
+static CPROF_NOINLINE int pop_under_tokens(tstate *t, uint64_t now) {
     uint32_t i = t->depth;
-    while (i > 0 && (t->seq[i - 1] & DETACHED_BIT)) i--;
+    while (i > 0 && t->seq[i - 1]) i--;
     if (i == 0) return CPROF_E_EMPTY;
     close_entry(t, i, now);
     return CPROF_OK;
@@ -362,16 +364,24 @@ int cprof_events_pop(void) {
     uint64_t now = cprof_clock_now_ns(); /* first, so our bookkeeping is outside */
     tstate *t = tls;
     if (CPROF_UNLIKELY(!t || t->depth == 0)) return CPROF_E_EMPTY;
-    if (CPROF_UNLIKELY(t->seq[t->depth - 1] & DETACHED_BIT)) return pop_under_detached(t, now);
+    if (CPROF_UNLIKELY(t->seq[t->depth - 1])) return pop_under_tokens(t, now);
     cprof_record *r = t->stack[--t->depth];
     if (r) r->end_ns = now;
     return CPROF_OK;
 }
 
+void cprof_events_pop_to(uint32_t depth) {
+    uint64_t now = cprof_clock_now_ns();
+    tstate *t = tls;
+    if (!t) return;
+    for (uint32_t i = t->depth; i > depth; i--)
+        if (!t->seq[i - 1]) close_entry(t, i, now);
+}
+
 int cprof_events_pop_point(void) {
     tstate *t = tls;
     if (CPROF_UNLIKELY(!t || t->depth == 0)) return CPROF_E_EMPTY;
-    if (CPROF_UNLIKELY(t->seq[t->depth - 1] & DETACHED_BIT)) return CPROF_E_EMPTY;
+    if (CPROF_UNLIKELY(t->seq[t->depth - 1])) return CPROF_E_EMPTY;
     cprof_record *r = t->stack[--t->depth];
     if (r) r->end_ns = r->begin_ns;
     return CPROF_OK;
@@ -405,6 +415,22 @@ static int pop_token_in(tstate *t, uint64_t token, uint64_t now) {
 int cprof_events_pop_token(uint64_t token) {
     uint64_t now = cprof_clock_now_ns();
     return pop_token_in(tls, token, now);
+}
+
+/* A named range's key on the stack: the innermost open one of that name and category is the
+ * one an exit closes, wherever it sits (asyncio tasks interleave their ranges on one thread). */
+#define NAMED_KEY(name_id, cat) (NAMED_BIT | (uint64_t)(cat) << 32 | (name_id))
+
+int cprof_events_push_named(uint32_t name_id, uint8_t cat) {
+    int rc = cprof_events_push(name_id, cat);
+    if (rc) return rc;
+    tls->seq[tls->depth - 1] = NAMED_KEY(name_id, cat);
+    return CPROF_OK;
+}
+
+int cprof_events_pop_named(uint32_t name_id, uint8_t cat) {
+    uint64_t now = cprof_clock_now_ns();
+    return pop_token_in(tls, NAMED_KEY(name_id, cat), now);
 }
 
 int cprof_events_pop_token_on(uint64_t ident, uint64_t token) {

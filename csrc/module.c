@@ -228,16 +228,20 @@ static void range_dealloc(RangeObject *self) {
     Py_DECREF(tp);
 }
 
+/* Entered and exited by name: an exit ends the innermost open range of this name on this
+ * thread, so interleaved ranges (asyncio tasks) each end their own, and a stray pop() cannot
+ * end it. The object holds no state between enter and exit: threads may share it. */
 static PyObject *range_enter(RangeObject *self, PyObject *unused) {
-    int rc = cprof_events_push(self->name_id, self->cat);
+    int rc = cprof_events_push_named(self->name_id, self->cat);
     if (CPROF_UNLIKELY(rc))
         return raise_core_error(PyType_GetModuleState(Py_TYPE(self)), rc, "range", 0);
     return Py_NewRef(self);
 }
 
 static PyObject *range_exit(RangeObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    int rc = cprof_events_pop();
-    if (CPROF_UNLIKELY(rc))
+    int rc = cprof_events_pop_named(self->name_id, self->cat);
+    /* an exception already on its way out is the one the user needs: not replaced by ours */
+    if (CPROF_UNLIKELY(rc) && !(nargs >= 1 && args[0] != Py_None))
         return raise_core_error(PyType_GetModuleState(Py_TYPE(self)), rc,
                                 "range exit without a matching enter on this thread", 0);
     Py_RETURN_FALSE;
@@ -270,7 +274,7 @@ static PyObject *range_get_name(RangeObject *self, void *c) { return Py_NewRef(s
 static PyMethodDef range_methods[] = {
     {"__enter__", (PyCFunction)range_enter, METH_NOARGS, "Opens the range on this thread."},
     {"__exit__", (PyCFunction)(void (*)(void))range_exit, METH_FASTCALL,
-     "Closes the innermost range of this thread."},
+     "Closes this thread's innermost open range of this name."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -127,7 +127,7 @@ static void region_exit(const void *code) {
     uint32_t want = st->ent[--st->depth].user_depth - 1;
     uint32_t d = cprof_events_depth();
     if (d > want + 1) rg.left_open += d - want - 1;
-    while (d > want && cprof_events_pop() == 0) d--;
+    cprof_events_pop_to(want);
     rg.closed++;
 }
 

@@ -203,7 +203,8 @@ static PyObject *timer_enter(BucketTimerObject *self, PyObject *unused) {
     self->pushed = 0;
     self->tracked = 0;
     if (!gate.on[self->domain]) return Py_NewRef(self);
-    if (cprof_events_active() && cprof_events_push(self->name_id, CPROF_CAT_USER_ANNOTATION) == 0)
+    if (cprof_events_active() &&
+        cprof_events_push_named(self->name_id, CPROF_CAT_USER_ANNOTATION) == 0)
         self->pushed = 1; /* the bucket shows in an open cprof trace too */
     self->nested = (uint8_t)bucket_open(self->name_id, self->domain, &self->tracked);
     if (self->nested) return Py_NewRef(self); /* the enclosing region times it already */
@@ -225,7 +226,7 @@ static PyObject *timer_exit(BucketTimerObject *self, PyObject *const *args, Py_s
         self->slot = NO_SLOT;
     }
     if (self->pushed) {
-        cprof_events_pop();
+        cprof_events_pop_named(self->name_id, CPROF_CAT_USER_ANNOTATION);
         self->pushed = 0;
     }
     Py_RETURN_FALSE;

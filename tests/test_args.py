@@ -93,3 +93,27 @@ def test_record_ops_flag_puts_torch_operators_in_the_trace(tmp_path):
         events = json.load(f)["traceEvents"]
     ops = {e["name"] for e in events if e.get("cat") == "cpu_op"}
     assert "aten::mm" in ops, ops
+
+
+def test_create_from_a_mapping_and_flag_words(tmp_path):
+    """vars(args) or a config dict configures it as a namespace does (a dict used to give a
+    disabled profiler silently); the words a YAML file or an environment variable leaves
+    ("false", "no", "0") are off, where bool() took them as on."""
+    p = cprof.create_profiler_from_args({"profile": True, "profile_dir": str(tmp_path),
+                                         "profile_activities": ["CPU"]}, profile_name="d")
+    assert p.enabled and p.activities == ["CPU"] and p.output_dir == str(tmp_path)
+    assert p.with_stack is True and p.record_shapes is True  # missing keys: the defaults
+    with p:
+        pass
+    assert p.trace_path.exists()
+    cfg = vars(parse(["--profile", "--profile-dir", str(tmp_path), "--no-profile-with-stack"]))
+    q = cprof.create_profiler_from_args(cfg)
+    assert q.enabled and q.with_stack is False
+    for off in ("false", "no", "0", "off", ""):
+        assert not cprof.create_profiler_from_args(argparse.Namespace(profile=off)).enabled
+    r = cprof.create_profiler_from_args(argparse.Namespace(
+        profile="true", profile_dir=str(tmp_path), profile_with_stack="false",
+        profile_activities=["CPU"]))
+    assert r.enabled and r.with_stack is False
+    with pytest.raises(TypeError, match="args is None"):
+        cprof.create_profiler_from_args(None)

@@ -535,3 +535,87 @@ def test_profile_function_async_generator_keeps_asend_athrow_aclose(outdir):
     assert log == ["got 'hello'", "caught ValueError", "cleanup"]
     assert not cprof._C.active()
     assert (outdir / "agen.trace.json.gz").exists()
+
+
+def test_bool_options_refuse_strings(tmp_path):
+    """gzip='false' used to write a .gz, with_stack='no' to trace Python: every bool option
+    takes a bool (an int or numpy bool too) and says so for anything else."""
+    for arg in ("with_stack", "record_shapes", "with_modules", "record_ops", "gzip", "verbose",
+                "strict"):
+        with pytest.raises(TypeError, match=f"{arg} takes a bool, got 'false'"):
+            cprof.ProfilerContext(output_dir=tmp_path, activities=["CPU"], **{arg: "false"})
+    for arg in ("with_stack", "record_shapes", "profile_memory", "with_flops", "acc_events"):
+        with pytest.raises(TypeError, match=f"cprof.profile: {arg} takes a bool"):
+            cprof.profile(activities=["CPU"], **{arg: "no"})
+    c = cprof.ProfilerContext(output_dir=tmp_path, activities=["CPU"], gzip=0, with_stack=1)
+    assert c.gzip is False and c.with_stack is True
+
+
+def test_output_dir_as_bytes_and_bad_types(tmp_path):
+    d = tmp_path / "bytes_dir"
+    with cprof.ProfilerContext(output_dir=os.fsencode(str(d)), profile_name="b",
+                               activities=["CPU"], verbose=False) as p:
+        pass
+    assert p.trace_path == d / "b.trace.json.gz" and p.trace_path.exists()
+    with pytest.raises(TypeError, match="output_dir must be a path"):
+        cprof.ProfilerContext(output_dir=42, activities=["CPU"])
+
+
+def test_profile_names_that_are_not_file_names(tmp_path):
+    for bad in (".", "..", "a\nb", "tab\there", "del\x7f", "a/b", ""):
+        with pytest.raises(ValueError, match="profile_name must be a file name"):
+            cprof.ProfilerContext(output_dir=tmp_path, profile_name=bad, activities=["CPU"])
+    with pytest.raises(ValueError, match="cannot be a file name"):
+        cprof.ProfilerContext(output_dir=tmp_path, profile_name="x\ud800", activities=["CPU"])
+
+
+def test_buffer_size_below_one_chunk_or_not_a_number(tmp_path):
+    with pytest.raises(ValueError, match=r"buffer_size_mb=0.05 is less than one buffer chunk"):
+        cprof.ProfilerContext(output_dir=tmp_path, activities=["CPU"], buffer_size_mb=0.05)
+    for bad in ("10", True, b"1"):
+        with pytest.raises(ValueError, match="buffer_size_mb must be a number of MiB"):
+            cprof.ProfilerContext(output_dir=tmp_path, activities=["CPU"], buffer_size_mb=bad)
+    with cprof.ProfilerContext(output_dir=tmp_path, activities=["CPU"], buffer_size_mb=0.07,
+                               verbose=False) as p:
+        pass
+    assert p.trace_path.exists()
+
+
+def test_empty_ranks_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match=r"ranks=\[\] would profile no rank"):
+        cprof.ProfilerContext(output_dir=tmp_path, activities=["CPU"], ranks=[])
+
+
+def test_profile_function_checks_its_arguments_when_applied(tmp_path):
+    """A typo or a bad value fails where the decorator is applied, not at each call after the
+    program did its work."""
+    with pytest.raises(TypeError, match="activites"):
+        cprof.profile_function(activites=["CPU"], output_dir=tmp_path)(lambda: None)
+    for kw in ({"activities": ["TPU"]}, {"profile_name": "a/b"}, {"buffer_size_mb": -1}):
+        with pytest.raises(ValueError):
+            cprof.profile_function(output_dir=tmp_path, **kw)(lambda: None)
+    calls = []
+    f = cprof.profile_function(enabled=False, activites=["CPU"])(lambda: calls.append(1))
+    f()  # disabled: nothing checked, nothing profiled
+    assert calls == [1]
+
+
+def test_sys_exit_0_in_a_window_is_a_normal_end(tmp_path):
+    for code, partial in ((0, False), (None, False), (3, True)):
+        with pytest.raises(SystemExit):
+            with cprof.ProfilerContext(output_dir=tmp_path, profile_name=f"e{code}",
+                                       activities=["CPU"], verbose=False) as p:
+                raise SystemExit(code)
+        meta = load_trace(p.trace_path)["cprof"]
+        assert bool(meta.get("partial")) is partial, (code, meta)
+
+
+def test_unparsable_rank_variables_warn(tmp_path, monkeypatch):
+    from cprof import _dist
+    monkeypatch.setattr(_dist, "_warned_env", set())
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "one")
+    with pytest.warns(RuntimeWarning, match=r"\$RANK='one' is not a whole number"):
+        with cprof.ProfilerContext(output_dir=tmp_path, profile_name="r", activities=["CPU"],
+                                   verbose=False):
+            pass

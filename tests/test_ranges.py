@@ -69,6 +69,153 @@ def test_pop_without_push_is_error_and_harmless():
     assert C.depth() == 0
 
 
+def test_interleaved_ranges_each_end_their_own():
+    """Ranges that do not nest (asyncio tasks interleaving on one thread, exits out of order)
+    each end at their own exit: an exit used to end the thread's innermost range, swapping the
+    durations of the two silently."""
+    import asyncio
+    import time as _time
+
+    @cprof.range("fast")
+    async def fast():
+        await asyncio.sleep(0.02)
+
+    @cprof.range("slow")
+    async def slow():
+        await asyncio.sleep(0.10)
+
+    async def rf(name, secs):
+        with cprof.record_function(name):
+            await asyncio.sleep(secs)
+
+    async def main():
+        await asyncio.gather(slow(), fast())
+        await asyncio.gather(rf("rf_slow", 0.10), rf("rf_fast", 0.02))
+
+    def manual():
+        a, b = cprof.range("A"), cprof.range("B")
+        a.__enter__()
+        b.__enter__()
+        a.__exit__(None, None, None)  # A ends first, under B
+        _time.sleep(0.05)
+        b.__exit__(None, None, None)
+
+    snap = collect(lambda: (asyncio.run(main()), manual()))
+    dur = {r[1]: (r[4] - r[3]) / 1e6 for r in snap.records()}
+    assert 15 < dur["fast"] < 80 and dur["slow"] >= 95, dur
+    assert 15 < dur["rf_fast"] < 80 and dur["rf_slow"] >= 95, dur
+    assert dur["A"] < 40 and dur["B"] >= 45, dur
+    assert C.depth() == 0
+
+
+def test_a_stray_pop_never_ends_a_with_range():
+    """pop() belongs to push(): one with no push() raises at the pop, and the enclosing `with`
+    range still ends at its own exit (it used to be ended by the pop, then its exit raised and
+    replaced the user's exception)."""
+    def body():
+        with cprof.range("outer"):
+            with pytest.raises(cprof.NoOpenRangeError):
+                cprof.pop()
+            cprof.push("pushed")
+            with cprof.range("inner"):
+                cprof.pop()  # passes over "inner" to the push()
+        with pytest.raises(ValueError, match="user"):
+            with cprof.range("r"):
+                cprof.push("p")
+                raise ValueError("user")
+        cprof.pop()
+
+    snap = collect(body)
+    recs = {r[1]: r for r in snap.records()}
+    assert set(recs) == {"outer", "pushed", "inner", "r", "p"}
+    o, p_, i = recs["outer"], recs["pushed"], recs["inner"]
+    assert p_[4] <= i[4] <= o[4]  # pushed ended (by pop) before inner's exit, outer last
+    assert C.depth() == 0
+
+
+def test_a_range_exit_error_never_hides_the_users_exception():
+    r = cprof.range("x")
+    with pytest.raises(KeyError):
+        with r:
+            r.__exit__(None, None, None)  # ends it early: the with's own exit finds none open
+            raise KeyError("user")
+    with pytest.raises(cprof.NoOpenRangeError):
+        r.__exit__(None, None, None)  # with no exception in flight, the misuse is reported
+
+
+def test_one_range_object_on_many_threads_and_in_recursion():
+    shared = cprof.range("shared")
+
+    @cprof.range("rec")
+    def rec(n):
+        return rec(n - 1) + 1 if n else 0
+
+    barrier = threading.Barrier(4)
+
+    def worker():
+        barrier.wait()
+        for _ in range(200):
+            with shared:
+                with shared:
+                    pass
+        assert rec(5) == 5
+
+    def body():
+        ts = [threading.Thread(target=worker) for _ in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+
+    snap = collect(body)
+    recs = snap.records()
+    assert sum(r[1] == "shared" for r in recs) == 4 * 400
+    by_tid = {}
+    for r in recs:
+        by_tid.setdefault(r[0], []).append(r)
+    assert len(by_tid) == 4
+    for rs in by_tid.values():
+        open_ = []  # each thread's ranges nest exactly
+        for r in sorted(rs, key=lambda r: (r[3], r[5])):
+            while open_ and open_[-1][4] <= r[3] and open_[-1] is not r:
+                open_.pop()
+            assert r[5] == len(open_), r
+            if open_:
+                assert r[4] <= open_[-1][4]
+            open_.append(r)
+        depths = [r[5] for r in rs if r[1] == "rec"]
+        assert depths == list(range(6))
+
+
+def test_range_decorator_on_generators_spans_their_life():
+    import asyncio
+    import time as _time
+
+    @cprof.range("gen")
+    def gen():
+        for i in range(3):
+            _time.sleep(0.01)
+            yield i
+
+    @cprof.range("agen")
+    async def agen():
+        for i in range(3):
+            await asyncio.sleep(0.01)
+            yield i
+
+    async def consume():
+        return [i async for i in agen()]
+
+    def body():
+        assert list(gen()) == [0, 1, 2]
+        assert asyncio.run(consume()) == [0, 1, 2]
+
+    snap = collect(body)
+    dur = {r[1]: (r[4] - r[3]) / 1e6 for r in snap.records()}
+    assert dur["gen"] >= 28 and dur["agen"] >= 28, dur
+    assert C.depth() == 0
+
+
 def test_range_name_must_be_str():
     with pytest.raises(TypeError):
         cprof.range(b"bytes")
