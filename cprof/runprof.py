@@ -173,18 +173,71 @@ def generate_run_name(prefix="run"):
         args = prefix
         if getattr(args, "run_name", None):
             return str(args.run_name)
-        prefix = "run"
-        for attr in ("model_name", "model", "model_path"):
-            v = getattr(args, attr, None)
-            if isinstance(v, (str, os.PathLike)) and str(v).strip():
-                prefix = os.path.basename(os.path.normpath(str(v))) or "run"
-                break
+        prefix = _model_prefix(args)
     prefix = "".join(c if c.isalnum() or c in "-_." else "_" for c in prefix) or "run"
     name = f"{prefix}_{time.strftime('%Y%m%d-%H%M%S')}_{os.getpid()}"
     with _run_name_lock:
         n = _run_names.get(name, 0)
         _run_names[name] = n + 1
     return f"{name}_{n}" if n else name
+
+
+_job_names = [0]  # Profilers that took a job-wide run name from the process group's store
+
+
+def _launcher_start(pid):
+    """(start time in Unix seconds, pid) of process pid (/proc), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        with open("/proc/stat", "rb") as f:
+            btime = next(int(line.split()[1]) for line in f if line.startswith(b"btime"))
+        return btime + int(fields[19]) / os.sysconf("SC_CLK_TCK"), pid
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def job_run_name(prefix="run"):
+    """A run name every rank of a job agrees on, for Profilers of every rank saving into one
+    {run_name}/ directory without a run_name given: rank 0's generated name, shared through the
+    process group's store when torch.distributed is initialised; else, ranks started by one
+    launcher on this node (torchrun: LOCAL_WORLD_SIZE == WORLD_SIZE), <prefix>_<launcher's
+    start time>_<launcher's pid>. None when neither is known (the caller warns)."""
+    rank, world, _ = rank_info()
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            store = dist.distributed_c10d._get_default_store()
+            _job_names[0] += 1
+            key = f"cprof/run_name/{_job_names[0]}"
+            if rank == 0:
+                name = generate_run_name(prefix)
+                store.set(key, name)
+                return name
+            store.wait([key], datetime.timedelta(seconds=120))
+            return store.get(key).decode()
+    except Exception:  # no store (a test double, a backend without one), or rank 0 never came
+        pass
+    local = os.environ.get("LOCAL_WORLD_SIZE")
+    if "TORCHELASTIC_RUN_ID" in os.environ and local == str(world):
+        started = _launcher_start(os.getppid())
+        if started is not None:
+            stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(started[0]))
+            return f"{prefix}_{stamp}_{started[1]}"
+    return None
+
+
+def _model_prefix(args):
+    """The base name of the model args names (model_name / model / model_path), else "run"."""
+    if args is None or isinstance(args, ProfilerConfig):
+        return "run"
+    get = args.get if isinstance(args, collections.abc.Mapping) else \
+        (lambda a: getattr(args, a, None))
+    for attr in ("model_name", "model", "model_path"):
+        v = get(attr)
+        if isinstance(v, (str, os.PathLike)) and str(v).strip():
+            return os.path.basename(os.path.normpath(str(v))) or "run"
+    return "run"
 
 
 def _torch():
@@ -324,7 +377,20 @@ class Profiler:
         self.cfg = cfg
         self.rank, self.world_size, _ = rank_info()
         self.enabled = not (cfg.collect_on_rank0_only and self.rank != 0)
-        self.run_name = cfg.run_name or generate_run_name()
+        self.run_name = cfg.run_name
+        if not self.run_name:
+            prefix = _model_prefix(args)
+            if self.world_size > 1 and not cfg.collect_on_rank0_only and self.enabled:
+                self.run_name = job_run_name(prefix)
+                if self.run_name is None:
+                    warnings.warn(
+                        "cprof: every rank collects (collect_on_rank0_only=False) but no "
+                        "run_name was given and the ranks' common name cannot be found (no "
+                        "initialised process group, no launcher on this node): each rank "
+                        "writes into a run directory of its own; pass run_name= to share one",
+                        RuntimeWarning, stacklevel=2)
+            if not self.run_name:
+                self.run_name = generate_run_name(prefix)
         self.output_dir = os.path.join(cfg.output_dir, self.run_name)
         self.start_time = time.time()
         self.runs = []
@@ -665,7 +731,8 @@ class Profiler:
 
     def save_config(self, output_dir=None):
         """Writes {output_dir}/{run_name}/config.json (or output_dir/config.json when given):
-        the config and the runner's arguments. Returns the path (None on a gated rank)."""
+        the config and the runner's arguments; config-rank{R}.json on rank R > 0 (every rank
+        collecting). Returns the path (None on a gated rank)."""
         if not self.enabled:
             return None
         d = self._target_dir(output_dir, "save_config")
@@ -676,7 +743,8 @@ class Profiler:
                      "run_name": self.run_name, "cprof_version": _C.__version__,
                      "created": _iso(time.time())},
         }
-        path = os.path.join(d, "config.json")
+        # rank R's beside rank 0's when every rank collects, as summary-rankR.json
+        path = os.path.join(d, f"config-rank{self.rank}.json" if self.rank else "config.json")
         _write_text(path, json.dumps(doc, indent=2, allow_nan=False) + "\n")
         return path
 

@@ -92,3 +92,14 @@ def test_collectives_are_ranges_as_torch_profiler_writes_them(run_dir):
     t = load_trace(run_dir / "tb" / tb[0])
     assert [e["name"] for e in ranges_of(t) if e["name"].startswith("gloo:")] == \
         ["gloo:all_reduce"] * 2
+
+
+@pytest.mark.parametrize("sub", ["runprof_launcher", "runprof_store"])
+def test_every_rank_profiler_shares_one_run_directory(run_dir, sub):
+    """collect_on_rank0_only=False with no run_name: one {run_name}/ for the job (each rank
+    used to name its own, pid included), with each rank's files beside rank 0's."""
+    runs = os.listdir(run_dir / sub)
+    assert len(runs) == 1, runs
+    assert sorted(os.listdir(run_dir / sub / runs[0])) == [
+        "config-rank1.json", "config.json", "report-rank1.md", "report.md",
+        "summary-rank1.json", "summary.json"]
