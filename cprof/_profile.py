@@ -848,8 +848,11 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         duration_us, ...)."""
         from ._results import EventList, events_of
         if self.acc_events and self._acc:
-            return EventList(self._acc)
-        return events_of(self._data("list events"))
+            out = EventList(self._acc)
+        else:
+            out = events_of(self._data("list events"))
+        out.source = self  # EventList.export_chrome_trace / export_stacks write its window
+        return out
 
     def key_averages(self, group_by_input_shape=False, group_by_stack_n=0,
                      group_by_overload_name=False):

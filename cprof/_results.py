@@ -558,6 +558,11 @@ SORT_KEYS = ("cpu_time", "device_time", "cpu_time_total", "device_time_total",
              "self_device_memory_usage")
 
 
+class SortKeyError(ValueError, AttributeError):
+    """table(sort_by=...) with a key that is no column: a ValueError, and the AttributeError
+    torch.profiler's table raises for it (code catching either still works)."""
+
+
 def _sort_attr(sort_by):
     """torch's table() reads sort_by with "cuda", "xpu" and "privateuse1" as "device"."""
     return sort_by.replace("cuda", "device").replace("xpu", "device").replace("privateuse1",
@@ -568,9 +573,9 @@ class EventList(list):
     """A list of FunctionEventAvg (key_averages()) or of ProfilerEvent (events()) with
     torch.profiler's table(), total_average() and, for events, key_averages()."""
 
-    def table(self, sort_by=None, row_limit=100, max_name_column_width=55, header=None,
-              top_level_events_only=False, max_src_column_width=75,
-              max_shapes_column_width=80, time_unit=None):
+    def table(self, sort_by=None, row_limit=100, max_src_column_width=75,
+              max_name_column_width=55, max_shapes_column_width=80, header=None,
+              top_level_events_only=False, time_unit=None):
         """torch.profiler's table: the same columns, sort keys and arguments. time_unit "s",
         "ms" or "us" prints every time in that unit (anything else: the unit that suits each
         value, as torch); top_level_events_only keeps the rows with no enclosing CPU event;
@@ -581,7 +586,7 @@ class EventList(list):
                                 f"{sort_by!r}")
             attr = _sort_attr(sort_by)
             if attr not in SORT_KEYS:
-                raise ValueError(f"cprof: cannot sort by {sort_by!r}; sort_by is one of "
+                raise SortKeyError(f"cprof: cannot sort by {sort_by!r}; sort_by is one of "
                                  f"{', '.join(SORT_KEYS)} ('device' may be spelt 'cuda' or "
                                  f"'xpu', as torch.profiler takes it)")
         if not isinstance(row_limit, int) or isinstance(row_limit, bool):
@@ -607,9 +612,13 @@ class EventList(list):
         """Self CPU time of every row, microseconds (torch's EventList attribute)."""
         return sum(r.self_cpu_time_total for r in self)
 
-    def key_averages(self, group_by_input_shape=False, group_by_stack_n=0):
+    def key_averages(self, group_by_input_shapes=False, group_by_stack_n=0,
+                     group_by_overload_name=False, *, group_by_input_shape=None):
         """Per-name averages of these events (a list events() returned), as torch's
-        EventList.key_averages."""
+        EventList.key_averages (its spelling, group_by_input_shapes; profile.key_averages'
+        group_by_input_shape is taken too). group_by_overload_name: as profile.key_averages."""
+        group_by_input_shape = bool(group_by_input_shapes if group_by_input_shape is None
+                                    else group_by_input_shape)
         if (not isinstance(group_by_stack_n, int) or isinstance(group_by_stack_n, bool)
                 or group_by_stack_n < 0):
             raise ValueError(f"cprof: group_by_stack_n must be an int >= 0, got "
@@ -622,6 +631,27 @@ class EventList(list):
         out = average(cpu, gpu, group_by_input_shape, group_by_stack_n)
         out.profile_memory = getattr(self, "profile_memory", False)
         return out
+
+    def _profiler(self, what):
+        source = getattr(self, "source", None)
+        if source is None:
+            raise RuntimeError(f"cprof: {what} needs the events of a profiler's window "
+                               "(prof.events()); call it on the profiler instead")
+        return source
+
+    def export_chrome_trace(self, path):
+        """The window these events came from, as a Kineto-compatible Chrome trace (torch's
+        EventList writes its events; cprof writes the window they are the events of: the same
+        events, with the GPU side and metadata). .gz by suffix. Returns the path written."""
+        return self._profiler("EventList.export_chrome_trace").export_chrome_trace(path)
+
+    def export_stacks(self, path, metric="self_cpu_time_total"):
+        """The window's Python stacks in the collapsed format (profile.export_stacks)."""
+        return self._profiler("EventList.export_stacks").export_stacks(path, metric)
+
+    def supported_export_stacks_metrics(self):
+        from ._profile import profile
+        return list(profile._STACK_METRICS)
 
     def total_average(self):
         """One FunctionEventAvg summing every row (key "Total"), as torch's."""
@@ -745,7 +775,7 @@ def _format_table(all_rows, rows, width, header, shapes=False, stack_n=0, top_le
 
 def key_averages(window, group_by_input_shape=False, group_by_stack_n=0):
     """Per-name aggregates (CPU ranges, python_function ones included as torch.profiler 2.x
-    includes them, and GPU work), heaviest CPU total first. With
+    includes them, and GPU work), in the order first seen (torch's). With
     group_by_input_shape, per (name, input shapes), as torch.profiler's: shapes are those
     record_shapes keeps (module calls, and ranges given args through record_args); every
     other event groups under []. With group_by_stack_n=N (with_stack), per (name, the N
@@ -793,9 +823,8 @@ def average(cpu, gpu, group_by_input_shape=False, group_by_stack_n=0):
     for ev in gpu:
         if ev.device_type == "CUDA" and ev.category != "gpu_user_annotation":
             add(ev, "CUDA", ev.name, 0.0, 0.0, ev.duration_us, ev.duration_us)
-    rows = sorted(groups.values(), key=lambda r: (r.cpu_time_total, r.device_time_total),
-                  reverse=True)
-    out = EventList(rows)
+    # in the order first seen, as torch's key_averages (table(sort_by=...) sorts, stably)
+    out = EventList(groups.values())
     out.grouped_by_input_shape = bool(group_by_input_shape)
     out.grouped_by_stack_n = group_by_stack_n
     return out

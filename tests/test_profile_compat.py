@@ -329,3 +329,79 @@ def test_prof_profiler_reads_like_torchs_autograd_profile(tmp_path):
     assert os.path.exists(view.export_chrome_trace(str(tmp_path / "t.json")))
     with pytest.raises(AttributeError, match="kineto_results.*function_events"):
         view.kineto_results
+
+
+# ---- EventList and table() as torch's (black-box differential audit, 2026-11-24) ----
+
+def _window_with(names_ms):
+    import time
+    with cprof.profile(activities=CPU, record_ops=False) as p:
+        for name, ms in names_ms:
+            with cprof.record_function(name):
+                time.sleep(ms / 1000)
+    return p
+
+
+def test_key_averages_rows_come_in_first_seen_order_and_sort_stably(tmp_path):
+    p = _window_with([("first_fast", 1), ("second_slow", 20), ("third_medium", 8)])
+    keys = [r.key for r in p.key_averages() if r.key in ("first_fast", "second_slow",
+                                                         "third_medium")]
+    assert keys == ["first_fast", "second_slow", "third_medium"]  # torch's order
+    text = p.key_averages().table(sort_by="cpu_time_total", row_limit=-1)
+    order = [n for n in ("second_slow", "third_medium", "first_fast") if n in text]
+    assert [text.index(n) for n in order] == sorted(text.index(n) for n in order)
+    # an all-zero key keeps the first-seen order, so row_limit picks the same rows as torch
+    zero = p.key_averages().table(sort_by="self_device_time_total", row_limit=-1)
+    assert zero.index("first_fast") < zero.index("second_slow") < zero.index("third_medium")
+
+
+def test_table_takes_torchs_positional_arguments():
+    p = _window_with([("a_very_long_range_name_that_goes_on_and_on", 1)])
+    # torch: (sort_by, row_limit, max_src_column_width, max_name_column_width, ...)
+    text = p.key_averages().table("cpu_time_total", 3, 75, 20)
+    assert "a_very_long_range_name_that_goes_on_and_on" not in text
+    assert "a_very_long_range..." in text  # the name column cut to 20
+    with pytest.raises(AttributeError):  # torch's error for a key that is no column
+        p.key_averages().table(sort_by="bogus")
+    with pytest.raises(ValueError):
+        p.key_averages().table(sort_by="bogus")
+
+
+def test_eventlist_keeps_torchs_spelling_and_exports(tmp_path):
+    p = _window_with([("r", 1)])
+    ev = p.events()
+    a = ev.key_averages(group_by_input_shapes=True)  # torch's EventList spelling
+    b = ev.key_averages(group_by_input_shape=True)
+    assert [r.key for r in a] == [r.key for r in b]
+    assert ev.supported_export_stacks_metrics() == list(
+        torch.autograd.profiler_util.EventList().supported_export_stacks_metrics())
+    out = ev.export_chrome_trace(str(tmp_path / "ev.json"))
+    assert "r" in [e["name"] for e in load_trace(out)["traceEvents"]]
+    assert p.profiler.function_events.export_chrome_trace(str(tmp_path / "fe.json.gz"))
+    with pytest.raises(RuntimeError, match="events of a profiler's window"):
+        cprof.EventList(list(ev)).export_chrome_trace(str(tmp_path / "x.json"))
+
+
+def test_a_record_function_around_step_keeps_the_steps_whole():
+    """The commonest loop shape: step() inside the user's record_function. The user range's
+    exit used to end the innermost range (the next ProfilerStep), so every step came out 0 ms."""
+    import time
+    steps = {}
+
+    def ready(prof):
+        for e in prof.events():
+            name = e.trace_name  # torch's: name "ProfilerStep*", trace_name "ProfilerStep#N"
+            if name.startswith("ProfilerStep#") or name == "train_step":
+                steps.setdefault(name, []).append(e.cpu_time_total / 1000)
+
+    with cprof.profile(activities=CPU, record_ops=False,
+                       schedule=cprof.schedule(wait=1, warmup=1, active=3, repeat=1),
+                       on_trace_ready=ready) as prof:
+        for _ in range(6):
+            with cprof.record_function("train_step"):
+                time.sleep(0.003)
+                prof.step()
+    assert sorted(k for k in steps if k.startswith("ProfilerStep")) == [
+        "ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
+    assert all(v[0] >= 2.5 for k, v in steps.items() if k.startswith("ProfilerStep")), steps
+    assert all(2.5 <= t < 6 for t in steps["train_step"]), steps
