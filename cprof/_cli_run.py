@@ -23,7 +23,8 @@ Options
                       need torch imported when the window opens, so only with --delay or
                       --capture-range opening it after the program imported torch.
   -o, --output-dir D  where the trace goes; default $CPROF_PROFILER_DIR, else
-                      /tmp/cprof_profiles. Created and checked before the program starts.
+                      $CPROF_TORCH_PROFILER_DIR, else /tmp/cprof_profiles. Created and
+                      checked before the program starts.
   --name NAME         the trace's file name prefix (profile_name); default the script's stem
                       (train.py -> train) or the module name. The trace is NAME.trace.json.gz,
                       NAME-rank{R}.trace.json.gz when WORLD_SIZE > 1; an existing file is
@@ -59,6 +60,8 @@ Options
                       frames, which `cprof run` would otherwise leave under the program.
   --record-shapes     record nn.Module calls (and, with --record-ops, torch's operators) with
                       their input shapes; default off.
+  --record-ops        record torch's operators (aten::*, autograd nodes) as cpu_op ranges,
+                      kernels linked to them, as torch.profiler does; default off.
   --gzip / --no-gzip  .trace.json.gz (default) or .trace.json.
   --quiet             no informational "cprof: ..." lines. Errors (the window could not open,
                       the trace could not be written) and cprof's warnings still print.

@@ -223,6 +223,11 @@ def _bucket_table(title, avgs, step_mean, others=None):
     total = sum(v for k, v in avgs.items() if v is not None and k != OTHERS)
     share = f"{100 * total / step_mean:.1f}%" if step_mean else "—"
     lines += [f"| **total** | {_f(total)} | {share} |", ""]
+    if step_mean and total > step_mean * 1.001:
+        lines += [f"The buckets add up to more than the step ({100 * total / step_mean:.1f}%): "
+                  "some of them are timed inside others (nested timers each count their own "
+                  "time), so the total counts that time more than once. Nesting `engine.sampling` "
+                  "around an `attach_engine`'d `sampler`, say, times sampling twice.", ""]
     if others:
         lines += ["Outside the canonical bucket list (listed last): " + ", ".join(
             f"`{n}`" for n in others) + ".", ""]

@@ -129,9 +129,11 @@ class ProfilerConfig:
             raise bad_bins
         bins = list(self.kv_bins)
         try:
-            bins = [b if isinstance(b, (int, float)) else float(operator.index(b))
+            # numpy / torch integers stay integers (labels "[0, 512)", not "[0.0, 512.0)")
+            bins = [b if isinstance(b, (int, float)) else
+                    int(operator.index(b)) if hasattr(b, "__index__") else float(b)
                     for b in bins]
-        except TypeError:
+        except (TypeError, ValueError):
             raise bad_bins from None
         if not bins or any(isinstance(b, bool) or not math.isfinite(b) for b in bins):
             raise bad_bins
@@ -966,6 +968,12 @@ def _jsonable(obj):
         json.dumps(obj, allow_nan=False)
         return obj
     except (TypeError, ValueError):
+        mod = type(obj).__module__.split(".")[0]
+        if mod in ("numpy", "torch") and hasattr(obj, "tolist"):
+            try:  # numpy / torch scalars and arrays as numbers and lists, not their repr
+                return _jsonable(obj.tolist())
+            except Exception:
+                pass
         if isinstance(obj, dict):
             return {str(k): _jsonable(v) for k, v in obj.items()}
         if isinstance(obj, (list, tuple)):

@@ -29,6 +29,10 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--no-profile", action="store_true", help="run without cprof")
     cprof.add_profiler_args(parser)
+    # CPU, plus GPU where this machine can record it (as `cprof run`): a CPU-only machine gets
+    # no "GPU activity was asked for" warning; --profile-activities still chooses
+    if not cprof.features()["gpu_activity"]["available"]:
+        parser.set_defaults(profile_activities=["CPU"])
     args = parser.parse_args(argv)
     args.profile = not args.no_profile
     if args.profile_name is None:

@@ -62,11 +62,21 @@ if [ "${1:-}" = "--test" ]; then
 fi
 
 # build the extension in place (warnings are errors), and install the package + `cprof`
-CPROF_WERROR=1 $PY setup.py -q build_ext --inplace >/dev/null
+# (its output, setuptools' deprecation notices included, is printed only when the build fails)
+build_log=$(mktemp)
+if ! CPROF_WERROR=1 $PY setup.py -q build_ext --inplace >"$build_log" 2>&1; then
+  cat "$build_log" >&2
+  rm -f "$build_log"
+  echo "setup: the C extension did not build (above)" >&2
+  exit 1
+fi
+rm -f "$build_log"
 # (re)install if the importable cprof is not this checkout's (another clone's editable install)
 here=$(pwd)
 where=$(cd / && $PY -c "import cprof, os; print(os.path.dirname(os.path.dirname(os.path.realpath(cprof.__file__))))" 2>/dev/null || true)
 if [ "$where" != "$(realpath "$here")" ]; then
-  pip_install --no-build-isolation --no-deps -e . >/dev/null
+  pip_install --no-build-isolation --no-deps -e . >/dev/null 2>"$build_log.pip" ||
+    { cat "$build_log.pip" >&2; rm -f "$build_log.pip"; exit 1; }
+  rm -f "$build_log.pip"
 fi
 (cd / && $PY -c "import cprof; print('setup: cprof', cprof.__version__, 'ready at', cprof.__file__)")

@@ -1156,3 +1156,51 @@ print(json.dumps({{"side": fake.fake_cuda_records_on(0x5151),
     assert set(out["b"]) == {"attn.qkv_proj", "attn.compute", "norm"}
     assert all(v >= 1.5 for v in out["b"].values())
     assert out["errs"] == ["TypeError", "ValueError"]
+
+
+def test_report_says_when_nested_buckets_add_up_past_the_step(tmp_path):
+    prof = make(tmp_path, warmup_runs=0, engine_profiling=True)
+    prof.begin_run()
+    for _ in range(3):
+        with prof.step_timing_ctx():
+            with cprof.cpu_bucket_timer("decode"):
+                with cprof.cpu_bucket_timer("engine.sampling"):
+                    time.sleep(0.002)
+    prof.end_run()
+    md = open(prof.save_all()[1]).read()
+    assert "The buckets add up to more than the step" in md
+    flat = make(tmp_path, warmup_runs=0, engine_profiling=True, run_name="flat")
+    flat.begin_run()
+    with flat.step_timing_ctx():
+        with cprof.cpu_bucket_timer("decode"):
+            time.sleep(0.002)
+    flat.end_run()
+    assert "add up to more than" not in open(flat.save_all()[1]).read()
+
+
+def test_numpy_values_stay_numbers_in_the_summary(tmp_path):
+    np = pytest.importorskip("numpy")
+    prof = make(tmp_path, warmup_runs=0, kv_bins=np.array([0, 512, 1024]))
+    assert prof.cfg.kv_bins == [0, 512, 1024] and all(type(b) is int for b in prof.cfg.kv_bins)
+    prof.begin_run(prefix_len=np.int32(512), temps=np.array([0.5, 1.0]),
+                   t=torch_or_none(np))
+    prof.set_step_seq_len(600)
+    with prof.step_timing_ctx():
+        pass
+    prof.end_run()
+    s = json.loads(open(prof.save_all()[0]).read())
+    meta = s["runs"][0]["meta"]
+    assert meta["prefix_len"] == 512 and meta["temps"] == [0.5, 1.0]
+    bins = s["decode_length_buckets"]
+    assert [b["label"] for b in bins] == ["[0, 512)", "[512, 1024)", "[1024, inf)"]
+    assert [type(b["lo"]) for b in bins] == [int, int, int]
+    f32 = make(tmp_path, warmup_runs=0, run_name="f", kv_bins=[np.float32(0.5), 2.5])
+    assert f32.cfg.kv_bins == [0.5, 2.5]
+
+
+def torch_or_none(np):
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch.tensor(3)
