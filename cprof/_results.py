@@ -234,6 +234,10 @@ def _build(window):
             shapes, types, concrete, values = got
             if with_flops and name in _FLOP_OPS:
                 flops = _flops_of(name, shapes, concrete)
+            if "TensorList" in types and len(types) == len(shapes):
+                # torch's events() give a TensorList argument no shapes ([]), where its trace's
+                # Input Dims (and ours) list each tensor's: aten::cat's are [[], []]
+                shapes = [[] if t == "TensorList" else d for d, t in zip(shapes, types)]
         step_name = None
         if cat == _CAT_STEP and name.startswith("ProfilerStep#"):
             # torch.profiler's events() and key_averages() name every step "ProfilerStep*"

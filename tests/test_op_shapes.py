@@ -116,6 +116,27 @@ print(json.dumps({"cprof": rows(p), "torch": rows(q), "table": table}))
     assert "[[2, 3]]" in out["table"] and "Input Shapes" in out["table"]
 
 
+def test_a_tensor_list_argument_has_no_shapes_in_events_as_torchs(tmp_path):
+    """torch's events() give aten::cat's TensorList argument [] (its trace's Input Dims list
+    each tensor's, and so does cprof's trace); cprof's events() used to list them."""
+    out, _ = run_py(HELPERS + """
+import cprof
+import torch
+a = torch.randn(2, 3)
+with cprof.profile(activities=["CPU"], record_shapes=True) as p:
+    torch.cat([a, a, a])
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                            record_shapes=True) as q:
+    torch.cat([a, a, a])
+def shapes(prof):
+    return ([e.input_shapes for e in prof.events() if e.name == "aten::cat"],
+            [r.input_shapes for r in prof.key_averages(group_by_input_shape=True)
+             if r.key == "aten::cat"])
+print(json.dumps({"cprof": shapes(p), "torch": shapes(q)}))
+""", tmp_path)
+    assert out["cprof"] == out["torch"]
+
+
 @pytest.mark.parametrize("capture", ["auto", "itt"])
 def test_without_record_shapes_ops_carry_no_shapes(tmp_path, capture):
     """By default the observer records the ops (decision 98), with CPROF_OPS_CAPTURE=itt ITT:
