@@ -180,6 +180,7 @@ class Window:
         self.end_reason = None
         self.pid = None  # the process that opened it: elsewhere (a forked child) it is not ours
         self.held_at_start = 0  # range memory earlier results held when it opened (bytes)
+        self.names_refused_at_start = 0  # _C.names_refused() when it opened
         # toggle_collection_dynamic: CPU collection off; CUDA off since (cprof clock ns, 0 =
         # the window's start) and the closed intervals it was off, [(off_ns, on_ns)]
         self.cpu_off = False
@@ -207,6 +208,7 @@ class Window:
         mem = _C.memory()
         # range memory that results of earlier windows still hold counts against the cap
         self.held_at_start = max(mem["allocated_bytes"] - mem["pooled_bytes"], 0)
+        self.names_refused_at_start = _C.names_refused()
         _C.start(cpu_on=not self.cpu_off)
         self.pid = os.getpid()
         self.start_time = time.time()
@@ -336,6 +338,16 @@ class Window:
         if exc_type is not None:
             self.partial = True
             self.end_reason = exc_type if isinstance(exc_type, str) else exc_type.__name__
+        refused = _C.names_refused() - self.names_refused_at_start
+        if refused:
+            self.notes["names_refused"] = refused
+            warnings.warn(
+                f"cprof: {refused} range name(s) could not be stored: cprof's name table is "
+                f"full (it keeps every distinct name of the process, up to {1 << 22:,}); those "
+                "ranges are in the trace under the name '[cprof: name table full]' (its "
+                "metadata counts them: names_refused). Ranges named per request or per step "
+                "(f'request {i}') fill it: give them a fixed name and put the varying part in "
+                "the range's args, or profile in a fresh process.", RuntimeWarning, stacklevel=3)
         if snap.dropped:
             held = self.held_at_start
             if held >= self.buffer_mb * (1 << 20) / 4:

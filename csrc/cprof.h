@@ -73,6 +73,9 @@ int cprof_names_intern(const char *s, size_t len, uint32_t *id);
 const char *cprof_names_get(uint32_t id, size_t *len);
 /* Number of ids handed out so far, plus one (ids are 1..count-1). */
 uint32_t cprof_names_count(void);
+/* How many interns were refused because the table was full (each recorded under a marker
+ * name instead): windows compare it at start and stop, warn, and write the difference. */
+uint64_t cprof_names_refused(void);
 #define CPROF_MAX_NAMES (1u << 22)
 
 /* ---- events.c: per-thread range buffers ---- */
@@ -184,13 +187,16 @@ int cprof_events_pop(void);
  * pop_to: closes this thread's plain ranges above depth (a region's exit unwinding what was
  * left open inside it); token and named ones stay for their owners to close. */
 void cprof_events_pop_to(uint32_t depth);
-/* A range closed by its name and category (`with cprof.range`, record_function, bucket
- * timers): pop_named closes the innermost open range pushed with that name and category,
- * wherever it sits, so interleaved ranges (asyncio tasks on one thread) each end their own,
- * recursion still ends the innermost, and nothing is kept in the range object (one object may
- * be entered by several threads). pop_named: CPROF_E_EMPTY when none is open. */
-int cprof_events_push_named(uint32_t name_id, uint8_t cat);
-int cprof_events_pop_named(uint32_t name_id, uint8_t cat);
+/* A range closed by a key of its name and its category (`with cprof.range`, record_function,
+ * bucket timers): pop_named closes the innermost open range pushed with that key and
+ * category, wherever it sits, so interleaved ranges (asyncio tasks on one thread) each end
+ * their own, recursion still ends the innermost, and nothing is kept in the range object (one
+ * object may be entered by several threads). key: the name's str hash for ranges (known
+ * without interning the name, which happens only in a window), the name id for timers.
+ * name_id is recorded in a window and unused outside one (0 there). pop_named: CPROF_E_EMPTY
+ * when none is open. */
+int cprof_events_push_named(uint32_t name_id, uint8_t cat, uint32_t key);
+int cprof_events_pop_named(uint32_t key, uint8_t cat);
 /* Closes the innermost range as a point (end = begin: NVTX mark). 0 or CPROF_E_EMPTY (none
  * open, or the innermost closes by token or name). */
 int cprof_events_pop_point(void);

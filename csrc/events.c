@@ -417,20 +417,20 @@ int cprof_events_pop_token(uint64_t token) {
     return pop_token_in(tls, token, now);
 }
 
-/* A named range's key on the stack: the innermost open one of that name and category is the
+/* A named range's key on the stack: the innermost open one of that key and category is the
  * one an exit closes, wherever it sits (asyncio tasks interleave their ranges on one thread). */
-#define NAMED_KEY(name_id, cat) (NAMED_BIT | (uint64_t)(cat) << 32 | (name_id))
+#define NAMED_KEY(key, cat) (NAMED_BIT | (uint64_t)(cat) << 32 | (key))
 
-int cprof_events_push_named(uint32_t name_id, uint8_t cat) {
+int cprof_events_push_named(uint32_t name_id, uint8_t cat, uint32_t key) {
     int rc = cprof_events_push(name_id, cat);
     if (rc) return rc;
-    tls->seq[tls->depth - 1] = NAMED_KEY(name_id, cat);
+    tls->seq[tls->depth - 1] = NAMED_KEY(key, cat);
     return CPROF_OK;
 }
 
-int cprof_events_pop_named(uint32_t name_id, uint8_t cat) {
+int cprof_events_pop_named(uint32_t key, uint8_t cat) {
     uint64_t now = cprof_clock_now_ns();
-    return pop_token_in(tls, NAMED_KEY(name_id, cat), now);
+    return pop_token_in(tls, NAMED_KEY(key, cat), now);
 }
 
 int cprof_events_pop_token_on(uint64_t ident, uint64_t token) {

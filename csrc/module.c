@@ -161,7 +161,9 @@ static int name_id_slow(module_state *st, PyObject *name, uint32_t *id) {
 typedef struct {
     PyObject_HEAD
     PyObject *name;
-    uint32_t name_id;
+    uint32_t name_id; /* 0 until the name is interned: only in a window (names made outside
+                       * one, a server's per-request names, cost no memory) */
+    uint32_t key;     /* the name's str hash: its stack key, known without interning */
     uint8_t cat;
 } RangeObject;
 
@@ -193,8 +195,15 @@ static PyObject *range_vectorcall(PyObject *type, PyObject *const *args, size_t 
             return NULL;
         }
     }
-    uint32_t id;
-    if (name_id_of(st, args[0], &id) < 0) return NULL;
+    if (CPROF_UNLIKELY(!PyUnicode_Check(args[0]))) {
+        PyErr_Format(PyExc_TypeError, "a range name must be a str, not %.100s",
+                     Py_TYPE(args[0])->tp_name);
+        return NULL;
+    }
+    Py_hash_t hash = PyObject_Hash(args[0]);
+    if (hash == -1) return NULL;
+    uint32_t id = 0;
+    if (cprof_events_active() && name_id_of(st, args[0], &id) < 0) return NULL;
     RangeObject *self;
     if (CPROF_LIKELY(range_freelist_n > 0 && tp == st->RangeType)) {
         self = range_freelist[--range_freelist_n];
@@ -206,6 +215,7 @@ static PyObject *range_vectorcall(PyObject *type, PyObject *const *args, size_t 
     }
     self->name = Py_NewRef(args[0]);
     self->name_id = id;
+    self->key = (uint32_t)((uint64_t)hash ^ ((uint64_t)hash >> 32));
     self->cat = (uint8_t)cat;
     return (PyObject *)self;
 }
@@ -232,14 +242,17 @@ static void range_dealloc(RangeObject *self) {
  * thread, so interleaved ranges (asyncio tasks) each end their own, and a stray pop() cannot
  * end it. The object holds no state between enter and exit: threads may share it. */
 static PyObject *range_enter(RangeObject *self, PyObject *unused) {
-    int rc = cprof_events_push_named(self->name_id, self->cat);
+    if (CPROF_UNLIKELY(!self->name_id) && cprof_events_active() &&
+        name_id_of(PyType_GetModuleState(Py_TYPE(self)), self->name, &self->name_id) < 0)
+        return NULL;
+    int rc = cprof_events_push_named(self->name_id, self->cat, self->key);
     if (CPROF_UNLIKELY(rc))
         return raise_core_error(PyType_GetModuleState(Py_TYPE(self)), rc, "range", 0);
     return Py_NewRef(self);
 }
 
 static PyObject *range_exit(RangeObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    int rc = cprof_events_pop_named(self->name_id, self->cat);
+    int rc = cprof_events_pop_named(self->key, self->cat);
     /* an exception already on its way out is the one the user needs: not replaced by ours */
     if (CPROF_UNLIKELY(rc) && !(nargs >= 1 && args[0] != Py_None))
         return raise_core_error(PyType_GetModuleState(Py_TYPE(self)), rc,
@@ -831,8 +844,13 @@ PyObject *cprof_py_raise(PyObject *module, int code, const char *what) {
 
 static PyObject *mod_push(PyObject *module, PyObject *name) {
     module_state *st = get_state(module);
-    uint32_t id;
-    if (name_id_of(st, name, &id) < 0) return NULL;
+    uint32_t id = 0; /* interned only in a window: outside one only the depth is kept */
+    if (CPROF_UNLIKELY(!PyUnicode_Check(name))) {
+        PyErr_Format(PyExc_TypeError, "a range name must be a str, not %.100s",
+                     Py_TYPE(name)->tp_name);
+        return NULL;
+    }
+    if (cprof_events_active() && name_id_of(st, name, &id) < 0) return NULL;
     int rc = cprof_events_push(id, CPROF_CAT_USER_ANNOTATION);
     if (rc) return raise_core_error(st, rc, "push", 0);
     Py_RETURN_NONE;
@@ -979,6 +997,10 @@ static PyObject *mod_counts(PyObject *module, PyObject *unused) {
     uint64_t stored, dropped;
     cprof_events_counts(&stored, &dropped);
     return Py_BuildValue("(KK)", (unsigned long long)stored, (unsigned long long)dropped);
+}
+
+static PyObject *mod_names_refused(PyObject *module, PyObject *unused) {
+    return PyLong_FromUnsignedLongLong((unsigned long long)cprof_names_refused());
 }
 
 static PyObject *mod_set_cap(PyObject *module, PyObject *arg) {
@@ -1281,6 +1303,8 @@ static PyMethodDef module_methods[] = {
     {"stop", (PyCFunction)mod_stop, METH_NOARGS, "Closes the window; returns a Snapshot."},
     {"active", (PyCFunction)mod_active, METH_NOARGS, "True while a window is open."},
     {"counts", (PyCFunction)mod_counts, METH_NOARGS, "(stored, dropped) in the open window."},
+    {"names_refused", (PyCFunction)mod_names_refused, METH_NOARGS,
+     "Names the full name table refused so far (recorded under a marker name)."},
     {"set_buffer_cap", (PyCFunction)mod_set_cap, METH_O, "Cap in bytes for range buffers."},
     {"memory", (PyCFunction)mod_memory, METH_NOARGS, "Range buffer memory figures."},
     {"set_thread_name", (PyCFunction)mod_set_thread_name, METH_O, "Names this thread."},

@@ -23,6 +23,7 @@ typedef struct {
 static name_entry *_Atomic blocks[NBLOCKS];
 static _Atomic uint32_t published = 1; /* id 0 is reserved */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic uint64_t refused;       /* interns refused for a full table (names_refused) */
 static uint32_t *table;                /* open addressing: ids, 0 = empty; under lock */
 static uint32_t table_cap;
 
@@ -64,6 +65,18 @@ static void atfork_release(void) { pthread_mutex_unlock(&lock); }
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static void atfork_register(void) { pthread_atfork(atfork_prepare, atfork_release, atfork_release); }
 
+/* CPROF_MAX_NAMES, or CPROF_NAMES_LIMIT when set lower (tests fill the table with it). Read
+ * once, under the lock. */
+static uint32_t names_limit(void) {
+    static uint32_t limit;
+    if (!limit) {
+        const char *v = getenv("CPROF_NAMES_LIMIT");
+        unsigned long n = v ? strtoul(v, NULL, 10) : 0;
+        limit = n >= 16 && n < CPROF_MAX_NAMES ? (uint32_t)n : CPROF_MAX_NAMES;
+    }
+    return limit;
+}
+
 int cprof_names_intern(const char *s, size_t len, uint32_t *id) {
     if (!id || (!s && len) || len > UINT32_MAX) return CPROF_E_ARG;
     uint32_t h = hash_bytes(s, len);
@@ -82,7 +95,8 @@ int cprof_names_intern(const char *s, size_t len, uint32_t *id) {
             goto out;
         }
     }
-    if (n >= CPROF_MAX_NAMES) {
+    if (n >= names_limit()) {
+        atomic_fetch_add_explicit(&refused, 1, memory_order_relaxed);
         rc = CPROF_E_FULL;
         goto out;
     }
@@ -127,3 +141,5 @@ const char *cprof_names_get(uint32_t id, size_t *len) {
 }
 
 uint32_t cprof_names_count(void) { return atomic_load_explicit(&published, memory_order_acquire); }
+
+uint64_t cprof_names_refused(void) { return atomic_load_explicit(&refused, memory_order_relaxed); }

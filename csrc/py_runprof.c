@@ -204,7 +204,7 @@ static PyObject *timer_enter(BucketTimerObject *self, PyObject *unused) {
     self->tracked = 0;
     if (!gate.on[self->domain]) return Py_NewRef(self);
     if (cprof_events_active() &&
-        cprof_events_push_named(self->name_id, CPROF_CAT_USER_ANNOTATION) == 0)
+        cprof_events_push_named(self->name_id, CPROF_CAT_USER_ANNOTATION, self->name_id) == 0)
         self->pushed = 1; /* the bucket shows in an open cprof trace too */
     self->nested = (uint8_t)bucket_open(self->name_id, self->domain, &self->tracked);
     if (self->nested) return Py_NewRef(self); /* the enclosing region times it already */

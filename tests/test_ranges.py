@@ -1,5 +1,7 @@
 """cprof.range / push / pop: nesting per thread, threads, errors, allocation, memory cap."""
 import gc
+import json
+import os
 import threading
 import tracemalloc
 
@@ -431,3 +433,41 @@ def test_set_cap_rejected_while_open():
         C.stop()
     with pytest.raises(ValueError):
         C.set_buffer_cap(10)
+
+
+def test_a_full_name_table_is_warned_about_and_counted(tmp_path):
+    """The name table keeps every distinct name of the process (4M): once full, a range is
+    recorded under a marker name; that used to happen with no warning and no count. Names are
+    interned only in a window: outside one, distinct names cost nothing."""
+    import subprocess
+    import sys
+    from conftest import ROOT
+    code = f"""
+import json, warnings, cprof
+for i in range(5000):  # outside a window: not interned, so they fill nothing
+    with cprof.range(f"outside {{i}}"):
+        pass
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    with cprof.ProfilerContext(output_dir={str(tmp_path)!r}, profile_name="full",
+                               activities=["CPU"], with_stack=False, verbose=False) as c:
+        with cprof.range("early"):
+            pass
+        for i in range(3000):
+            with cprof.range(f"request {{i}}"):
+                pass
+msgs = [str(x.message) for x in w]
+import gzip
+t = json.load(gzip.open(c.trace_path))
+names = [e["name"] for e in t["traceEvents"] if e.get("cat") == "user_annotation"]
+print(json.dumps({{"msgs": msgs, "refused": t["cprof"].get("names_refused"),
+                  "early": "early" in names,
+                  "marked": names.count("[cprof: name table full]")}}))
+"""
+    env = dict(os.environ, CPROF_NAMES_LIMIT="2000", PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["early"] and got["refused"] >= 1000 and got["marked"] == got["refused"]
+    assert any("name table is full" in m for m in got["msgs"]), got["msgs"]
