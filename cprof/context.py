@@ -333,15 +333,22 @@ class ProfilerContext:
 
     def save(self, path, replace=False):
         """Writes the collected data to path (after a failed write, or a second copy is not
-        possible: the data is released once written). Suffix .gz means gzip."""
+        possible: the data is released once written). Suffix .gz means gzip. A directory:
+        the trace goes into it under its usual name ({profile_name}.trace.json.gz)."""
         if self._window is None or self._window.snapshot is None:
             raise _C.WindowStateError(
                 "cprof: nothing to save: the trace was already written to "
                 f"{self.trace_path} and its data released; copy that file for a second copy "
                 "(shutil.copy)" if self.result else "cprof: nothing to save: no window ran"
             )
+        path = os.fsdecode(path)
+        if os.path.isdir(path):
+            # a directory: the trace goes into it under its usual file name (it used to be
+            # written beside it, as "<dir>-1")
+            stem, suffix = self._stem_suffix()
+            path = os.path.join(path, os.path.basename(stem) + suffix)
         if not is_stream(path):  # /dev/null: written into, its directory need not be writable
-            check_output_dir(os.path.dirname(os.fspath(path)) or ".", "pass save() a path in a "
+            check_output_dir(os.path.dirname(path) or ".", "pass save() a path in a "
                              "directory you can write to (the data is kept until then)")
         return self._write(path, replace=replace)
 

@@ -275,6 +275,24 @@ def test_failed_write_keeps_data_for_save(tmp_path, monkeypatch):
     assert not any(p.name.endswith(".tmp") for p in (tmp_path / "elsewhere").iterdir())
 
 
+def test_save_into_a_directory_writes_there_under_the_traces_name(tmp_path):
+    out = tmp_path / "out"
+    ctx = cprof.ProfilerContext(output_dir=out, profile_name="lost", verbose=False,
+                                with_stack=False, activities=["CPU"])
+    with pytest.raises(cprof.TraceWriteError):
+        with ctx:
+            with cprof.range("precious"):
+                pass
+            os.rmdir(out)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    ctx.save(elsewhere)  # used to write tmp_path / "elsewhere-1"
+    assert os.listdir(elsewhere) == ["lost.trace.json.gz"]
+    assert [e["name"] for e in ranges_of(load_trace(elsewhere / "lost.trace.json.gz"))] == [
+        "precious"]
+    assert not (tmp_path / "elsewhere-1").exists()
+
+
 def test_save_after_a_written_trace_says_to_copy_the_file(outdir, tmp_path):
     """The data is released once written (a long window's ranges are not kept twice): a second
     save is refused with the path of the written trace, and that file stays whole."""
