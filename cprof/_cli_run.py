@@ -76,7 +76,9 @@ What the program sees and what comes back
     exits 1; KeyboardInterrupt (Ctrl-C, SIGINT) prints its traceback and, the trace written,
     ends the process by SIGINT as python does (status -2 to a parent, 130 in a shell); SIGTERM
     (raised in the main thread as cprof._cli_run.Terminated, a BaseException) likewise ends it
-    by SIGTERM (-15, 143 in a shell).
+    by SIGTERM (-15, 143 in a shell). A program that catches Terminated and goes on (a bare
+    except) is ended 3 s later, or at a second SIGTERM, by SIGTERM, its trace written first
+    (partial, "end": "Terminated"), as python would have ended it at the first.
     A program that installs its own SIGTERM handler keeps it, one started with SIGTERM
     ignored keeps ignoring it, and forked children (DataLoader workers) get the default back.
   - The trace is written in every one of those cases if the window was open. It is marked
@@ -132,6 +134,9 @@ _VALUE_OPTIONS = ("--activities", "-o", "--output-dir", "--name", "--delay", "--
 EXIT_USAGE = 2
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
+# after SIGTERM is raised as Terminated, how long the program has to end before cprof run
+# writes the trace and ends it by SIGTERM itself (a program that caught Terminated and went on)
+TERM_GRACE_S = 3.0
 
 
 class Terminated(BaseException):
@@ -313,6 +318,7 @@ class _Session:
         self.finished = threading.Event()  # the program has ended: timers stop
         self.opened = threading.Event()
         self.term_pending = False
+        self.terminated = False  # Terminated was raised once (a second SIGTERM ends it)
         self._critical = 0
         self.t0 = time.monotonic()
         self.summary = None
@@ -328,7 +334,40 @@ class _Session:
         if self._critical or self.finished.is_set():
             self.term_pending = True  # raised (or reported) once open / close is done
             return
+        if self.terminated:
+            # Terminated was raised and the program is still running: it caught it (a bare
+            # except, a task loop). Python would have died at the first SIGTERM: write the
+            # trace and die by SIGTERM now, so a scheduler's SIGTERM is never ignored
+            self._die_by_sigterm()
+        self.terminated = True
+        threading.Thread(target=self._term_watchdog, name="cprof-run-sigterm",
+                         daemon=True).start()
         raise Terminated()
+
+    def _term_watchdog(self):
+        """After Terminated was raised: a program that has not ended TERM_GRACE_S later caught
+        it; SIGTERM again, and on_sigterm ends it."""
+        if not self.finished.wait(TERM_GRACE_S):
+            try:
+                os.kill(self.pid, signal.SIGTERM)
+            except OSError:
+                pass
+
+    def _die_by_sigterm(self):
+        self.out.info(f"the program caught Terminated (SIGTERM) and went on; writing the trace "
+                      "and ending by SIGTERM, as python would have")
+        self.finished.set()
+        self.opened.set()
+        try:
+            with self.lock:
+                if self.state == "open":
+                    self._close("SIGTERM caught by the program", Terminated)
+        finally:  # whatever happened to the write, the process ends
+            _flush_stdio()
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)  # the signal is delivered before this returns
+            os._exit(EXIT_SIGTERM)
 
     def _enter_critical(self):
         self.lock.acquire()

@@ -233,6 +233,45 @@ def test_signal_writes_partial_trace(tmp_path, sig, code, end, opts):
         assert "cprof: terminated by SIGTERM" in stderr
 
 
+@pytest.mark.parametrize("again", [False, True])
+def test_a_program_that_swallows_terminated_still_ends_by_sigterm(tmp_path, again):
+    """Python dies at SIGTERM; under cprof run it is raised as Terminated so the trace gets
+    written, and a task loop's bare except used to swallow it: the job ran on and exited 0.
+    It is now ended by SIGTERM, its trace written, TERM_GRACE_S later or at a second one."""
+    prog = tmp_path / "swallow.py"
+    prog.write_text(
+        "import time, cprof\n"
+        "print('ready', flush=True)\n"
+        "t0 = time.time()\n"
+        "while time.time() - t0 < 30:\n"
+        "    try:\n"
+        "        with cprof.range('task'):\n"
+        "            time.sleep(0.05)\n"
+        "    except:  # noqa: E722\n"
+        "        print('swallowed', flush=True)\n"
+        "print('ran to the end', flush=True)\n")
+    p = subprocess.Popen(_cmd("-o", tmp_path, str(prog)), env=_env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "ready\n"
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        if again:
+            assert p.stdout.readline() == "swallowed\n"
+            p.send_signal(signal.SIGTERM)
+        stdout, stderr = p.communicate(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        p.kill()
+        p.wait()
+    assert p.returncode == -signal.SIGTERM, stderr
+    assert "ran to the end" not in stdout and "caught Terminated" in stderr
+    assert took < (2.5 if again else 20), took
+    t = load_trace(tmp_path / "swallow.trace.json.gz")
+    assert t["cprof"]["partial"] is True and t["cprof"]["end"] == "Terminated"
+
+
 def test_forked_child_keeps_default_sigterm(tmp_path):
     ran = cprof_run("-o", tmp_path, os.path.join(SCRIPTS, "fork_terminate.py"))
     assert ran.returncode == 0, ran.stderr
