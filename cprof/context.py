@@ -83,11 +83,12 @@ def memory_line(s):
 
 
 def _fmt_size(n):
-    """Bytes in binary units, named as such (2,550,603 B is 2.4 MiB)."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
+    """Bytes in decimal units, as their names say (2,550,603 B is 2.6 MB; it used to divide by
+    1024 and print 2.4 "MB")."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024.0
+        n /= 1000.0
 
 
 class ProfilerContext:
