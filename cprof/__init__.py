@@ -21,6 +21,7 @@ from ._profile import (GpuUnavailableWarning, ProfilerActivity, kineto_available
 from ._results import DeviceType, EventList, FunctionEventAvg, ProfilerEvent
 from ._schedule import ProfilerAction, ScheduleError, min_steps, schedule
 from ._ranges import pop, push, range, record_function  # noqa: A004
+from ._lifecycle import end_open_windows as end_open_window
 from .args import add_profiler_args, create_profiler_from_args
 from .context import ProfilerContext, profile_function
 from .runprof import (ENGINE_BUCKET_ORDER, MODEL_BUCKET_ORDER, NullProfiler, Profiler,
@@ -32,6 +33,7 @@ from .runprof import (ENGINE_BUCKET_ORDER, MODEL_BUCKET_ORDER, NullProfiler, Pro
 __version__ = _C.__version__
 
 __all__ = [
+    "end_open_window",
     "DeviceType",
     "EventList",
     "FunctionEventAvg",

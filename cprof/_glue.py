@@ -241,13 +241,16 @@ class _Installed:
         return note
 
     def remove(self):
-        parts, self.parts = self.parts, []
-        for p in reversed(parts):
+        # innermost first, each taken off the list once removed: a removal interrupted by
+        # Ctrl-C leaves the rest listed, and the retry (cprof.profile._salvage) finishes them
+        while self.parts:
+            p = self.parts[-1]
             try:
                 p.remove()
             except Exception as err:  # removal must not lose the window's data
                 warnings.warn(f"cprof: removing a capture hook failed: {err}", RuntimeWarning,
                               stacklevel=2)
+            self.parts.pop()
 
 
 class _Tracer:

@@ -424,20 +424,27 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         if self._started:
             raise _C.WindowStateError("cprof.profile: start() called twice; call stop() first")
         self._started = True
-        _lifecycle.enter_critical()
         try:
+            _lifecycle.enter_critical()
             try:
-                self._run_transitions(ProfilerAction.NONE, self.current_action)
-            except BaseException:
-                self._started = False
-                self._abort_window()
-                raise
-            self._pid = os.getpid()
-            self._forks = _lifecycle.forks
-            _lifecycle.opened(self, self._lifecycle_owner)
-            self._enter_step()
-        finally:
-            _lifecycle.leave_critical()
+                try:
+                    self._run_transitions(ProfilerAction.NONE, self.current_action)
+                except BaseException:
+                    self._started = False
+                    self._abort_window()
+                    raise
+                self._pid = os.getpid()
+                self._forks = _lifecycle.forks
+                _lifecycle.opened(self, self._lifecycle_owner)
+                self._enter_step()
+            finally:
+                _lifecycle.leave_critical()
+        except BaseException as err:
+            # interrupted (Ctrl-C) once the window was open: a with block does not call
+            # __exit__ when __enter__ raised, so it is closed here, never left open to refuse
+            # every later window
+            self._salvage(err)
+            raise
 
     def stop(self):
         """Stops profiling (the last window closes; on_trace_ready runs if it recorded). Called
@@ -554,7 +561,29 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         self.start()
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def _salvage(self, err):
+        """A KeyboardInterrupt (or other exception) that landed inside start / stop left the
+        window open or the capture hooks installed: close it now, marked partial with err, and
+        keep it as the last window (export_chrome_trace / ProfilerContext write it), so the
+        next window can open. on_trace_ready is not called: the stop was interrupted."""
+        if self._window is None and self._glue is None:
+            return
+        try:
+            if self._window is not None and self._window_exc is None:
+                self._window_exc = type(err)
+            self._started = False
+            self._stop_trace()
+        except BaseException as again:  # noqa: BLE001 - err is the exception raised
+            warnings.warn(f"cprof.profile: closing the interrupted window failed: {again!r}",
+                          RuntimeWarning, stacklevel=3)
+        finally:
+            try:
+                self._uninstall_glue()
+            finally:
+                self._window = None
+                _lifecycle.closed(self)
+
+    def _exit(self, exc_type, exc, tb):
         if not self.enabled:
             return False
         if self._in_other_process():
@@ -577,6 +606,10 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             warnings.warn("cprof.profile: stopping after an exception failed; the exception "
                           "in the profiled code is reported", RuntimeWarning, stacklevel=2)
         return False
+
+    # called from C (py_guard.c): an interrupt (Ctrl-C) at its very entry, or anywhere before
+    # the window closed, is followed by _salvage, so no window is left open
+    __exit__ = _C.guarded_exit(_exit, lambda self, err: self._salvage(err))
 
     def _run_transitions(self, prev, cur):
         """Runs every action of the transition; an on_trace_ready error is raised after all
@@ -693,11 +726,14 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         if w is None:
             return
         self._uninstall_glue()
+        # self._window is cleared only once the window is stopped: a stop interrupted (Ctrl-C)
+        # before it leaves it for _salvage to finish
+        if w.snapshot is None:
+            self.memory = _glue.memory_end(self)
+            w.config["last_step"] = self.step_num
+            w.stop(self._window_exc)
+        self._window_exc = None
         self._window = None
-        self.memory = _glue.memory_end(self)
-        exc, self._window_exc = self._window_exc, None
-        w.config["last_step"] = self.step_num
-        w.stop(exc)
         if self.memory is not None:
             w.notes["memory"] = self.memory.get("summary")
             w.mem_samples = self.memory.pop("samples", None)
@@ -761,7 +797,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                                        ops_asked=self._ops_asked)
 
     def _uninstall_glue(self):
-        g, self._glue = self._glue, None
+        g = self._glue  # kept until removed: an interrupted removal is finished by a retry
         if g is not None:
             names = g.module_names()
             if names and self._window is not None:
@@ -777,6 +813,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             if g.stack_why is not None and self._window is not None:
                 self._window.notes["with_stack_unavailable"] = g.stack_why
             g.remove()
+            self._glue = None
 
     def _release_last(self):
         w, self._last = self._last, None

@@ -3,6 +3,7 @@
 This is the engine under ProfilerContext (and later cprof.profile): it validates nothing the
 user typed (callers do) and keeps the collected snapshot until it has been written, so a failed
 write loses nothing."""
+import errno
 import json
 import math
 import os
@@ -125,7 +126,17 @@ def check_output_dir(path, fix="pass another output_dir or set CPROF_PROFILER_DI
     # os.access answers from the mode bits, and root passes them where no file can be made
     # (/proc, /sys, a read-only mount): the trace would be lost only at the window's end
     try:
-        fd, probe = tempfile.mkstemp(prefix=".cprof-probe-", dir=path)
+        try:
+            # an unnamed file (Linux O_TMPFILE): nothing is left in the directory whatever
+            # interrupts this (a Ctrl-C left ".cprof-probe-*" files behind between create and
+            # unlink)
+            os.close(os.open(path, os.O_TMPFILE | os.O_WRONLY, 0o600))
+            return
+        except (AttributeError, OSError) as exc:
+            if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EROFS,
+                                                          errno.ENOSPC, errno.EDQUOT):
+                raise
+        fd, probe = tempfile.mkstemp(prefix=".cprof-probe-", dir=path)  # no O_TMPFILE there
     except OSError as exc:
         raise _C.TraceWriteError(
             exc.errno or 13,
@@ -203,13 +214,30 @@ class Window:
         if _C.active():
             raise _C.WindowStateError(
                 "a cprof window is already open in this process; close it (exit its "
-                "ProfilerContext / call stop()) before opening another")
+                "ProfilerContext / call stop()) before opening another; if nothing can close "
+                "it (a Ctrl-C landed on its with block's exit), cprof.end_open_window() ends it "
+                "and writes its trace, marked partial")
         _C.set_buffer_cap(int(self.buffer_mb * (1 << 20)))
         mem = _C.memory()
         # range memory that results of earlier windows still hold counts against the cap
         self.held_at_start = max(mem["allocated_bytes"] - mem["pooled_bytes"], 0)
         self.names_refused_at_start = _C.names_refused()
-        _C.start(cpu_on=not self.cpu_off)
+        try:
+            _C.start(cpu_on=not self.cpu_off)  # (a Ctrl-C may be raised as it returns)
+            self._set_up()
+        except BaseException:
+            # whatever raised (a Ctrl-C included): the window this start opened is closed, so
+            # a later one can open; it holds nothing of value yet
+            if _C.gpu_active():
+                try:
+                    _C.gpu_stop(host_stop_ns=_C.now_ns(), toggled_off=[])
+                except _C.CprofError:
+                    pass
+            if _C.active():
+                _C.stop().close()
+            raise
+
+    def _set_up(self):
         self.pid = os.getpid()
         self.start_time = time.time()
         self._note_off_at_start()
@@ -219,8 +247,7 @@ class Window:
                              pool_bytes=self._pool_bytes())
             except _C.CuptiBusyError as err:
                 if self.strict:
-                    _C.stop().close()
-                    raise
+                    raise  # start closes the window
                 self.gpu = False
                 self.notes["gpu_unavailable"] = str(err)
                 warnings.warn(f"{err} -- recording CPU activity only (strict=False)",
@@ -232,14 +259,10 @@ class Window:
                 self.gpu_failure = str(err)
                 self.notes["gpu_unavailable"] = str(err)
             except MemoryError as err:
-                # the buffer pool could not be had: close the window this start opened (a later
-                # one must be able to open) and say what to lower
-                _C.stop().close()
+                # the buffer pool could not be had (start closes the window, so a later one
+                # can open): say what to lower
                 raise MemoryError(f"{err}; ask for a smaller CUPTI buffer pool (gpu_buffer_mb "
                                   "or CPROF_GPU_BUFFER_MB; default 128)") from None
-            except BaseException:
-                _C.stop().close()
-                raise
             else:
                 if self.nvtx:
                     _set_nvtx_injection()
@@ -249,8 +272,13 @@ class Window:
         default (128 MiB); at least one 8 MiB buffer."""
         mb = self.gpu_buffer_mb
         if mb is None:
-            mb = check_gpu_buffer_mb(os.environ.get("CPROF_GPU_BUFFER_MB") or None,
-                                     "CPROF_GPU_BUFFER_MB")
+            env = os.environ.get("CPROF_GPU_BUFFER_MB") or None
+            try:  # text from the environment: a number of MiB (the argument itself may not be)
+                env = float(env) if env is not None else None
+            except ValueError:
+                raise ValueError(f"CPROF_GPU_BUFFER_MB must be a number of MiB, got "
+                                 f"{env!r}") from None
+            mb = check_gpu_buffer_mb(env, "CPROF_GPU_BUFFER_MB")
         return 0 if mb is None else max(int(mb * (1 << 20)), 8 << 20)
 
     def restart(self):

@@ -227,24 +227,49 @@ class ProfilerContext:
         check_output_dir(self.output_dir, self._dir_fix())
         stem, suffix = self._stem_suffix()
         self.trace_path = pathlib.Path(stem + suffix)
-        _lifecycle.enter_critical()  # a SIGTERM now is acted on once the window is set up
+        was_open = self._prof._started  # entered again while open: that window is not ours
         try:
-            self._prof.start()
-            self._window = self._prof._window
-            self.collected_activities = list(self._window.config["collected_activities"])
-            self._window.config.update({
-                "activities": self.activities,
-                "output_dir": self.output_dir,
-                "profile_name": self.profile_name,
-                "gzip": self.gzip,
-                "buffer_size_mb": self.buffer_size_mb,
-                "strict": self.strict,
-            })
-        finally:
-            _lifecycle.leave_critical()
+            _lifecycle.enter_critical()  # a SIGTERM now is acted on once the window is set up
+            try:
+                self._prof.start()
+                self._window = self._prof._window
+                self.collected_activities = list(self._window.config["collected_activities"])
+                self._window.config.update({
+                    "activities": self.activities,
+                    "output_dir": self.output_dir,
+                    "profile_name": self.profile_name,
+                    "gzip": self.gzip,
+                    "buffer_size_mb": self.buffer_size_mb,
+                    "strict": self.strict,
+                })
+            finally:
+                _lifecycle.leave_critical()
+        except BaseException as err:
+            # interrupted (Ctrl-C) after the window opened: the with block will not run its
+            # __exit__, so the window is closed here (trace written, partial), never left open
+            # to refuse every later window
+            if not was_open:
+                self._salvage(err)
+            raise
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def _salvage(self, err):
+        """Ctrl-C (or another exception) inside opening or closing the window: close it (the
+        profile's _salvage), write what it holds, marked partial; the data stays for save()
+        if that write is interrupted too."""
+        p = self._prof
+        p._salvage(err)  # (nothing to do if the profile's own exit finished the stop)
+        if self.result is not None or p._last is None or p._last.snapshot is None:
+            return  # written already, or nothing was stopped
+        self._window = p._last
+        try:
+            self._write_memory()
+            self._write()
+        except BaseException as again:  # noqa: BLE001 - err is the exception raised
+            warnings.warn(f"cprof: the interrupted window's trace was not written ({again!r}); "
+                          "call save(path) to write it", RuntimeWarning, stacklevel=3)
+
+    def _exit(self, exc_type, exc, tb):
         """Closes the window and writes the trace. exc_type: the exception that ended the
         block, or a str ("SIGTERM", "exit") when _lifecycle ends it; the trace is then
         partial. In a process forked inside the window: nothing (the parent writes)."""
@@ -274,6 +299,13 @@ class ProfilerContext:
         finally:
             _lifecycle.leave_critical()
         return False
+
+    def _exit_failed(self, err):
+        if self.enabled and self._window is not None:
+            self._salvage(err)  # interrupted (Ctrl-C) before the window closed
+
+    # called from C (py_guard.c): a Ctrl-C at its very entry is still followed by the salvage
+    __exit__ = _C.guarded_exit(_exit, _exit_failed)
 
     def _lifecycle_end(self, reason):
         """SIGTERM or interpreter exit inside the window: close it and write the trace,

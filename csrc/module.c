@@ -1394,7 +1394,7 @@ static int module_exec(PyObject *m) {
         return -1;
     if (cprof_py_tracer_add(m) < 0 || cprof_py_hooks_add(m) < 0 || cprof_py_report_add(m) < 0 ||
         cprof_py_regions_add(m) < 0 || cprof_py_ops_add(m) < 0 ||
-        cprof_py_runprof_add(m) < 0 || cprof_py_memory_add(m) < 0)
+        cprof_py_runprof_add(m) < 0 || cprof_py_memory_add(m) < 0 || cprof_py_guard_add(m) < 0)
         return -1;
     cprof_events_set_new_thread_hook(name_new_thread);
     return 0;

@@ -50,6 +50,8 @@ int cprof_py_report_add(PyObject *m);
 int cprof_py_memory_add(PyObject *m);
 /* py_runprof.c: the run/step Profiler's BucketTimer type, timer gate, steps and statistics. */
 int cprof_py_runprof_add(PyObject *m);
+/* py_guard.c: guarded_exit, window exits called from C (a Ctrl-C at their entry included). */
+int cprof_py_guard_add(PyObject *m);
 
 /* module.c, for the units above: a name's interned id through the module's name cache (0, or
  * -1 with an exception set), and the exception for a core error code (returns NULL). */

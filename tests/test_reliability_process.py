@@ -549,3 +549,102 @@ def test_thousand_windows_do_not_grow_memory_or_descriptors(tmp_path):
     assert r["fd_after"] == r["fd_before"], r
     assert r["files"] == 1001, r
     assert r["ms_median"] < 20, r  # about 0.2 ms on the 2-core dev VM
+
+
+def _raise_once(monkeypatch, owner, attr):
+    """Makes owner.attr raise KeyboardInterrupt on its first call (a Ctrl-C landing there)."""
+    real = getattr(owner, attr)
+    state = {"fired": False}
+
+    def fire(*a, **k):
+        if not state["fired"]:
+            state["fired"] = True
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(owner, attr, fire)
+    return state
+
+
+@pytest.mark.parametrize("where", [
+    "window_set_up",      # right after the C window opened
+    "leave_critical",     # the end of ProfilerContext.__enter__
+    "exit_entry",         # the first instruction of __exit__ (its RESUME)
+    "window_stop",        # inside the window's stop
+    "glue_remove",        # removing the capture hooks
+])
+@pytest.mark.parametrize("api", ["context", "profile"])
+def test_a_ctrl_c_anywhere_in_open_or_close_leaves_no_window_open(where, api, outdir,
+                                                                     monkeypatch):
+    """A KeyboardInterrupt inside opening or closing a window (a Ctrl-C at the wrong moment)
+    used to leave it open for good: every later window was refused. Each place it can land is
+    simulated here; afterwards no window is open and a fresh one works."""
+    from cprof import _glue, _window
+    from cprof.context import ProfilerContext
+    targets = {
+        "window_set_up": (_window.Window, "_note_off_at_start"),
+        "leave_critical": (_lifecycle, "leave_critical"),
+        "exit_entry": (ProfilerContext if api == "context" else cprof.profile, "_exit"),
+        "window_stop": (_window.Window, "foreign"),
+        "glue_remove": (_glue._Tracer, "remove"),  # one hook of several
+    }
+    owner, attr = targets[where]
+    arm = lambda: None  # noqa: E731
+    if where == "exit_entry":
+        # __exit__ calls _exit from C (py_guard.c): the interrupt is raised as _exit is entered,
+        # before any of its code, and the guard's salvage must still close the window
+        real = owner.__exit__.impl
+        state = {"fired": False}
+
+        def entry(*a):
+            if not state["fired"]:
+                state["fired"] = True
+                raise KeyboardInterrupt
+            return real(*a)
+
+        salvage = owner._exit_failed if api == "context" else (lambda s, e: s._salvage(e))
+        monkeypatch.setattr(owner, "__exit__", _C.guarded_exit(entry, salvage))
+    elif where in ("window_stop", "glue_remove"):
+        arm = lambda: _raise_once(monkeypatch, owner, attr)  # noqa: E731
+    else:
+        _raise_once(monkeypatch, owner, attr)
+    with pytest.raises(KeyboardInterrupt):
+        if api == "context":
+            with _ctx(outdir, "k", with_stack=True) as c:
+                with cprof.range("work"):
+                    pass
+                arm()
+        else:
+            with cprof.profile(activities=CPU, with_stack=True) as p:
+                with cprof.range("work"):
+                    pass
+                arm()
+    monkeypatch.undo()
+    assert not _C.active() and not _C.gpu_active()
+    assert _lifecycle.running() == []
+    if os.path.isdir(outdir):  # no probe, no temp file left
+        assert not [f for f in os.listdir(outdir) if f.startswith(".")]
+    if where in ("exit_entry", "window_stop", "glue_remove"):  # the body ran: its data kept
+        if api == "context":
+            t = load_trace(c.trace_path)
+            assert "work" in [e["name"] for e in ranges_of(t, "user_annotation")]
+            assert t["cprof"]["partial"] is True
+            assert t["cprof"]["end"] == "KeyboardInterrupt"
+        else:
+            assert "work" in [e.name for e in p.events()]
+    _fresh_window_works(outdir)
+
+
+def test_end_open_window_ends_a_window_nothing_else_can(outdir):
+    p = cprof.profile(activities=CPU)
+    p.start()
+    with cprof.range("orphan"):
+        pass
+    with pytest.raises(cprof.WindowStateError, match=r"cprof.end_open_window\(\)"):
+        with _ctx(outdir, "next"):
+            pass
+    assert cprof.end_open_window() == 1
+    assert not _C.active() and _lifecycle.running() == []
+    assert "orphan" in [e.name for e in p.events()]
+    assert cprof.end_open_window() == 0
+    _fresh_window_works(outdir)
