@@ -90,7 +90,9 @@ What the program sees and what comes back
   - At the end: "cprof: trace written to PATH (N events, SIZE)", or, when the window never
     opened (the program ended before --delay, the capture range never began), "cprof: no
     trace written: the capture range never started (...)"; the exit code is the program's
-    either way.
+    either way. A trace that cannot be written where asked (a full disk, the directory gone)
+    is written to the temporary directory ($TMPDIR, else /tmp) instead, and the error says
+    where; only if that fails too does it say the trace is lost.
   - torch imported by the program after the window opened (the usual case) is captured as
     if it had been imported before: record_function ranges, NVTX ranges, torch.compile's
     regions (so graph breaks show in `cprof report`) and, with --record-shapes, module calls.
@@ -118,6 +120,7 @@ import os
 import runpy
 import signal
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -354,7 +357,7 @@ class _Session:
                 pass
 
     def _die_by_sigterm(self):
-        self.out.info(f"the program caught Terminated (SIGTERM) and went on; writing the trace "
+        self.out.info("the program caught Terminated (SIGTERM) and went on; writing the trace "
                       "and ending by SIGTERM, as python would have")
         self.finished.set()
         self.opened.set()
@@ -448,11 +451,46 @@ class _Session:
         if o.delay or o.duration or o.capture:
             self.out.info(f"window closed at +{time.monotonic() - self.t0:.2f} s ({why})")
         try:
-            self.ctx.__exit__(exc_type, None, None)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                self.ctx.__exit__(exc_type, None, None)
         except Exception as err:
-            self.out.error(f"the trace could not be written: {_strip_prefix(err)}")
+            self._save_elsewhere(err)
+            return
+        for w in caught:  # re-issued, but not ProfilerContext's "call save(path)" (ours below)
+            if self.ctx.result is not None or "save(path)" not in str(w.message):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        if self.ctx.result is None and caught:
+            self._save_elsewhere(next((w.message for w in caught
+                                       if "save(path)" in str(w.message)), None))
             return
         self._report_written(exc_type)
+
+    def _save_elsewhere(self, err):
+        """The trace could not be written where it was asked for (a full disk, a directory
+        gone): the program has ended and no one can call save(), so cprof run writes it to
+        the temporary directory instead, or says plainly that it is lost."""
+        why = _strip_prefix(err) if err is not None else "see the warning above"
+        why = why.split("; the trace is kept in memory")[0].split("); call save(path)")[0]
+        why = why.split("; call save(path)")[0]
+        lead = "the trace could not be written ("  # ProfilerContext's warning, when it wrapped it
+        why = why[len(lead):] if why.startswith(lead) else why
+        window = getattr(self.ctx, "_window", None)
+        if window is None or window.snapshot is None:
+            self.out.error(f"the trace could not be written: {why}")
+            return
+        where = tempfile.gettempdir()
+        if os.path.realpath(where) == os.path.realpath(self.ctx.output_dir):
+            where = os.getcwd()
+        try:
+            path = self.ctx.save(where).path
+            self.summary = self.ctx.summary
+        except Exception as again:  # noqa: BLE001 - said below; the program's status stands
+            self.out.error(f"the trace could not be written: {why}; nor in {where} "
+                           f"({_strip_prefix(again)}): the trace is lost")
+            return
+        self.out.error(f"the trace could not be written: {why}; it was written to {path} "
+                       "instead")
 
     def _report_written(self, exc_type):
         ctx, out = self.ctx, self.out

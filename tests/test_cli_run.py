@@ -272,6 +272,29 @@ def test_a_program_that_swallows_terminated_still_ends_by_sigterm(tmp_path, agai
     assert t["cprof"]["partial"] is True and t["cprof"]["end"] == "Terminated"
 
 
+@pytest.mark.parametrize("code", [0, 3])
+def test_a_trace_that_cannot_be_written_goes_to_the_temporary_directory(tmp_path, code):
+    """The output directory is gone when the program ends (or the disk is full): no one can
+    call save() any more, so cprof run writes the trace to $TMPDIR and says where (it used to
+    say "call save(path)" and lose it)."""
+    out, tmp = tmp_path / "out", tmp_path / "tmp"
+    tmp.mkdir()
+    prog = tmp_path / "vanish.py"
+    prog.write_text("import os, sys, cprof\n"
+                    "with cprof.range('kept'):\n"
+                    "    pass\n"
+                    f"os.rmdir({str(out)!r})\n"
+                    f"sys.exit({code})\n")
+    env = dict(_env(), TMPDIR=str(tmp))
+    ran = subprocess.run(_cmd("-o", out, str(prog)), env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert ran.returncode == code, ran.stderr
+    assert "it was written to" in ran.stderr and "save(path)" not in ran.stderr, ran.stderr
+    assert ran.stderr.count("could not be written") == 1, ran.stderr
+    (saved,) = os.listdir(tmp)
+    assert "kept" in names(load_trace(tmp / saved))
+
+
 def test_forked_child_keeps_default_sigterm(tmp_path):
     ran = cprof_run("-o", tmp_path, os.path.join(SCRIPTS, "fork_terminate.py"))
     assert ran.returncode == 0, ran.stderr
