@@ -514,6 +514,16 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             # it with every range still open, all marked the same way
             self._step_range = None
             self.__exit__(reason, None, None)
+            w = self._last
+            if (self.on_trace_ready is None and reason != "abandoned" and w is not None
+                    and w.snapshot is not None):
+                # the process is ending and nothing will export it: said, not silent
+                warnings.warn(
+                    f"cprof: a cprof.profile window was still open at {reason}, with no "
+                    f"on_trace_ready: its {w.snapshot.ranges} ranges end with the process, "
+                    "unwritten; pass on_trace_ready (cprof.tensorboard_trace_handler(dir)) or "
+                    "call stop() and export_chrome_trace() before the program ends",
+                    RuntimeWarning, stacklevel=2)
 
     def _lost_window(self):
         """True (and the profiler reset) when its window was closed behind its back (a raw

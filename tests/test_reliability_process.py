@@ -648,3 +648,19 @@ def test_end_open_window_ends_a_window_nothing_else_can(outdir):
     assert "orphan" in [e.name for e in p.events()]
     assert cprof.end_open_window() == 0
     _fresh_window_works(outdir)
+
+
+def test_a_profile_left_open_at_exit_with_nowhere_to_write_says_so(tmp_path):
+    """cprof.profile without on_trace_ready, never stopped: the data cannot outlive the
+    process (as torch.profiler's), but it used to go without a word."""
+    code = ("import cprof\n"
+            "p = cprof.profile(activities=['CPU'])\n"
+            "p.start()\n"
+            "for i in range(1000):\n"
+            "    with cprof.range('step'):\n"
+            "        pass\n"
+            "raise RuntimeError('crashed before stop()')\n")
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert ran.returncode == 1
+    assert "still open at RuntimeError, with no on_trace_ready: its 1000 ranges" in ran.stderr
