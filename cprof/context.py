@@ -259,6 +259,8 @@ class ProfilerContext:
         if that write is interrupted too."""
         p = self._prof
         p._salvage(err)  # (nothing to do if the profile's own exit finished the stop)
+        if isinstance(err, _C.TraceWriteError):
+            return  # the write itself failed: said by that error; the data stays for save()
         if self.result is not None or p._last is None or p._last.snapshot is None:
             return  # written already, or nothing was stopped
         self._window = p._last

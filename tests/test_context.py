@@ -637,3 +637,16 @@ def test_unparsable_rank_variables_warn(tmp_path, monkeypatch):
         with cprof.ProfilerContext(output_dir=tmp_path, profile_name="r", activities=["CPU"],
                                    verbose=False):
             pass
+
+
+def test_a_failed_write_is_reported_once_not_retried_as_an_interrupt(tmp_path):
+    out = tmp_path / "out"
+    ctx = cprof.ProfilerContext(output_dir=out, profile_name="w", verbose=False,
+                                with_stack=False, activities=["CPU"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(cprof.TraceWriteError):
+            with ctx:
+                os.rmdir(out)
+    assert not [w for w in caught if "interrupted" in str(w.message)]
+    ctx.save(tmp_path / "w.trace.json")  # the data is still there
