@@ -322,7 +322,8 @@ static CPROF_NOINLINE void window_enter(tstate *t) {
     }
 }
 
-int cprof_events_push(uint32_t name_id, uint8_t cat) {
+/* A push with its stack entry's token (0: a plain push). */
+CPROF_INLINE int push_seq(uint32_t name_id, uint8_t cat, uint64_t seq) {
     tstate *t = gil_thread();
     if (CPROF_UNLIKELY(!t)) return CPROF_E_NOMEM;
     if (CPROF_UNLIKELY(t->depth >= t->stack_cap)) {
@@ -330,10 +331,12 @@ int cprof_events_push(uint32_t name_id, uint8_t cat) {
         if (rc) return rc;
     }
     cprof_record *r = record_open(t, name_id, cat); /* before depth++: it records the depth */
-    t->seq[t->depth] = 0;
+    t->seq[t->depth] = seq;
     t->stack[t->depth++] = r;
     return CPROF_OK;
 }
+
+int cprof_events_push(uint32_t name_id, uint8_t cat) { return push_seq(name_id, cat, 0); }
 
 #define DETACHED_BIT (1ull << 63) /* in a token: a range closed only by its token */
 #define NAMED_BIT (1ull << 62)    /* a range closed by name (push_named); counters never get here */
@@ -422,15 +425,19 @@ int cprof_events_pop_token(uint64_t token) {
 #define NAMED_KEY(key, cat) (NAMED_BIT | (uint64_t)(cat) << 32 | (key))
 
 int cprof_events_push_named(uint32_t name_id, uint8_t cat, uint32_t key) {
-    int rc = cprof_events_push(name_id, cat);
-    if (rc) return rc;
-    tls->seq[tls->depth - 1] = NAMED_KEY(key, cat);
-    return CPROF_OK;
+    return push_seq(name_id, cat, NAMED_KEY(key, cat));
 }
 
 int cprof_events_pop_named(uint32_t key, uint8_t cat) {
-    uint64_t now = cprof_clock_now_ns();
-    return pop_token_in(tls, NAMED_KEY(key, cat), now);
+    uint64_t now = cprof_clock_now_ns(); /* first, so our bookkeeping is outside */
+    tstate *t = tls;
+    uint64_t k = NAMED_KEY(key, cat);
+    if (CPROF_LIKELY(t && t->depth && t->seq[t->depth - 1] == k)) { /* nested: the top one */
+        cprof_record *r = t->stack[--t->depth];
+        if (r) r->end_ns = now;
+        return CPROF_OK;
+    }
+    return pop_token_in(t, k, now);
 }
 
 int cprof_events_pop_token_on(uint64_t ident, uint64_t token) {

@@ -163,7 +163,7 @@ typedef struct {
     PyObject *name;
     uint32_t name_id; /* 0 until the name is interned: only in a window (names made outside
                        * one, a server's per-request names, cost no memory) */
-    uint32_t key;     /* the name's str hash: its stack key, known without interning */
+    uint32_t key;     /* its stack key, from the name object (known without interning) */
     uint8_t cat;
 } RangeObject;
 
@@ -200,8 +200,6 @@ static PyObject *range_vectorcall(PyObject *type, PyObject *const *args, size_t 
                      Py_TYPE(args[0])->tp_name);
         return NULL;
     }
-    Py_hash_t hash = PyObject_Hash(args[0]);
-    if (hash == -1) return NULL;
     uint32_t id = 0;
     if (cprof_events_active() && name_id_of(st, args[0], &id) < 0) return NULL;
     RangeObject *self;
@@ -215,7 +213,12 @@ static PyObject *range_vectorcall(PyObject *type, PyObject *const *args, size_t 
     }
     self->name = Py_NewRef(args[0]);
     self->name_id = id;
-    self->key = (uint32_t)((uint64_t)hash ^ ((uint64_t)hash >> 32));
+    /* the name object's address: the same object at a range's enter and exit, and unique
+     * among the names of ranges alive at once (each range holds its name); two ranges of the
+     * same text through different objects may get different keys, which only matters if they
+     * interleave, and then either ending first is right */
+    uintptr_t a = (uintptr_t)args[0] >> 4;
+    self->key = (uint32_t)(a ^ (a >> 32));
     self->cat = (uint8_t)cat;
     return (PyObject *)self;
 }
