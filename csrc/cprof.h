@@ -191,8 +191,8 @@ void cprof_events_pop_to(uint32_t depth);
  * bucket timers): pop_named closes the innermost open range pushed with that key and
  * category, wherever it sits, so interleaved ranges (asyncio tasks on one thread) each end
  * their own, recursion still ends the innermost, and nothing is kept in the range object (one
- * object may be entered by several threads). key: the name's str hash for ranges (known
- * without interning the name, which happens only in a window), the name id for timers.
+ * object may be entered by several threads). key: from the name object's address for ranges
+ * (known without interning the name, which happens only in a window), the name id for timers.
  * name_id is recorded in a window and unused outside one (0 there). pop_named: CPROF_E_EMPTY
  * when none is open. */
 int cprof_events_push_named(uint32_t name_id, uint8_t cat, uint32_t key);
