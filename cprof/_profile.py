@@ -22,12 +22,11 @@ from . import _schedule as _schedule_mod
 from ._dist import rank_info
 from ._features import gpu_unavailable_reason
 from ._schedule import ProfilerAction, _always_record, as_action, same_member
-from ._window import (Window, check_buffer_size_mb, check_gpu_buffer_mb, check_output_dir,
-                      clean_text, flag, is_stream, write_target)
+from ._window import (FALSE_WORDS, TRUE_WORDS, Window, check_buffer_size_mb,
+                      check_gpu_buffer_mb, check_output_dir, clean_text, flag, is_stream,
+                      write_target)
 
 
-_TRUE = {"1", "true", "yes", "on", "y", "t"}
-_FALSE = {"0", "false", "no", "off", "n", "f", "none", ""}
 
 
 def _config_bool(value, key):
@@ -37,8 +36,8 @@ def _config_bool(value, key):
         return bool(value)
     if isinstance(value, int) and value in (0, 1):
         return bool(value)
-    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-        return value.strip().lower() in _TRUE
+    if isinstance(value, str) and value.strip().lower() in TRUE_WORDS | FALSE_WORDS:
+        return value.strip().lower() in TRUE_WORDS
     raise ValueError(f"cprof: profiling option {key} must be true or false, got {value!r}")
 
 

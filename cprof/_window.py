@@ -47,12 +47,21 @@ def _memory_mib():
         return None
 
 
+# the words a YAML file, a command line or the environment leaves for a flag
+TRUE_WORDS = frozenset({"1", "true", "yes", "on", "y", "t"})
+FALSE_WORDS = frozenset({"0", "false", "no", "off", "n", "f", "none", ""})
+
+
+def is_flag(value):
+    """True for what a bool argument can be: a bool, an int, numpy's bool_, None (off)."""
+    return (value is None or isinstance(value, (bool, int))
+            or (type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool")))
+
+
 def flag(value, who, arg):
-    """A bool argument: a bool, an int, numpy's bool_ or None (off) as it is; anything else (a
-    "false" string from a YAML file or the environment, which bool() would take as true) is a
-    TypeError naming who and arg."""
-    if (value is None or isinstance(value, (bool, int))
-            or (type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool"))):
+    """A bool argument (is_flag) as a bool; anything else (a "false" string from a YAML file or
+    the environment, which bool() would take as true) is a TypeError naming who and arg."""
+    if is_flag(value):
         return bool(value)
     raise TypeError(f"{who}: {arg} takes a bool, got {value!r}; parse it first (a string such "
                     "as 'false' would count as true)")

@@ -2,6 +2,7 @@
 import argparse
 import collections.abc
 
+from ._window import FALSE_WORDS
 from .context import VALID_ACTIVITIES, ProfilerContext
 
 
@@ -49,15 +50,12 @@ def add_profiler_args(parser):
     return parser
 
 
-_FALSE_WORDS = {"0", "false", "no", "off", "n", "f", "none", ""}
-
-
 def _arg_flag(value):
     """A flag's value as a namespace or config holds it: a bool or number as it is, the words
     YAML or an environment variable leave ("false", "no", "0", "off": False; bool() would take
     them as true), and any other value given (a program's own --profile PATH) as on."""
     if isinstance(value, str):
-        return value.strip().lower() not in _FALSE_WORDS
+        return value.strip().lower() not in FALSE_WORDS
     return bool(value)
 
 

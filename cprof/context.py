@@ -13,7 +13,7 @@ from . import _lifecycle
 from ._dist import rank_info
 from ._profile import normalize_activities as _normalize
 from ._profile import profile
-from ._window import check_buffer_size_mb, check_output_dir, flag, is_stream
+from ._window import check_buffer_size_mb, check_output_dir, flag, is_flag, is_stream
 from ._ranges import _async_gen_wrapper
 
 VALID_ACTIVITIES = ("CPU", "GPU", "MEM")
@@ -135,7 +135,7 @@ class ProfilerContext:
         record_ops=False,
         gpu_buffer_mb=None,
     ):
-        if not _is_flag(enabled):
+        if not is_flag(enabled):
             raise TypeError(f"cprof: ProfilerContext(enabled=...) takes a bool, got {enabled!r}; "
                             "parse it first (e.g. an argparse store_true flag), and pass the "
                             "other arguments by keyword (output_dir=...)")
@@ -392,12 +392,6 @@ class ProfilerContext:
         return self.result is not None
 
 
-def _is_flag(v):
-    """True for what an `enabled` argument can be: a bool, an int, numpy's bool_, None (off)."""
-    return (v is None or isinstance(v, (bool, int))
-            or (type(v).__module__ == "numpy" and type(v).__name__ in ("bool_", "bool")))
-
-
 class _CallWindow:
     """One call of a profile_function-decorated function: its own ProfilerContext, or a range
     in the window already open. A class, not a contextlib generator: with_stack traces every
@@ -471,7 +465,7 @@ def profile_function(
     if callable(enabled) and not isinstance(enabled, bool):
         # @cprof.profile_function without parentheses: the function came as `enabled`
         return profile_function()(enabled)
-    if not _is_flag(enabled):
+    if not is_flag(enabled):
         raise TypeError(f"cprof.profile_function: enabled (the first argument) must be a bool, "
                         f"got {enabled!r}; pass the others by keyword (output_dir=...)")
 
