@@ -532,7 +532,7 @@ class FunctionEventAvg(_TorchCompat):
     takes its first event's place in the tree (cpu_parent, cpu_children: a table's
     top_level_events_only keeps the rows whose first event had no parent)."""
 
-    def __init__(self, key, device_type, input_shapes=None, stack=None, first=None):
+    def __init__(self, key=None, device_type="CPU", input_shapes=None, stack=None, first=None):
         self.key = key
         self.device_type = CUDA if device_type == "CUDA" else CPU
         self.input_shapes = input_shapes
@@ -550,11 +550,41 @@ class FunctionEventAvg(_TorchCompat):
         self.cpu_children = getattr(first, "cpu_children", [])
         self.self_cpu_percent = self.total_cpu_percent = self.total_device_percent = -1
 
+    def add(self, other):
+        """Fold one event or one average into this one (torch's FunctionEventAvg.add): an
+        empty average (FunctionEventAvg()) takes the first one's key, device, shapes, stack
+        and place in the tree; after that the keys must match. Returns self."""
+        if not isinstance(other, (ProfilerEvent, FunctionEventAvg)):
+            raise TypeError(f"cprof: FunctionEventAvg.add takes an event (events()) or an "
+                            f"average (key_averages()), got {type(other).__name__}")
+        if self.key is None:
+            self.key = other.key
+            self.device_type = other.device_type
+            self.input_shapes = other.input_shapes
+            self.stack = list(other.stack or [])
+            self.category = other.category
+            self.cpu_parent = other.cpu_parent
+            self.cpu_children = other.cpu_children
+        elif other.key != self.key:
+            raise ValueError(f"cprof: FunctionEventAvg.add: keys differ ({other.key!r} added "
+                             f"to the average of {self.key!r})")
+        self.count += other.count
+        for attr in _SUMMED:
+            setattr(self, attr, getattr(self, attr) + getattr(other, attr))
+        return self
+
+    __iadd__ = add
+
     def __repr__(self):
         return (f"<FunctionEventAvg key={self.key!r} count={self.count} "
                 f"cpu_time_total={self.cpu_time_total:.3f} "
                 f"device_time_total={self.device_time_total:.3f}>")
 
+
+# the figures an average sums over its events (count aside)
+_SUMMED = ("cpu_time_total", "self_cpu_time_total", "device_time_total",
+           "self_device_time_total", "cpu_memory_usage", "self_cpu_memory_usage",
+           "device_memory_usage", "self_device_memory_usage", "flops")
 
 SORT_KEYS = ("cpu_time", "device_time", "cpu_time_total", "device_time_total",
              "self_cpu_time_total", "self_device_time_total", "count", "flops",
@@ -662,15 +692,8 @@ class EventList(list):
         total = FunctionEventAvg("Total", "CPU")
         for r in self:
             total.count += r.count
-            total.cpu_time_total += r.cpu_time_total
-            total.self_cpu_time_total += r.self_cpu_time_total
-            total.device_time_total += r.device_time_total
-            total.self_device_time_total += r.self_device_time_total
-            total.cpu_memory_usage += r.cpu_memory_usage
-            total.self_cpu_memory_usage += r.self_cpu_memory_usage
-            total.device_memory_usage += r.device_memory_usage
-            total.self_device_memory_usage += r.self_device_memory_usage
-            total.flops += r.flops
+            for attr in _SUMMED:
+                setattr(total, attr, getattr(total, attr) + getattr(r, attr))
         return total
 
 

@@ -405,3 +405,25 @@ def test_a_record_function_around_step_keeps_the_steps_whole():
         "ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
     assert all(v[0] >= 2.5 for k, v in steps.items() if k.startswith("ProfilerStep")), steps
     assert all(2.5 <= t < 6 for t in steps["train_step"]), steps
+
+
+def test_function_event_avg_adds_events_and_averages_as_torchs():
+    """torch code builds its own rows: FunctionEventAvg() then .add(event) or += (the first
+    one sets the key); adding another key is an error, adding a non-event a TypeError."""
+    p = _window_with([("r", 1), ("r", 2), ("s", 1)])
+    rs = [e for e in p.events() if e.name == "r"]
+    avg = cprof.FunctionEventAvg()
+    assert avg.key is None and avg.count == 0
+    assert avg.add(rs[0]) is avg
+    avg += rs[1]
+    assert avg.key == "r" and avg.count == 2
+    assert avg.cpu_time_total == pytest.approx(rs[0].cpu_time_total + rs[1].cpu_time_total)
+    row = next(r for r in p.key_averages() if r.key == "r")
+    assert avg.self_cpu_time_total == pytest.approx(row.self_cpu_time_total)
+    both = cprof.FunctionEventAvg().add(row).add(avg)  # averages add too
+    assert both.count == 4 and both.cpu_time_total == pytest.approx(2 * row.cpu_time_total)
+    with pytest.raises(ValueError, match="keys differ"):
+        avg.add(next(e for e in p.events() if e.name == "s"))
+    assert avg.count == 2  # the refused one left it as it was
+    with pytest.raises(TypeError, match="takes an event"):
+        avg.add(3)
