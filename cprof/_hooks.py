@@ -4,6 +4,7 @@ import functools
 import re
 import sys
 import types
+import warnings
 
 from . import _C
 
@@ -107,28 +108,30 @@ def _timer(domain):
     return _cpu_timer
 
 
-class _TimedForward:
-    """A module's forward inside its bucket timer (module.forward, set by attach_model). An
-    object holding the module, not a closure over its bound method: copy.deepcopy(model) (a
-    draft or EMA copy) gives the copy a wrapper that runs the copy's own forward, and
-    torch.save(model) pickles it. inner: a forward the instance already had (another
-    wrapper), else the class's forward runs."""
+class _TimedMethod:
+    """A method inside its bucket timer: a module's forward (attach_model) or an engine's
+    phase method (attach_engine), set on the instance. An object holding the instance, not a
+    closure over its bound method: copy.deepcopy(model) (a draft or EMA copy) gives the copy
+    a wrapper that runs the copy's own method, and torch.save / pickle take it. inner: what
+    the instance itself had under that name (another wrapper, a function set on it), else
+    the class's method runs."""
 
-    def __init__(self, module, bucket, domain=0, inner=None):
-        self.module = module
+    def __init__(self, owner, bucket, domain=0, inner=None, method="forward"):
+        self.module = owner
         self.bucket = bucket
         self.domain = domain
         self.inner = inner
+        self.method = method
 
     @property
     def __wrapped__(self):  # inspect.signature(model.forward) sees the real signature
         if self.inner is not None:
             return self.inner
-        return types.MethodType(type(self.module).forward, self.module)
+        return types.MethodType(getattr(type(self.module), self.method), self.module)
 
     @property
     def __name__(self):
-        return getattr(self.__wrapped__, "__name__", "forward")
+        return getattr(self.__wrapped__, "__name__", self.method)
 
     @property
     def __doc__(self):
@@ -138,7 +141,7 @@ class _TimedForward:
         with _timer(self.domain)(self.bucket):
             if self.inner is not None:
                 return self.inner(*args, **kwargs)
-            return type(self.module).forward(self.module, *args, **kwargs)
+            return getattr(type(self.module), self.method)(self.module, *args, **kwargs)
 
     def __repr__(self):
         return f"<cprof bucket timer {self.bucket!r} around {self.__wrapped__!r}>"
@@ -148,7 +151,7 @@ def _wrap_forward(module, bucket, domain=0):
     if getattr(module, _MARK, None) is not None:
         return False
     own = module.__dict__.get("forward")  # an instance-level forward (another wrapper)
-    module.forward = _TimedForward(module, bucket, domain, own)
+    module.forward = _TimedMethod(module, bucket, domain, own)
     setattr(module, _MARK, bucket)
     return True
 
@@ -157,6 +160,9 @@ def attach_model(model, use_gated_lora=False):
     """Wraps the forward of every module with a known role into its model bucket, and the
     torch.distributed collectives into communication buckets. Returns {qualname: bucket} of
     the modules wrapped by this call (empty when already attached)."""
+    if not callable(getattr(model, "named_modules", None)):
+        raise TypeError(f"cprof: attach_model takes a torch.nn.Module (the model whose "
+                        f"submodules are timed), got {type(model).__name__}")
     wrapped = {}
     by_name = dict(model.named_modules())
     for qualname, module in by_name.items():
@@ -199,22 +205,25 @@ def attach_engine(engine):
     """Wraps the engine's public phase methods (prefill, decode, sample, postprocess, draft,
     verify, KV operations) into engine buckets (host clock; under strict_sync with CUDA the
     device is synchronised around them, as cpu_bucket_timer). Returns {method: bucket}."""
-    from .runprof import cpu_bucket_timer
-    wrapped = {}
+    if engine is None or isinstance(engine, (str, bytes, int, float, bool)):
+        raise TypeError(f"cprof: attach_engine takes the engine object whose phase methods "
+                        f"({', '.join(_ENGINE_METHODS)}) are timed, got {engine!r}")
+    wrapped, found = {}, False
     for method, bucket in _ENGINE_METHODS.items():
         fn = getattr(engine, method, None)
-        if fn is None or not callable(fn) or getattr(fn, _MARK, None) is not None:
+        if fn is None or not callable(fn):
             continue
-
-        def make(fn=fn, bucket=bucket):
-            @functools.wraps(fn)
-            def timed(*args, **kwargs):
-                with cpu_bucket_timer(bucket):
-                    return fn(*args, **kwargs)
-
-            setattr(timed, _MARK, bucket)
-            return timed
-
-        setattr(engine, method, make())
+        found = True
+        if isinstance(fn, _TimedMethod):  # attached already
+            continue
+        own = vars(engine).get(method) if hasattr(engine, "__dict__") else None
+        if own is None and not callable(getattr(type(engine), method, None)):
+            own = fn  # made by __getattr__: kept as it is, called inside the timer
+        setattr(engine, method, _TimedMethod(engine, bucket, 1, own, method))
         wrapped[method] = bucket
+    if not found:
+        warnings.warn(f"cprof: attach_engine found none of the phase methods "
+                      f"({', '.join(_ENGINE_METHODS)}) on {type(engine).__name__}; nothing "
+                      "is timed. Time its phases with cprof.cpu_bucket_timer(bucket) instead",
+                      RuntimeWarning, stacklevel=3)
     return wrapped

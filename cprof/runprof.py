@@ -148,6 +148,14 @@ class ProfilerConfig:
         then args.<field>, then the default. An attribute set to None counts as absent."""
         values = {}
         mapping = isinstance(args, collections.abc.Mapping)  # a dict of settings works too
+        if args is None:  # no settings: the defaults
+            args = {}
+            mapping = True
+        if not mapping and (isinstance(args, (str, bytes, int, float, bool, list, tuple))
+                            or not (hasattr(args, "__dict__") or hasattr(args, "__slots__"))):
+            raise TypeError(f"cprof: Profiler / ProfilerConfig.from_args take a ProfilerConfig, "
+                            f"an argparse namespace (or any object with the fields as "
+                            f"attributes) or a dict, got {type(args).__name__}")
         for f in dataclasses.fields(cls):
             candidates = [prefix + f.name]
             if f.name == "engine_profiling":
@@ -643,6 +651,10 @@ class Profiler:
             raise TypeError(f"cprof: set_step_seq_len takes an int, a list, an array or a "
                             f"tensor of KV lengths, got {x!r}")
         v = self._reduce(x)
+        if v is None:  # refused, not taken as "no KV length": that would drop a length set
+            raise ValueError(f"cprof: set_step_seq_len got no KV lengths ({x!r} is empty); "
+                             "pass the step's lengths (one per sequence), or skip the call "
+                             "for this step")
         if isinstance(v, float) and (not math.isfinite(v) or v < 0):
             raise ValueError(f"cprof: set_step_seq_len got {x!r}; a KV length is a number "
                              ">= 0")

@@ -85,6 +85,9 @@ static PyObject *timer_make(PyObject *module, PyTypeObject *tp, PyObject *name, 
     if (!PyUnicode_Check(name))
         return PyErr_Format(PyExc_TypeError, "a bucket name must be a str, not %.100s",
                             Py_TYPE(name)->tp_name);
+    if (PyUnicode_GET_LENGTH(name) == 0)
+        return PyErr_Format(PyExc_ValueError, "a bucket name must not be empty; name the "
+                            "region it times (such as 'attn.compute' or 'sampler')");
     uint32_t id;
     if (cprof_py_name_id(module, name, &id) < 0) return NULL;
     BucketTimerObject *self = (BucketTimerObject *)tp->tp_alloc(tp, 0);

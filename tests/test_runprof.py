@@ -1204,3 +1204,75 @@ def torch_or_none(np):
     except ImportError:
         return None
     return torch.tensor(3)
+
+
+def test_empty_bucket_names_and_kv_lengths_are_refused(tmp_path):
+    """An empty bucket name would be a nameless row in summary.json; an empty KV length list
+    (or tensor) is refused, and the length the step already had stays."""
+    for make_timer in (cprof.cuda_bucket_timer, cprof.cpu_bucket_timer):
+        with pytest.raises(ValueError, match="bucket name must not be empty"):
+            make_timer("")
+    prof = make(tmp_path, warmup_runs=0, kv_bins=[0, 1024])
+    prof.begin_run()
+    with prof.step_timing_ctx():
+        prof.set_step_seq_len(600)
+        empties = [[], ()]
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            empties.append(torch.tensor([]))
+        for empty in empties:
+            with pytest.raises(ValueError, match="no KV lengths"):
+                prof.set_step_seq_len(empty)
+        prof.set_step_tokens(1)
+    prof.end_run()
+    (run,) = prof.summary()["runs"]
+    assert [b["steps"] for b in run["decode_length_buckets"]] == [1, 0]
+
+
+def test_profiler_refuses_settings_that_are_no_config(tmp_path):
+    for bad in (42, "cfg.yaml", [("run_name", "x")]):
+        with pytest.raises(TypeError, match="ProfilerConfig, an argparse namespace"):
+            cprof.Profiler(bad)
+    assert not any(tmp_path.iterdir())
+    assert cprof.ProfilerConfig.from_args(None) == cprof.ProfilerConfig()
+
+
+def test_attach_refuses_what_is_no_model_or_engine(tmp_path):
+    prof = make(tmp_path)
+    with pytest.raises(TypeError, match="attach_model takes a torch.nn.Module"):
+        prof.attach_model(42)
+    for bad in (None, "engine"):
+        with pytest.raises(TypeError, match="attach_engine takes the engine"):
+            prof.attach_engine(bad)
+    with pytest.warns(RuntimeWarning, match="none of the phase methods"):
+        assert prof.attach_engine(object()) == {}
+
+
+class _PicklableEngine:
+    def __init__(self):
+        self.calls = 0
+
+    def decode(self, x):
+        self.calls += 1
+        return x * 2
+
+
+def test_attached_engine_pickles_and_deepcopies(tmp_path):
+    """attach_engine's wrappers are objects holding the engine, as attach_model's: pickle and
+    copy.deepcopy take the engine, and the copy's methods run on the copy, still timed."""
+    import copy
+    import pickle
+
+    prof = make(tmp_path, warmup_runs=0, engine_profiling=True)
+    eng = _PicklableEngine()
+    assert prof.attach_engine(eng) == {"decode": "decode"}
+    assert eng.decode.__name__ == "decode"
+    eng2 = pickle.loads(pickle.dumps(eng))
+    eng3 = copy.deepcopy(eng)
+    prof.begin_run()
+    with prof.step_timing_ctx():
+        assert eng2.decode(3) == 6 and eng3.decode(1) == 2
+    prof.end_run()
+    assert (eng.calls, eng2.calls, eng3.calls) == (0, 1, 1)
+    assert list(prof.summary()["buckets_engine_avg_ms"]) == ["decode"]
+    assert prof.attach_engine(eng2) == {}  # attached already
