@@ -98,8 +98,60 @@ def add_parsers(sub):
     m.set_defaults(func=cmd_merge)
 
 
+def merged_inputs(path, limit=8 << 20):
+    """The input paths a `cprof merge` output lists in its header ("cprof": {"merged": [...]}
+    before traceEvents); None for any other file (or one that cannot be read: the reader
+    reports that)."""
+    import gzip
+    import re
+    try:
+        with open(path, "rb") as raw:
+            gz = raw.read(2) == b"\x1f\x8b"
+        with (gzip.open(path, "rb") if gz else open(path, "rb")) as f:
+            head = b""
+            while len(head) < limit and b'"traceEvents"' not in head:
+                chunk = f.read(1 << 16)
+                if not chunk:
+                    break
+                head += chunk
+    except (OSError, EOFError, gzip.BadGzipFile):
+        return None
+    text = head.split(b'"traceEvents"', 1)[0].decode("utf-8", "replace")
+    m = re.search(r'"cprof"\s*:\s*(?=\{\s*"merged")', text)
+    if m is None:
+        return None
+    try:
+        info, _ = json.JSONDecoder().raw_decode(text, m.end())
+    except ValueError:
+        return None
+    return [i.get("path") for i in info.get("merged", []) if isinstance(i, dict)]
+
+
+def _drop_merged_duplicates(item, found):
+    """A directory holding rank traces and a `cprof merge` output of those same files: the
+    merged file is left out (with a note), so each rank is counted once. Named explicitly, a
+    merged file is always read."""
+    names = {os.path.basename(f) for f in found}
+    kept = []
+    for f in found:
+        inputs = merged_inputs(f)
+        here = [p for p in inputs or () if p and os.path.basename(p) in names]
+        if inputs and len(here) == len(inputs):
+            print(f"cprof: note: {f} is a `cprof merge` of traces in {item} that are read "
+                  "themselves; it is left out so that no rank counts twice (name it alone "
+                  "to read it)", file=sys.stderr)
+            continue
+        if here:
+            print(f"cprof: note: {f} is a `cprof merge` output, and {len(here)} of its "
+                  f"{len(inputs)} inputs are in {item} too: their ranks are counted twice",
+                  file=sys.stderr)
+        kept.append(f)
+    return kept
+
+
 def find_traces(items):
-    """Files named, and the trace files inside directories named (sorted)."""
+    """Files named, and the trace files inside directories named (sorted; a directory's
+    `cprof merge` output of files beside it is left out)."""
     files = []
     for item in items:
         if os.path.isdir(item):
@@ -107,7 +159,7 @@ def find_traces(items):
             if not found:
                 raise InputError(f"{item}: no trace files in this directory (looked for "
                                  f"{', '.join(TRACE_GLOBS)})")
-            files.extend(found)
+            files.extend(_drop_merged_duplicates(item, found))
         elif os.path.exists(item):
             if not os.path.isfile(item):
                 raise InputError(f"{item}: not a regular file")

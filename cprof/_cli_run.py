@@ -1244,9 +1244,16 @@ def _configure(argv):
         if opts.capture and opts.delay:
             raise _Usage("--delay cannot be combined with --capture-range: the capture range "
                          "decides when the window opens")
-        if opts.name is not None and (not opts.name or "/" in opts.name):
-            raise _Usage(f"--name must be a non-empty file name without '/', got "
-                         f"{opts.name!r}")
+        if opts.name is not None:
+            from .context import check_profile_name
+            try:
+                check_profile_name(opts.name)
+            except ValueError as err:
+                raise _Usage("--name " + _strip_prefix(err).replace("profile_name ", "", 1)
+                             ) from None
+        if opts.output_dir is not None and not opts.output_dir.strip():
+            raise _Usage("--output-dir is empty; pass a directory (or leave the option out "
+                         "for $CPROF_PROFILER_DIR, else /tmp/cprof_profiles)")
         if kind == "module":
             _set_sys_path(kind, target)  # find_spec must search where the program will
         opts.default_name = _check_program(kind, target)

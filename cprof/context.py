@@ -54,6 +54,26 @@ class OutputDir(str):
         return getattr(pathlib.Path(str(self)), name)
 
 
+def check_profile_name(profile_name):
+    """A ValueError unless profile_name can be the start of a file name in any directory."""
+    if (not isinstance(profile_name, str) or profile_name in ("", ".", "..")
+            or "/" in profile_name or any(c < " " or c == "\x7f" for c in profile_name)):
+        raise ValueError(
+            f"cprof: profile_name must be a file name (not '.' or '..', without '/' or "
+            f"control characters such as a newline), got {profile_name!r}"
+        )
+    try:
+        os.fsencode(profile_name)
+    except UnicodeError:
+        raise ValueError(f"cprof: profile_name {profile_name!r} cannot be a file name on "
+                         "this system (it has characters the file system encoding cannot "
+                         "write); pass another") from None
+    if len(os.fsencode(profile_name)) > 200:
+        raise ValueError(f"cprof: profile_name is {len(os.fsencode(profile_name))} bytes; "
+                         "file names are limited to 255 bytes with the -rankR-N.trace.json.gz "
+                         "suffix, so keep it under 200")
+
+
 def default_output_dir():
     """$CPROF_PROFILER_DIR when set (read at each call), else $CPROF_TORCH_PROFILER_DIR, else
     /tmp/cprof_profiles."""
@@ -173,22 +193,7 @@ class ProfilerContext:
                                     if output_dir is not None else default_output_dir())
         if profile_name is None:
             profile_name = f"profile_{int(time.time())}"
-        if (not isinstance(profile_name, str) or profile_name in ("", ".", "..")
-                or "/" in profile_name or any(c < " " or c == "\x7f" for c in profile_name)):
-            raise ValueError(
-                f"cprof: profile_name must be a file name (not '.' or '..', without '/' or "
-                f"control characters such as a newline), got {profile_name!r}"
-            )
-        try:
-            os.fsencode(profile_name)
-        except UnicodeError:
-            raise ValueError(f"cprof: profile_name {profile_name!r} cannot be a file name on "
-                             "this system (it has characters the file system encoding cannot "
-                             "write); pass another") from None
-        if len(os.fsencode(profile_name)) > 200:
-            raise ValueError(f"cprof: profile_name is {len(os.fsencode(profile_name))} bytes; "
-                             "file names are limited to 255 bytes with the -rankR-N.trace.json.gz "
-                             "suffix, so keep it under 200")
+        check_profile_name(profile_name)
         buffer_size_mb = check_buffer_size_mb(buffer_size_mb, "cprof")
         self.profile_name = profile_name
         self.buffer_size_mb = buffer_size_mb
@@ -217,14 +222,33 @@ class ProfilerContext:
         rank, world, _ = rank_info()
         name = self.profile_name if world <= 1 else f"{self.profile_name}-rank{rank}"
         suffix = ".trace.json.gz" if self.gzip else ".trace.json"
-        return os.path.join(self.output_dir, name), suffix
+        return os.path.join(self._out_dir(), name), suffix
+
+    def _out_dir(self):
+        """output_dir as the window checked it: a relative one is taken from the working
+        directory __enter__ saw (a program that changes directory in the window still gets
+        its trace where it asked, in the directory that was checked); as given otherwise."""
+        cwd = getattr(self, "_cwd", None)
+        if cwd is None or os.path.isabs(self.output_dir):
+            return self.output_dir
+        try:
+            if os.getcwd() == cwd:
+                return self.output_dir
+        except OSError:  # the working directory was removed
+            pass
+        return os.path.join(cwd, self.output_dir)
 
     # -- context protocol --
     def __enter__(self):
         if not self.enabled:
             return self
         # before the window opens: nothing to lose yet
+        self._cwd = None
         check_output_dir(self.output_dir, self._dir_fix())
+        try:
+            self._cwd = os.getcwd()
+        except OSError:
+            pass
         stem, suffix = self._stem_suffix()
         self.trace_path = pathlib.Path(stem + suffix)
         was_open = self._prof._started  # entered again while open: that window is not ours
@@ -325,7 +349,7 @@ class ProfilerContext:
         if mem.get("snapshot") is None:
             return
         rank, _, _ = rank_info()  # always ranked, as seed 000 names it (one process: rank0)
-        path = os.path.join(self.output_dir,
+        path = os.path.join(self._out_dir(),
                             f"{self.profile_name}-rank{rank}-memory-{int(time.time())}.pickle")
         try:
             _glue.write_memory_snapshot(mem, path)

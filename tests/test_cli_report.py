@@ -535,6 +535,32 @@ def test_traces_without_rank_are_listed_not_ranked(tmp_path):
     cprof("report", tmp_path)  # the text form prints the rows without a rank
 
 
+def test_a_merge_written_beside_its_inputs_is_not_counted_again(tmp_path):
+    """`cprof merge d -o d/merged...` then `cprof report d` (or another merge of d): the
+    merged file is left out with a note, each rank counted once; named alone it is read."""
+    d = tmp_path / "job"
+    d.mkdir()
+    _rank_trace(d / "job-rank0.trace.json.gz", 0, 1_700_000_000_000_000_000, 100.0)
+    _rank_trace(d / "job-rank1.trace.json.gz", 1, 1_700_000_000_000_500_000, 130.0)
+    merged = d / "merged.trace.json.gz"
+    cprof("merge", d, "-o", merged)
+    r = cprof("report", d, "--format", "json")
+    assert "merged.trace.json.gz is a `cprof merge` of traces" in r.stderr
+    rep = json.loads(r.stdout)
+    assert [(row["rank"], row["traces"], row["steps"]) for row in rep["ranks"]] == \
+        [(0, 1, 4), (1, 1, 4)]
+    again = cprof("merge", d, "-o", tmp_path / "again.trace.json")
+    assert "merged 2 traces" in again.stderr
+    assert len(load_trace(tmp_path / "again.trace.json")["traceEvents"]) == \
+        len(load_trace(merged)["traceEvents"])
+    alone = json.loads(cprof("report", merged, "--format", "json").stdout)
+    assert [r["trace"]["rank"] for r in alone["reports"]] == [0, 1]
+    # only some of its inputs beside it: kept, and the double count is said
+    os.remove(d / "job-rank1.trace.json.gz")
+    r = cprof("report", d, "--format", "json")
+    assert "1 of its 2 inputs are in" in r.stderr and "counted twice" in r.stderr
+
+
 def test_merge_labels_inputs_without_a_rank_by_position(tmp_path):
     """A torch.profiler trace written outside torch.distributed merged with rank 0's trace was
     labelled "rank 0" as well (its position), so both looked like one rank."""

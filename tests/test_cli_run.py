@@ -427,7 +427,11 @@ def test_name_output_dir_no_gzip_quiet_report(tmp_path):
     (("--duration", "0", BASIC), "--duration must be more than 0 seconds"),
     (("--delay", "1", "--capture-range", "cudaProfilerApi", BASIC),
      "--delay cannot be combined with --capture-range"),
-    (("--name", "a/b", BASIC), "--name must be a non-empty file name without '/'"),
+    (("--name", "a/b", BASIC), "--name must be a file name (not '.' or '..', without '/'"),
+    (("--name", "..", BASIC), "--name must be a file name"),
+    (("--name", "a\nb", BASIC), "--name must be a file name"),
+    (("--name", "", BASIC), "--name must be a file name"),
+    (("-o", "", BASIC), "--output-dir is empty; pass a directory"),
     (("--bogus", BASIC), "unrecognized arguments: --bogus"),
 ])
 def test_bad_input(tmp_path, args, message):

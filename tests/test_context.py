@@ -140,6 +140,33 @@ def test_output_dir_expands_user_and_env_alias(tmp_path, monkeypatch):
     assert cprof.ProfilerContext().output_dir == str(tmp_path / "main")
 
 
+def test_relative_output_dir_survives_a_chdir_in_the_window(tmp_path, monkeypatch):
+    """The directory checked before the window opens is the one written to: a program that
+    changes directory inside the window (a relative output_dir, or a relative
+    $CPROF_PROFILER_DIR) still gets its trace and memory files there."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    with cprof.ProfilerContext(output_dir="out", profile_name="t", activities=["CPU"],
+                               verbose=False) as p:
+        os.chdir("elsewhere")
+    assert (tmp_path / "out" / "t.trace.json.gz").exists()
+    assert p.trace_path.resolve() == tmp_path / "out" / "t.trace.json.gz"
+    assert not (tmp_path / "elsewhere" / "out").exists()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CPROF_PROFILER_DIR", "envout")
+
+    @cprof.profile_function(profile_name="f", activities=["CPU"], verbose=False)
+    def moves():
+        os.chdir("elsewhere")
+
+    moves()
+    assert (tmp_path / "envout" / "f.trace.json.gz").exists()
+    monkeypatch.chdir(tmp_path)
+    with cprof.ProfilerContext(output_dir="out", profile_name="same", verbose=False) as p:
+        pass
+    assert str(p.trace_path) == os.path.join("out", "same.trace.json.gz")  # as given
+
+
 def test_disabled_is_cheap():
     ctx = cprof.ProfilerContext(enabled=False)
     n = 20000
