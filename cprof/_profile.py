@@ -1097,9 +1097,8 @@ def kineto_available():
 def tensorboard_trace_handler(dir_name, worker_name=None, use_gzip=False,
                               use_python_export=False):
     """on_trace_ready callback writing ``{dir_name}/{worker}.{time_ns}.pt.trace.json[.gz]``
-    (worker defaults to ``{hostname}_{pid}``, and ``{hostname}_{pid}_rank{R}`` in a job of
-    several ranks), the layout TensorBoard's profiler plugin and
-    HTA read. The directory is created (and checked) now, so a bad one fails before any
+    (worker defaults to ``{hostname}_{pid}``, as torch's; each rank's trace carries its rank
+    in ``distributedInfo``), the layout TensorBoard's profiler plugin and HTA read. The directory is created (and checked) now, so a bad one fails before any
     profiling. use_python_export is torch's choice of its exporter, accepted: cprof has one
     writer, in C."""
     dir_name = os.fspath(dir_name)
@@ -1110,12 +1109,8 @@ def tensorboard_trace_handler(dir_name, worker_name=None, use_gzip=False,
         nonlocal worker_name
         check_output_dir(dir_name, fix + " (the window's trace is kept: call "
                          "prof.export_chrome_trace(path))")
-        if not worker_name:
-            # torch's default; in a multi-rank job (torchrun) the rank too, so each rank's
-            # file names its rank (TensorBoard's worker is what precedes the first '.')
-            rank, world, _ = rank_info()
-            worker_name = f"{socket.gethostname()}_{os.getpid()}" + (
-                f"_rank{rank}" if world > 1 else "")
+        if not worker_name:  # torch's default, the same under torchrun
+            worker_name = f"{socket.gethostname()}_{os.getpid()}"
         file_name = f"{worker_name}.{time.time_ns()}.pt.trace.json"
         if use_gzip:
             file_name += ".gz"
