@@ -217,6 +217,12 @@ class NoResultsError(_C.WindowStateError, AssertionError):
     initialized before getting the events"), so code written against torch keeps working."""
 
 
+class StepOutsideWindowError(_C.WindowStateError, AssertionError):
+    """step() on a profile that is not running: a WindowStateError, and the AssertionError
+    torch.profiler raises for it with a schedule ("Profiler must be initialized before
+    stopping trace")."""
+
+
 class profile:  # noqa: N801 -- the torch.profiler name, on purpose
     """Profiles like torch.profiler.profile, on cprof's engine.
 
@@ -330,6 +336,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         self._prepared_at = None   # the transition that opened the current window
         self._transitions = 0      # transitions run (start, each step, stop)
         self._unsaved = None       # a window whose on_trace_ready raised, kept one cycle more
+        self._skip_ready = False   # the window just stopped was dropped: no on_trace_ready
         self._warmup_window = False
         self._step_range = None
         self._started = False
@@ -544,7 +551,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             self._forget_in_child()
             return
         if not self._started:
-            raise _C.WindowStateError(
+            raise StepOutsideWindowError(
                 "cprof.profile: step() outside the profiler: call it inside `with "
                 "cprof.profile(...)` (or between start() and stop())")
         self._exit_step()
@@ -625,6 +632,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         of them, so the profiler stays consistent (the next window opens) and the window's
         data stays available for export_chrome_trace."""
         self._pending_error = None
+        self._skip_ready = False
         self._transitions += 1
         self._transit(prev, cur)
         err, self._pending_error = self._pending_error, None
@@ -751,8 +759,11 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         if self._unsaved is not None and w.config.get("first_step", -1) >= self.step_num:
             # stopped in the step it started (an exception out of step() right after the
             # next cycle opened, as when on_trace_ready raised with wait=0): it holds no
-            # finished step, and the window whose on_trace_ready raised stays the one to export
+            # finished step, and the window whose on_trace_ready raised stays the one to
+            # export; on_trace_ready is not called for it (it would get that same window
+            # again: a handler writing files would write it twice)
             w.release()
+            self._skip_ready = True
             return
         self._release_unsaved()
         self._release_last()
@@ -779,6 +790,9 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                 self._pending_error = err
 
     def _trace_ready(self):
+        if self._skip_ready:
+            self._skip_ready = False
+            return
         self.traces_ready += 1
         if self.on_trace_ready is None:
             return

@@ -317,15 +317,18 @@ def test_on_trace_ready_error_without_schedule_keeps_data(tmp_path):
     assert [e["name"] for e in ranges_of(load_trace(out))] == ["kept"]
 
 
-@pytest.mark.parametrize("wait", [0, 1])
-def test_on_trace_ready_error_out_of_a_with_block_keeps_the_trace(tmp_path, wait):
+@pytest.mark.parametrize("wait, warmup", [(0, 1), (1, 1), (0, 0)])
+def test_on_trace_ready_error_out_of_a_with_block_keeps_the_trace(tmp_path, wait, warmup):
     """The error leaves step() and the with block. With wait=0 the next cycle's window is
     already open when it does; closing that empty window must not replace the kept one."""
+    calls = []
+
     def handler(p):
+        calls.append(p.step_num)
         raise OSError(28, "No space left on device (simulated)")
 
     p = cprof.profile(activities=CPU, on_trace_ready=handler,
-                      schedule=cprof.schedule(wait=wait, warmup=1, active=2))
+                      schedule=cprof.schedule(wait=wait, warmup=warmup, active=2))
     with pytest.warns(RuntimeWarning, match="on_trace_ready raised"):
         with pytest.raises(OSError, match="No space"):
             with p:
@@ -335,9 +338,12 @@ def test_on_trace_ready_error_out_of_a_with_block_keeps_the_trace(tmp_path, wait
                     p.step()
     out = p.export_chrome_trace(str(tmp_path / "kept.json"))
     names = [e["name"] for e in ranges_of(load_trace(out))]
-    first = wait + 1  # the two active steps
+    first = wait + warmup  # the two active steps
     assert names == [f"ProfilerStep#{first}", f"work{first}",
                      f"ProfilerStep#{first + 1}", f"work{first + 1}"]
+    # the handler saw that window once: closing the empty next one (wait=0) did not hand it
+    # the same window again (a handler writing files would have written it twice)
+    assert calls == [first + 2]
 
 
 def test_record_function_spanning_steps_leaves_profiler_steps_whole(tmp_path):
@@ -407,6 +413,10 @@ def test_step_outside_the_profiler_is_an_error():
     # code written for torch.profiler catches RuntimeError: it still does
     with pytest.raises(RuntimeError):
         p.step()
+    # and the AssertionError torch.profiler raises for a step before start with a schedule
+    with pytest.raises(AssertionError, match="step\\(\\) outside"):
+        cprof.profile(activities=CPU, schedule=cprof.schedule(wait=0, warmup=0,
+                                                              active=1)).step()
 
 
 def test_every_cprof_error_is_a_runtime_error():
