@@ -18,9 +18,12 @@ ENV = "INTEL_LIBITTNOTIFY64"
 _state = {"env_set": False, "attach": None, "owner": None, "suspended": False,
           "patched": False, "rf": None, "capture": None}
 _lock = threading.Lock()
-# profile_memory's allocation reporter (torch_ops.cpp MemReporter): the thread whose
-# PROFILER_STATE holds it, whether a window wants it, and whether torch.profiler took its place
-_mem = {"thread": None, "active": False, "suspended": False}
+# cprof's profiler state in torch's PROFILER_STATE slot (torch_ops.cpp CprofState), for
+# operator capture (OPS: torch's _RecordFunctionFast records only when the slot holds a state)
+# and profile_memory (MEMORY: the allocation reports): the thread whose slot holds it, the
+# users the open window wants, and whether torch.profiler took its place on that thread
+OPS, MEMORY = 1, 2
+_slot = {"thread": None, "want": 0, "suspended": False}
 
 
 def disabled_by_env():
@@ -174,10 +177,10 @@ def _patch_torch_profiler(torch):
         if _state["owner"] == threading.get_ident() and not _state["suspended"]:
             _state["capture"].off()
             _state["suspended"] = True
-        if _mem["thread"] == threading.get_ident():
-            # torch's state needs the slot cprof's allocation reporter holds
-            _mem_pop_here()
-            _mem["suspended"] = _mem["active"]
+        if _slot["thread"] == threading.get_ident():
+            # torch's state needs the slot cprof's state holds
+            _state_pop_here(OPS | MEMORY)
+            _slot["suspended"] = True
         return orig_enable(*args, **kwargs)
 
     def _disable_profiler(*args, **kwargs):
@@ -186,9 +189,10 @@ def _patch_torch_profiler(torch):
             _state["capture"].on()
             ap._run_on_profiler_start()
             _state["suspended"] = False
-        if _mem["suspended"] and _mem["active"]:
-            _mem["suspended"] = False
-            mem_reporter_push()
+        if _slot["suspended"]:
+            _slot["suspended"] = False
+            if _slot["want"]:
+                state_push(_slot["want"])
         return result
 
     ap._enable_profiler = _enable_profiler
@@ -205,10 +209,14 @@ class _Ops:
         self.shapes_note = shapes_note
         self.thread = threading.get_ident()
 
+    fast_note = None  # why torch's _RecordFunctionFast ranges are not recorded, if they are not
+
     def ops_note(self):
         note = self.capture.note()
         if self.shapes_note:
             note["shapes_unavailable"] = self.shapes_note
+        if self.fast_note:
+            note["record_function_fast_unavailable"] = self.fast_note
         return note
 
     def remove(self):
@@ -222,6 +230,8 @@ class _Ops:
             _state["owner"] = None
             suspended, _state["suspended"] = _state["suspended"], False
             capture, _state["capture"] = _state["capture"], None
+        if capture.mode == "record_function":
+            state_pop(OPS)
         if not suspended:
             capture.off()
         self.torch.autograd.profiler._run_on_profiler_stop()
@@ -305,6 +315,8 @@ def install(record_shapes=False):
     if record_shapes and not capture.shapes:
         shapes_note = why or "an earlier window's capture without shapes is still on this thread"
     part = _Ops(torch, capture, shapes_note)
+    if capture.mode == "record_function":  # ITT's own state holds the slot under ITT
+        part.fast_note = state_push(OPS)
     return part, None
 
 
@@ -339,25 +351,29 @@ def install_async():
     return _AsyncRanges(mod), None
 
 
-# ---- profile_memory's allocation reporter ----
+# ---- cprof's profiler state (operator capture's _RecordFunctionFast, profile_memory) ----
 
-def _mem_pop_here():
+def _state_pop_here(users):
     mod, _ = observer()
-    if mod is not None and _mem["thread"] == threading.get_ident():
-        _mem["thread"] = None
-        try:
-            mod.mem_pop()
-        except RuntimeError as err:  # torch's debug-info stack changed under it: never fatal
-            import warnings
-            warnings.warn(f"cprof: the allocation reporter could not be removed ({err}); "
-                          "allocations reported after the window are ignored", RuntimeWarning,
-                          stacklevel=2)
+    if mod is None or _slot["thread"] != threading.get_ident():
+        return
+    try:
+        had = mod.state_pop(users)
+    except RuntimeError as err:  # torch's debug-info stack changed under it: never fatal
+        import warnings
+        warnings.warn(f"cprof: cprof's profiler state could not be removed ({err}); "
+                      "allocations reported after the window are ignored", RuntimeWarning,
+                      stacklevel=2)
+        had = -1
+    if had < 0 or not had & ~users:
+        _slot["thread"] = None
 
 
-def mem_reporter_push():
-    """Installs cprof's allocation reporter on this thread for the window (torch's CPU and CUDA
-    allocators then report every allocation and release to mem_events.c). None when installed,
-    else why not."""
+def state_push(users):
+    """Installs cprof's profiler state on this thread for users (OPS, MEMORY) for the window:
+    torch's allocators then report every allocation and release to mem_events.c (MEMORY), and
+    torch's _RecordFunctionFast ranges (Inductor's triton_ launches, compiled-graph calls)
+    reach the operator observer (OPS). None when installed, else why not."""
     torch = sys.modules.get("torch")
     if torch is None:
         return "torch is not imported"
@@ -366,21 +382,32 @@ def mem_reporter_push():
         return why
     _patch_torch_profiler(torch)
     me = threading.get_ident()
-    if _mem["thread"] == me:  # left by a window closed from another thread
-        _mem_pop_here()
-    if _mem["thread"] is not None:
-        return "the allocation reporter of an earlier window is still on another thread"
-    _mem["active"] = True
-    if not mod.mem_push():
+    if _slot["thread"] == me and not _slot["want"]:
+        _state_pop_here(OPS | MEMORY)  # left by a window closed from another thread
+    if _slot["thread"] not in (None, me):
+        return "cprof's profiler state of an earlier window is still on another thread"
+    _slot["want"] |= users
+    if not mod.state_push(users):
+        _slot["want"] &= ~users
         return ("torch's profiler state holds this thread's slot (torch.profiler, or "
                 "CPROF_OPS_CAPTURE=itt)")
-    _mem["thread"] = me
+    _slot["thread"] = me
     return None
 
 
+def state_pop(users):
+    """Takes users away from cprof's state (on the thread that installed it; from another
+    thread it is taken at that thread's next window or torch.profiler start)."""
+    _slot["want"] &= ~users
+    if not _slot["want"]:
+        _slot["suspended"] = False
+    _state_pop_here(users)
+
+
+def mem_reporter_push():
+    """profile_memory's allocation reports for the window (state_push(MEMORY))."""
+    return state_push(MEMORY)
+
+
 def mem_reporter_pop():
-    """Takes the reporter away (on the thread that installed it; from another thread it is
-    taken at that thread's next window or torch.profiler start)."""
-    _mem["active"] = False
-    _mem["suspended"] = False
-    _mem_pop_here()
+    state_pop(MEMORY)

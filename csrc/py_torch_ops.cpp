@@ -49,25 +49,43 @@ PyObject *py_add_async(PyObject *, PyObject *) {
     return PyLong_FromUnsignedLongLong(static_cast<unsigned long long>(h));
 }
 
-PyObject *mem_result(int rc, const std::string &err, const char *what) {
+int state_users(PyObject *arg, int *users) {
+    long v = PyLong_AsLong(arg);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (v <= 0 || v > (CPROF_STATE_OPS | CPROF_STATE_MEMORY)) {
+        PyErr_Format(PyExc_ValueError, "cprof: state users must be a mask of %d (operators) "
+                     "and %d (memory), got %ld", CPROF_STATE_OPS, CPROF_STATE_MEMORY, v);
+        return -1;
+    }
+    *users = static_cast<int>(v);
+    return 0;
+}
+
+PyObject *py_state_push(PyObject *, PyObject *arg) {
+    int users;
+    if (state_users(arg, &users) < 0) return nullptr;
+    std::string err;
+    int rc = cprof_torch_ops_state_push(users, &err);
     if (rc < 0) {
-        PyErr_Format(PyExc_RuntimeError, "cprof: %s the allocation reporter failed: %s", what,
+        PyErr_Format(PyExc_RuntimeError, "cprof: installing cprof's profiler state failed: %s",
                      err.c_str());
         return nullptr;
     }
     return PyBool_FromLong(rc);
 }
 
-PyObject *py_mem_push(PyObject *, PyObject *) {
+PyObject *py_state_pop(PyObject *, PyObject *arg) {
+    int users, had = 0;
+    if (state_users(arg, &users) < 0) return nullptr;
     std::string err;
-    int rc = cprof_torch_ops_mem_push(&err);
-    return mem_result(rc, err, "installing");
-}
-
-PyObject *py_mem_pop(PyObject *, PyObject *) {
-    std::string err;
-    int rc = cprof_torch_ops_mem_pop(&err);
-    return mem_result(rc, err, "removing");
+    int rc = cprof_torch_ops_state_pop(users, &had, &err);
+    if (rc < 0) {
+        PyErr_Format(PyExc_RuntimeError, "cprof: removing cprof's profiler state failed: %s",
+                     err.c_str());
+        return nullptr;
+    }
+    if (rc == 0) return PyLong_FromLong(-1);
+    return PyLong_FromLong(had);
 }
 
 PyObject *py_remove(PyObject *, PyObject *arg) {
@@ -97,11 +115,14 @@ PyMethodDef methods[] = {
      "add_async() -> handle: records torch's async ranges (a collective's \"gloo:all_reduce\") "
      "from their begin to their end on any thread, until remove(handle) (any thread)."},
     {"remove", py_remove, METH_O, "remove(handle): takes the observer away (its own thread)."},
-    {"mem_push", py_mem_push, METH_NOARGS,
-     "mem_push() -> bool: profile_memory's allocation reporter on this thread (and the threads "
-     "torch hands work to); False when torch's profiler state holds the slot."},
-    {"mem_pop", py_mem_pop, METH_NOARGS,
-     "mem_pop() -> bool: takes it away (the thread that pushed it); False when not on top."},
+    {"state_push", py_state_push, METH_O,
+     "state_push(users) -> bool: cprof's profiler state on this thread (and the threads torch "
+     "hands work to) for users, a mask of 1 (operator capture: torch's _RecordFunctionFast "
+     "records) and 2 (profile_memory's allocation reports); False when another profiler state "
+     "(torch.profiler's, torch's ITT) holds the slot."},
+    {"state_pop", py_state_pop, METH_O,
+     "state_pop(users) -> int: takes those users away (the state goes with its last one), on "
+     "the thread that pushed; returns the users it had, or -1 when it is not on top."},
     {"shapes_api", py_shapes_api, METH_VARARGS,
      "shapes_api(TensorBase, Tensor, Parameter) -> capsule: module-call shapes read through "
      "torch's C++ tensors, for cprof._C.ModuleHooks(fast_shapes=...)."},

@@ -25,6 +25,7 @@
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/record_function.h>
+#include <torch/csrc/profiler/orchestration/observer.h>
 
 #include <atomic>
 #include <cmath>
@@ -392,28 +393,56 @@ void leave_async(const at::RecordFunction &, at::ObserverContext *ctx) {
     if (ctx) api->async_close(static_cast<AsyncCtx *>(ctx)->handle);
 }
 
-/* ---- profile_memory: torch's allocators report each allocation and release to the
- * MemoryReportingInfoBase in the thread's PROFILER_STATE debug info, which torch carries into
- * the threads it hands work to; torch.profiler's state is one, cprof's reporter takes its place
- * for the window when the slot is free. ---- */
+/* ---- cprof's state in the thread's PROFILER_STATE slot. Two users: profile_memory (torch's
+ * allocators report each allocation and release to the MemoryReportingInfoBase in that slot,
+ * which torch carries into the threads it hands work to) and operator capture (torch's
+ * _RecordFunctionFast, which Inductor, Dynamo and AOTAutograd use for "triton_..." launches,
+ * "## Call CompiledFxGraph ##", "Pregraph bytecode", opens its RecordFunction only when the
+ * slot holds a profiler state). torch reads the slot as a ProfilerStateBase (config(),
+ * profilerType()), so the holder is one: its config is Disabled, so profilerEnabled() stays
+ * false and nothing else in torch changes behaviour. torch.profiler's own state needs the slot:
+ * cprof/_ops.py takes this one out while torch's runs on the thread. ---- */
 
-struct MemReporter final : c10::MemoryReportingInfoBase {
+struct CprofState final : torch::profiler::impl::ProfilerStateBase {
+    CprofState()
+        : ProfilerStateBase(torch::profiler::impl::ProfilerConfig(
+              torch::profiler::impl::ProfilerState::Disabled)) {}
     void reportMemoryUsage(void *ptr, int64_t alloc_size, size_t total_allocated,
                            size_t total_reserved, c10::Device device) override {
+        if (!memory.load(std::memory_order_relaxed)) return;
         api->mem_event(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(ptr)), alloc_size,
                        static_cast<int64_t>(total_allocated), static_cast<int64_t>(total_reserved),
                        static_cast<int>(device.type()), static_cast<int>(device.index()));
     }
-    bool memoryProfilingEnabled() const override { return true; }
+    bool memoryProfilingEnabled() const override {
+        return memory.load(std::memory_order_relaxed);
+    }
+    torch::profiler::impl::ActiveProfilerType profilerType() override {
+        return torch::profiler::impl::ActiveProfilerType::NONE;
+    }
+    std::atomic<bool> memory{false};
+    int users = 0; /* CPROF_STATE_OPS | CPROF_STATE_MEMORY; changed on the owning thread only */
 };
+
+CprofState *ours_on_top() {
+    auto *top = c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE);
+    return top ? dynamic_cast<CprofState *>(top) : nullptr;
+}
 
 } // namespace
 
-int cprof_torch_ops_mem_push(std::string *err) {
+int cprof_torch_ops_state_push(int users, std::string *err) {
     try {
-        if (c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE)) return 0;
-        c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE,
-                                         std::make_shared<MemReporter>());
+        CprofState *st = ours_on_top();
+        if (!st) {
+            if (c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE)) return 0;
+            auto fresh = std::make_shared<CprofState>();
+            st = fresh.get();
+            c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE,
+                                             std::move(fresh));
+        }
+        st->users |= users;
+        if (users & CPROF_STATE_MEMORY) st->memory.store(true, std::memory_order_relaxed);
         return 1;
     } catch (const std::exception &e) {
         *err = e.what();
@@ -421,11 +450,15 @@ int cprof_torch_ops_mem_push(std::string *err) {
     }
 }
 
-int cprof_torch_ops_mem_pop(std::string *err) {
+int cprof_torch_ops_state_pop(int users, int *had, std::string *err) {
     try {
-        auto *top = c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE);
-        if (!top || !dynamic_cast<MemReporter *>(top)) return 0;
-        c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
+        *had = 0;
+        CprofState *st = ours_on_top();
+        if (!st) return 0;
+        *had = st->users;
+        st->users &= ~users;
+        if (users & CPROF_STATE_MEMORY) st->memory.store(false, std::memory_order_relaxed);
+        if (st->users == 0) c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
         return 1;
     } catch (const std::exception &e) {
         *err = e.what();

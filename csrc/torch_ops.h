@@ -31,13 +31,18 @@ int cprof_torch_ops_add(int shapes, uint64_t *handle, std::string *err);
  * user_annotation ranges from begin to end. Removed as the observer, from any thread.
  * 0 and *handle, or -1 and *err. */
 int cprof_torch_ops_add_async(uint64_t *handle, std::string *err);
-/* profile_memory: puts cprof's allocation reporter in this thread's PROFILER_STATE debug info
- * (torch carries it into the threads it hands work to), so torch's CPU and CUDA allocators
- * report each allocation and release through the capsule's mem_event. 1 pushed, 0 the slot is
- * taken (torch.profiler or torch's ITT state on this thread), -1 and *err. pop: 1 popped, 0 not
- * ours on top (nothing done), -1 and *err. Both on the thread that pushed. */
-int cprof_torch_ops_mem_push(std::string *err);
-int cprof_torch_ops_mem_pop(std::string *err);
+/* cprof's state in this thread's PROFILER_STATE debug info (torch carries it into the threads
+ * it hands work to), for two users: CPROF_STATE_MEMORY (profile_memory: torch's CPU and CUDA
+ * allocators report each allocation and release through the capsule's mem_event) and
+ * CPROF_STATE_OPS (operator capture: torch's _RecordFunctionFast records only when the slot
+ * holds a profiler state). push: adds the users to cprof's state, pushing it when the slot is
+ * empty; 1 done, 0 the slot is taken (torch.profiler or torch's ITT state on this thread), -1
+ * and *err. pop: takes the users away, and the state once it has none; 1 done (*had: the users
+ * it had), 0 not ours on top (nothing done), -1 and *err. Both on the thread that pushed. */
+#define CPROF_STATE_OPS 1
+#define CPROF_STATE_MEMORY 2
+int cprof_torch_ops_state_push(int users, std::string *err);
+int cprof_torch_ops_state_pop(int users, int *had, std::string *err);
 /* Removes it (only on the thread that added it). 0, or -1 and *err. */
 int cprof_torch_ops_remove(uint64_t handle, std::string *err);
 /* Interns a fragment's text through cprof._C (py_torch_shapes.cpp): 0 and *id, or an error. */

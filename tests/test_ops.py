@@ -534,3 +534,53 @@ print(json.dumps(res))
 """, tmp_path)
     assert out["cprof"] == out["torch"] and len(out["cprof"]) >= 10
     assert out["cprof_cross"] == out["torch_cross"] and out["cprof_cross"] > 0
+
+
+@pytest.mark.parametrize("mode", ["record_function", "itt"])
+@pytest.mark.parametrize("memory", [False, True])
+def test_record_function_fast_ranges_are_recorded(tmp_path, mode, memory):
+    """torch's _RecordFunctionFast (Inductor's triton_ launch ranges, "## Call CompiledFxGraph
+    ##", Dynamo's "Pregraph bytecode") records only while the thread's profiler-state slot
+    holds a profiler state: cprof's holds one for the window, which torch reads as a profiler
+    state (with profile_memory it read garbage before and threw std::bad_array_new_length).
+    torch.profiler inside the window still works, and torch's "profiler enabled" stays off."""
+    if mode == "record_function" and not _observer_built():
+        pytest.skip("cprof._torch_ops is not built")
+    out = run_py(HELPERS + f"""
+import cprof
+import torch
+from torch._C._profiler import _RecordFunctionFast
+kw = {{"profile_memory": True}} if {memory!r} else {{}}
+with cprof.profile(activities=["CPU"], **kw) as p:
+    enabled = torch._C._autograd._profiler_enabled()
+    with _RecordFunctionFast("fast_range"):
+        torch.relu(torch.ones(2))
+    with _RecordFunctionFast("fast_with_args", (torch.ones(3),), {{"scope": "user_scope"}}):
+        pass
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as q:
+        with _RecordFunctionFast("inner_fast"):
+            torch.relu(torch.ones(2))
+    with _RecordFunctionFast("after_inner"):
+        pass
+t = load(p, "t.json")
+ev = X(t)
+fast = next(e for e in ev if e["name"] == "fast_range")
+relu = [e for e in ev if e["name"] == "aten::relu"]
+print(json.dumps({{
+    "enabled": enabled, "mode": t["cprof"]["ops"]["mode"],
+    "names": sorted({{e["name"] for e in ev if "fast" in e["name"] or e["name"] == "after_inner"}}),
+    "cat": fast["cat"], "relu_inside": any(inside(fast, r) for r in relu),
+    "torch_inner": [e.name for e in q.events()].count("inner_fast"),
+    "after": torch._C._autograd._profiler_enabled(),
+    "outside": [e.name for e in p.events()].count("fast_range"),
+}}))
+with _RecordFunctionFast("after_window"):  # no state left behind: nothing records, no error
+    pass
+""", tmp_path, env={"CPROF_OPS_CAPTURE": mode})
+    assert out["mode"] == mode
+    assert out["names"] == ["after_inner", "fast_range", "fast_with_args"]
+    assert out["cat"] == "cpu_op" and out["relu_inside"] and out["outside"] == 1
+    assert out["torch_inner"] == 1  # torch's own profiler, inside, got its range
+    if mode == "record_function":
+        assert out["enabled"] is False
+    assert out["after"] is False
