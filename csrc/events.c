@@ -522,17 +522,6 @@ int cprof_events_pop_traced_on(void *thread, uint64_t min_ns) {
     return CPROF_OK;
 }
 
-void cprof_events_close_traced_all(void) {
-    uint64_t now = cprof_clock_now_ns();
-    pthread_mutex_lock(&registry_lock);
-    for (tstate *t = registry; t; t = t->next) {
-        for (uint32_t i = 0; i < t->tdepth; i++)
-            if (t->tstack[i]) t->tstack[i]->end_ns = now;
-        t->tdepth = 0;
-    }
-    pthread_mutex_unlock(&registry_lock);
-}
-
 /* ---- torch operators (ops_itt.c): any thread, GIL not held ---- */
 
 CPROF_INLINE void oplock_acquire(tstate *t) {
@@ -541,6 +530,48 @@ CPROF_INLINE void oplock_acquire(tstate *t) {
 
 CPROF_INLINE void oplock_release(tstate *t) {
     atomic_store_explicit(&t->oplock, 0, memory_order_release);
+}
+
+/* Closes, truncated, the ranges of a stack still open that began at or after `from`; their
+ * slots are forgotten (later pops consume NULL entries). Returns how many. */
+static uint64_t truncate_from(cprof_record **stack, uint32_t depth, uint64_t from,
+                              uint64_t now) {
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < depth; i++) {
+        cprof_record *r = stack[i];
+        if (!r || r->begin_ns < from) continue;
+        r->end_ns = now;
+        r->flags |= CPROF_REC_TRUNCATED;
+        stack[i] = NULL;
+        n++;
+    }
+    return n;
+}
+
+static uint64_t g_truncated_early; /* ranges closed by close_traced_all, for the snapshot */
+
+/* The tracer stops (just before its window closes): the Python frames still running end now.
+ * A user range or operator opened inside one of them and still open ends with it, truncated
+ * (at the window's close, a little later, it would end after the frame that encloses it). */
+void cprof_events_close_traced_all(void) {
+    uint64_t now = cprof_clock_now_ns();
+    pthread_mutex_lock(&registry_lock);
+    for (tstate *t = registry; t; t = t->next) {
+        uint64_t outer = UINT64_MAX; /* the outermost running frame's begin */
+        for (uint32_t i = 0; i < t->tdepth; i++) {
+            cprof_record *r = t->tstack[i];
+            if (!r) continue;
+            if (r->begin_ns < outer) outer = r->begin_ns;
+            r->end_ns = now;
+        }
+        t->tdepth = 0;
+        if (outer == UINT64_MAX || !g_active || t->window_id != g_window_id) continue;
+        g_truncated_early += truncate_from(t->stack, t->depth, outer, now);
+        oplock_acquire(t); /* operators push and pop without the GIL */
+        g_truncated_early += truncate_from(t->ostack, t->odepth, outer, now);
+        oplock_release(t);
+    }
+    pthread_mutex_unlock(&registry_lock);
 }
 
 CPROF_INLINE void set_seq(cprof_record *r, int64_t seq, uint64_t fwd_tid) {
@@ -823,6 +854,7 @@ int cprof_events_start(int cpu_on) {
     g_window_id++;
     g_start_ns = cprof_clock_now_ns();
     __atomic_store_n(&g_toggled_off, 0, __ATOMIC_RELAXED);
+    g_truncated_early = 0;
     /* after the id: operator pushes read it */
     __atomic_store_n(&g_active, cpu_on ? 1 : 2, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&registry_lock);
@@ -897,7 +929,8 @@ int cprof_events_stop(cprof_snapshot **out) {
         return CPROF_E_NOMEM;
     }
     /* async ranges still open end here, while their records are still the threads' */
-    snap->truncated += async_truncate_all(now);
+    snap->truncated += async_truncate_all(now) + g_truncated_early;
+    g_truncated_early = 0;
     for (tstate *t = registry; t; t = t->next) {
         if (t->window_id != g_window_id) continue;
         oplock_acquire(t); /* its open operators are closed below: no pop may race */

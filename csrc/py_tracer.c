@@ -45,7 +45,8 @@
  *   (a schedule's warmup -> active restart closes and reopens it under the tracer). A window
  *   that closes first closes and flags truncated the tracer ranges open in it, as it does user
  *   ranges; with no window open, calls are tracked (depth) but not recorded; tracer_stop still
- *   cleans up. tracer_stop closes the ranges still open (the frames that called it) then.
+ *   cleans up. tracer_stop closes the ranges still open (the frames that called it) then,
+ *   and the user ranges and operators still open inside them, truncated, so they nest.
  * - 3.11 threads: the profile function is set on every thread that exists at start (threads
  *   that already run another profile function are skipped and counted) and, through
  *   threading.setprofile (cprof/_pystack.py), on threading threads started later; threads

@@ -1269,3 +1269,74 @@ def test_python_ids_give_each_function_its_caller(tmp_path):
             assert par["tid"] == e["tid"] and par["ts"] <= e["ts"]
             assert e["ts"] + e["dur"] <= par["ts"] + par["dur"] + 0.001
     assert seen["_leaf"] == 4 and seen["_mid"] == 2 and seen["_top"] == 1
+
+
+def _partial_overlaps(trace):
+    """Pairs of complete events on one thread that overlap without one holding the other."""
+    by_thread = collections.defaultdict(list)
+    for e in trace["traceEvents"]:
+        if e.get("ph") == "X" and e.get("cat") in ("python_function", "user_annotation",
+                                                   "cpu_op"):
+            by_thread[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"], e["name"]))
+    bad = []
+    for evs in by_thread.values():
+        evs.sort(key=lambda x: (x[0], -x[1]))
+        open_ = []
+        for b, e, name in evs:
+            while open_ and open_[-1][1] <= b + 0.0015:
+                open_.pop()
+            if open_ and e > open_[-1][1] + 0.0015:
+                bad.append((open_[-1][2], name))
+            open_.append((b, e, name))
+    return bad
+
+
+def _left_open_in(outdir):
+    with cprof.ProfilerContext(output_dir=outdir, profile_name="ov", activities=["CPU"],
+                               with_stack=True, verbose=False) as c:
+        cprof.push("left open")
+    return c
+
+
+def test_a_range_left_open_in_a_traced_frame_ends_inside_it(tmp_path):
+    """The frames still running end when the tracer stops, just before the window closes: a
+    user range opened inside one and still open ends with it, flagged truncated, not at the
+    window's close after its frame."""
+    c = _left_open_in(tmp_path)
+    t = load_trace(c.trace_path)
+    assert _partial_overlaps(t) == []
+    (r,) = [e for e in t["traceEvents"] if e.get("name") == "left open"]
+    assert r["args"]["cprof truncated"] == 1
+    frame = next(e for e in t["traceEvents"] if e.get("cat") == "python_function"
+                 and e["name"].endswith("_left_open_in"))
+    assert r["ts"] + r["dur"] <= frame["ts"] + frame["dur"] + 0.001
+    assert t["cprof"]["counts"]["cpu_ranges_truncated"] >= 1  # counted with the other cut ones
+    cprof.pop()  # the slot was forgotten: the pop finds nothing of this window to close
+
+
+def test_ranges_open_on_another_thread_at_the_end_nest_with_its_frames(tmp_path):
+    stop = threading.Event()
+
+    def inner():
+        with cprof.range("work"):
+            sum(range(20000))
+            time.sleep(0.0005)
+
+    def loop():
+        while not stop.is_set():
+            with cprof.range("iter"):
+                inner()
+
+    th = threading.Thread(target=loop, name="bg")
+    th.start()
+    try:
+        time.sleep(0.02)
+        with cprof.ProfilerContext(output_dir=tmp_path, profile_name="bg", activities=["CPU"],
+                                   with_stack=True, verbose=False) as c:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        th.join()
+    t = load_trace(c.trace_path)
+    assert [e for e in t["traceEvents"] if e.get("name") == "work"]
+    assert _partial_overlaps(t) == []
