@@ -14,6 +14,7 @@ typedef struct {
     int err;
     uint64_t events;
     size_t replaced;
+    uint64_t last_ext;         /* the highest External id given: ids past it are free */
     /* escaped names, cached per id for this write: most names repeat many times */
     uint64_t *name_cache;      /* (offset << 24 | len) + 1 into names_esc; 0 = not yet */
     uint32_t name_cache_n;
@@ -455,6 +456,7 @@ int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap, const cprof_
             }
     }
     free(pys);
+    w.last_ext = external_id;
 
     /* forward op -> backward node, as torch.profiler's "fwdbwd" flows (fwdbwd.c) */
     if (!w.err) {
@@ -865,8 +867,11 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
             event_tail(w);
             break;
         case CPROF_GPU_MARKER:
+            /* an id of its own after the CPU ranges' (a user_annotation has one, as Kineto's) */
             event_head(w, "user_annotation", NULL, r->name_id, m->pid, r->tid, ts, dur);
-            cprof_buf_puts(b, "\"nvtx\":1");
+            cprof_buf_puts(b, "\"External id\":");
+            cprof_buf_u64(b, ext ? ext : ++w->last_ext);
+            cprof_buf_puts(b, ",\"nvtx\":1");
             if (r->aux_id) {
                 cprof_buf_puts(b, ",\"domain\":");
                 put_name(w, r->aux_id);

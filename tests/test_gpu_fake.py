@@ -406,6 +406,11 @@ def test_nvtx_ranges_and_injection_env(tmp_path, fake_so):
     (m,) = [e for e in events(t, "user_annotation") if e["args"].get("nvtx")]
     assert m["name"] == "my nvtx range" and m["args"]["domain"] == "my domain"
     assert abs(m["dur"] - 5.0) < 0.002
+    # an External id as every user_annotation has (TRACE_FORMAT.md), unique in the trace
+    ids = [e["args"]["External id"] for e in t["traceEvents"]
+           if e.get("ph") == "X" and e.get("cat") in ("user_annotation", "cpu_op",
+                                                      "python_function")]
+    assert m["args"]["External id"] > 0 and ids.count(m["args"]["External id"]) == 1
 
 
 def test_driver_only_diagnostic_mode_says_so_and_keeps_kernels(tmp_path, fake_so):
