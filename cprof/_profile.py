@@ -217,6 +217,12 @@ class NoResultsError(_C.WindowStateError, AssertionError):
     initialized before getting the events"), so code written against torch keeps working."""
 
 
+class StacksUnavailableError(ValueError, AssertionError):
+    """export_stacks of a window recorded without with_stack: a ValueError, and the
+    AssertionError torch.profiler raises for it ("export_stacks() requires
+    with_stack=True")."""
+
+
 class StepOutsideWindowError(_C.WindowStateError, AssertionError):
     """step() on a profile that is not running: a WindowStateError, and the AssertionError
     torch.profiler raises for it with a schedule ("Profiler must be initialized before
@@ -1038,16 +1044,18 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         if metric not in self._STACK_METRICS:
             raise ValueError(f"metric should be one of: {list(self._STACK_METRICS)}")
         w = self._data("export stacks")
+        if not w.config.get("with_stack"):
+            # torch's AssertionError; nothing is written, the window's data stays
+            raise StacksUnavailableError(
+                "cprof.profile.export_stacks() requires with_stack=True: this window was "
+                "recorded without it, so it has no Python stacks; profile with "
+                "with_stack=True (the window's other exports still work)")
         from ._results import export_stacks
         path = os.fspath(path)
         if not is_stream(path):
             check_output_dir(os.path.dirname(path) or ".", "pass export_stacks a path in a "
                              "directory you can write to")
-        lines = export_stacks(w, path, "cpu" if metric == "self_cpu_time_total" else "device")
-        if not w.config.get("with_stack"):
-            warnings.warn("cprof.profile.export_stacks: this window was recorded without "
-                          "with_stack=True, so it has no Python stacks; the file lists "
-                          f"{lines} line(s)", RuntimeWarning, stacklevel=2)
+        export_stacks(w, path, "cpu" if metric == "self_cpu_time_total" else "device")
         return path
 
     def export_memory_timeline(self, path, device=None):
