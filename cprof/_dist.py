@@ -25,7 +25,7 @@ def _env_int(name, default):
         return default
 
 
-_remembered = {"backend": None}
+_remembered = {"backend": None, "groups": None}
 
 
 def remember_backend():
@@ -36,8 +36,38 @@ def remember_backend():
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():
             _remembered["backend"] = str(dist.get_backend())
+            _remembered["groups"] = _groups(dist)
     except Exception:  # a group without a backend name (or a test double)
         pass
+
+
+def _groups(dist):
+    """torch.profiler's distributedInfo members beside backend, rank and world size: the
+    number of process groups and each one's config (and the NCCL version with NCCL)."""
+    info = {}
+    try:
+        info["pg_count"] = int(dist.get_pg_count())
+        info["pg_config"] = dist.distributed_c10d._get_all_pg_configs()
+        if dist.get_backend() == "nccl":
+            import torch
+            info["nccl_version"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+    except Exception:  # a private API that moved, or a group half set up: what was read
+        pass
+    return info
+
+
+def group_info():
+    """{pg_count, pg_config[, nccl_version]} of the initialised process group, as torch.profiler
+    writes them in distributedInfo; those noted before the group was destroyed in a multi-rank
+    job; else {}."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return _groups(dist)
+    except Exception:
+        return {}
+    _, world, _ = rank_info()
+    return dict(_remembered["groups"] or {}) if world > 1 else {}
 
 
 def rank_info():

@@ -39,6 +39,20 @@ def is_stream(path):
     return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
 
 
+def _dist_members():
+    """distributedInfo's members beside backend, rank and world size (torch's pg_count,
+    pg_config), as JSON object members, or None."""
+    from ._dist import group_info
+    info = group_info()
+    if not info:
+        return None
+    try:
+        text = json.dumps(clean_text(info), default=str)
+    except (TypeError, ValueError):
+        return None
+    return text[1:-1] or None
+
+
 def _memory_mib():
     """This machine's physical memory in MiB (None where the system does not say)."""
     try:
@@ -502,6 +516,7 @@ class Window:
                 rank=rank,
                 world_size=world,
                 backend=backend,
+                dist_json=_dist_members(),
                 extra_json=json.dumps(clean_text(meta), default=str),
                 replace=replace,
                 gpu=self.gpu_snapshot,

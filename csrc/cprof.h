@@ -398,6 +398,8 @@ typedef struct cprof_trace_meta {
     const char *process_name;    /* e.g. "python" */
     int rank, world_size;
     const char *backend;         /* distributed backend or NULL */
+    const char *dist_json;       /* more distributedInfo members `"k":v,...` (torch's pg_count,
+                                  * pg_config; JSON the binding's caller made), or NULL */
     const char *trace_name;      /* written as traceName (the final path) */
     const char *cprof_json;      /* the "cprof" metadata object as JSON text (cJSON), or NULL */
     const char *device_props_json; /* JSON array for deviceProperties, or NULL for [] */

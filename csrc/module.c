@@ -499,7 +499,7 @@ static PyObject *snapshot_close(SnapshotObject *self, PyObject *unused) {
 
 /* write(stem, suffix, *, gzip=6, pid, process_name, rank, world_size, backend, extra_json,
  *       device_props_json, replace=False, gpu=None, top_json=None, mem=None, mem_heap=False,
- *       link_modules=False, mem_events=None)
+ *       link_modules=False, mem_events=None, dist_json=None)
  * Writes to stem+suffix, or stem-1+suffix, stem-2+suffix... if taken (never overwrites unless
  * replace). Returns (path, events, bytes, seconds, replaced_chars). The snapshot is kept, so a
  * failed write can be retried elsewhere. */
@@ -508,17 +508,17 @@ static PyObject *snapshot_write(SnapshotObject *self, PyObject *args, PyObject *
                              "process_name", "rank",   "world_size", "backend",
                              "extra_json",   "device_props_json", "replace", "gpu",
                              "top_json",     "mem",         "mem_heap", "link_modules",
-                             "mem_events",   NULL};
+                             "mem_events",   "dist_json",   NULL};
     const char *stem, *suffix, *process_name = "python", *backend = NULL, *extra = NULL,
-                                *devprops = NULL, *top = NULL;
+                                *devprops = NULL, *top = NULL, *dist = NULL;
     int gzip = 6, rank = 0, world = 1, replace = 0;
     long long pid = getpid();
     PyObject *gpu_obj = Py_None, *mem_obj = Py_None, *mev_obj = Py_None;
     int mem_heap = 0, link_modules = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "ss|$iLsiizzzpOzOppO", kwlist, &stem, &suffix,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "ss|$iLsiizzzpOzOppOz", kwlist, &stem, &suffix,
                                      &gzip, &pid, &process_name, &rank, &world, &backend, &extra,
                                      &devprops, &replace, &gpu_obj, &top, &mem_obj, &mem_heap,
-                                     &link_modules, &mev_obj))
+                                     &link_modules, &mev_obj, &dist))
         return NULL;
     if (mev_obj != Py_None &&
         (!PyBytes_Check(mev_obj) || PyBytes_GET_SIZE(mev_obj) % sizeof(cprof_mem_event))) {
@@ -548,11 +548,14 @@ static PyObject *snapshot_write(SnapshotObject *self, PyObject *args, PyObject *
         PyErr_SetString(PyExc_ValueError, "gzip level must be 0 (plain) to 9");
         return NULL;
     }
-    int top_rc = cprof_meta_members_check(top);
-    if (top_rc == CPROF_E_NOMEM) return PyErr_NoMemory();
-    if (top_rc) {
-        PyErr_SetString(PyExc_ValueError, "top_json must be JSON object members (\"k\":v,...)");
-        return NULL;
+    for (int k = 0; k < 2; k++) {
+        int mrc = cprof_meta_members_check(k ? dist : top);
+        if (mrc == CPROF_E_NOMEM) return PyErr_NoMemory();
+        if (mrc) {
+            PyErr_Format(PyExc_ValueError, "%s must be JSON object members (\"k\":v,...)",
+                         k ? "dist_json" : "top_json");
+            return NULL;
+        }
     }
     /* the metadata object (cJSON) */
     char *meta_json = NULL;
@@ -572,6 +575,7 @@ static PyObject *snapshot_write(SnapshotObject *self, PyObject *args, PyObject *
         .rank = rank,
         .world_size = world,
         .backend = backend,
+        .dist_json = dist,
         .trace_name = path,
         .cprof_json = meta_json,
         .device_props_json = devprops,

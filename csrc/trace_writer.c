@@ -391,6 +391,10 @@ int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap, const cprof_
     cprof_buf_i64(b, m->rank);
     cprof_buf_puts(b, ",\"world_size\":");
     cprof_buf_i64(b, m->world_size);
+    if (m->dist_json && *m->dist_json) {
+        cprof_buf_puts(b, ",");
+        cprof_buf_puts(b, m->dist_json);
+    }
     cprof_buf_puts(b, "},\n");
     /* trace_id and the user's metadata, where Kineto writes them (after distributedInfo, so
      * the first "rank" key stays distributedInfo's) */

@@ -31,6 +31,11 @@ def test_each_rank_writes_its_own_file(run_dir):
         assert t["distributedInfo"]["world_size"] == 2
         assert t["distributedInfo"]["backend"] == "gloo"
         assert "after_barrier" in [e["name"] for e in ranges_of(t)]
+        # torch.profiler's other members: the process groups and their configs
+        info = t["distributedInfo"]
+        assert info["pg_count"] >= 1 and isinstance(info["pg_config"], list), info
+        assert info["pg_config"] and "pg_name" in info["pg_config"][0], info
+        assert list(info)[:3] == ["backend", "rank", "world_size"]
 
 
 def test_ranks_clocks_are_comparable(run_dir):
