@@ -110,7 +110,7 @@ def check_buffer_size_mb(mb, who):
     chunk = _C.memory()["chunk_bytes"]
     if mb is not None and mb * (1 << 20) < chunk:
         raise ValueError(f"{who}: buffer_size_mb={mb:g} is less than one buffer chunk "
-                         f"({chunk / (1 << 20):.4f} MiB); pass at least 0.07, or None for no cap")
+                         f"({chunk / (1 << 20):.4f} MiB); pass at least 0.07, or None for the default cap (256 MiB)")
     return mb
 
 

@@ -13,7 +13,8 @@ from . import _lifecycle
 from ._dist import rank_info
 from ._profile import normalize_activities as _normalize
 from ._profile import profile
-from ._window import check_buffer_size_mb, check_output_dir, flag, is_flag, is_stream
+from ._window import (WriteResult, check_buffer_size_mb, check_output_dir, flag, is_flag,
+                      is_stream)
 from ._ranges import _async_gen_wrapper
 
 VALID_ACTIVITIES = ("CPU", "GPU", "MEM")
@@ -52,6 +53,15 @@ class OutputDir(str):
         if name.startswith("__"):
             raise AttributeError(name)
         return getattr(pathlib.Path(str(self)), name)
+
+
+def _say(line):
+    """A one-line notice on stdout; a closed or broken stdout (`prog | head` after head
+    exited) never turns it into an error out of the window's exit."""
+    try:
+        print(line, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def check_profile_name(profile_name):
@@ -288,6 +298,10 @@ class ProfilerContext:
         if self.result is not None or p._last is None or p._last.snapshot is None:
             return  # written already, or nothing was stopped
         self._window = p._last
+        done = p._last.snapshot.last_write
+        if done is not None:  # the interrupt came out of a write that had finished
+            self._written(WriteResult(*done[:4]))
+            return
         try:
             self._write_memory()
             self._write()
@@ -345,7 +359,7 @@ class ProfilerContext:
             return
         self.memory_summary = mem.get("summary")
         if self.verbose and self.memory_summary:
-            print("cprof: memory: " + memory_line(self.memory_summary), flush=True)
+            _say("cprof: memory: " + memory_line(self.memory_summary))
         if mem.get("snapshot") is None:
             return
         rank, _, _ = rank_info()  # always ranked, as seed 000 names it (one process: rank0)
@@ -359,8 +373,8 @@ class ProfilerContext:
             return
         self.memory_paths.append(path)
         if self.verbose:
-            print(f"cprof: memory snapshot written to {path} (open it at "
-                  "https://pytorch.org/memory_viz)", flush=True)
+            _say(f"cprof: memory snapshot written to {path} (open it at "
+                 "https://pytorch.org/memory_viz)")
 
     def _write(self, path=None, replace=False):
         if path is None:
@@ -377,17 +391,19 @@ class ProfilerContext:
         result = self._window.write(stem, suffix, gzip=gzip, replace=replace,
                                     retry="save(path)",
                                     top=self._prof._top_members(self._window))
+        return self._written(result)
+
+    def _written(self, result):
+        """The window's trace is written (result: its path, events, bytes, seconds): keep the
+        result and summary, release the data, say where it went."""
         self.result = result
         self.summary = self._window.snapshot.summary()
         self.trace_path = pathlib.Path(result.path)
         self.output_dir = OutputDir(self.trace_path.parent)
         self._window.release()
         if self.verbose:
-            print(
-                f"cprof: trace written to {result.path} ({result.events} events, "
-                f"{_fmt_size(result.bytes)}, {result.seconds:.3f} s to write)",
-                flush=True,
-            )
+            _say(f"cprof: trace written to {result.path} ({result.events} events, "
+                 f"{_fmt_size(result.bytes)}, {result.seconds:.3f} s to write)")
         return result
 
     def save(self, path, replace=False):

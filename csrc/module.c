@@ -464,10 +464,13 @@ static PyType_Spec gpu_snapshot_spec = {
 typedef struct {
     PyObject_HEAD
     cprof_snapshot *snap;
+    PyObject *last_write; /* write()'s result once a write succeeded: an interrupt raised as it
+                           * returns must not make the caller write the trace a second time */
 } SnapshotObject;
 
 static void snapshot_dealloc(SnapshotObject *self) {
     PyTypeObject *tp = Py_TYPE(self);
+    Py_CLEAR(self->last_write);
     if (self->snap) {
         cprof_snapshot *s = self->snap;
         self->snap = NULL;
@@ -500,10 +503,12 @@ static PyObject *snapshot_close(SnapshotObject *self, PyObject *unused) {
 /* write(stem, suffix, *, gzip=6, pid, process_name, rank, world_size, backend, extra_json,
  *       device_props_json, replace=False, gpu=None, top_json=None, mem=None, mem_heap=False,
  *       link_modules=False, mem_events=None, dist_json=None)
+ * stem and suffix: str or bytes, as file names (a directory or name that is not UTF-8 is
+ * written as its bytes; the path returned is os.fsdecode's str).
  * Writes to stem+suffix, or stem-1+suffix, stem-2+suffix... if taken (never overwrites unless
  * replace). Returns (path, events, bytes, seconds, replaced_chars). The snapshot is kept, so a
  * failed write can be retried elsewhere. */
-static PyObject *snapshot_write(SnapshotObject *self, PyObject *args, PyObject *kwds) {
+static PyObject *snapshot_write_fs(SnapshotObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"stem",    "suffix",      "gzip",     "pid",
                              "process_name", "rank",   "world_size", "backend",
                              "extra_json",   "device_props_json", "replace", "gpu",
@@ -515,7 +520,7 @@ static PyObject *snapshot_write(SnapshotObject *self, PyObject *args, PyObject *
     long long pid = getpid();
     PyObject *gpu_obj = Py_None, *mem_obj = Py_None, *mev_obj = Py_None;
     int mem_heap = 0, link_modules = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "ss|$iLsiizzzpOzOppOz", kwlist, &stem, &suffix,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "yy|$iLsiizzzpOzOppOz", kwlist, &stem, &suffix,
                                      &gzip, &pid, &process_name, &rank, &world, &backend, &extra,
                                      &devprops, &replace, &gpu_obj, &top, &mem_obj, &mem_heap,
                                      &link_modules, &mev_obj, &dist))
@@ -632,10 +637,31 @@ static PyObject *snapshot_write(SnapshotObject *self, PyObject *args, PyObject *
         PyMem_Free(path);
         return raise_core_error(st, rc, what, err_no);
     }
-    PyObject *res = Py_BuildValue("(sKKdn)", path, (unsigned long long)stats.events,
+    PyObject *res = Py_BuildValue("(NKKdn)", PyUnicode_DecodeFSDefault(path),
+                                  (unsigned long long)stats.events,
                                   (unsigned long long)stats.bytes, seconds,
                                   (Py_ssize_t)stats.replaced_chars);
     PyMem_Free(path);
+    if (res) Py_XSETREF(self->last_write, Py_NewRef(res));
+    return res;
+}
+
+/* write() taking stem and suffix as str too: encoded as os.fsencode does them */
+static PyObject *snapshot_write(SnapshotObject *self, PyObject *args, PyObject *kwds) {
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    PyObject *fs = PyTuple_New(n);
+    if (!fs) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PyTuple_GET_ITEM(args, i);
+        a = i < 2 && PyUnicode_Check(a) ? PyUnicode_EncodeFSDefault(a) : Py_NewRef(a);
+        if (!a) {
+            Py_DECREF(fs);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(fs, i, a);
+    }
+    PyObject *res = snapshot_write_fs(self, fs, kwds);
+    Py_DECREF(fs);
     return res;
 }
 
@@ -808,6 +834,11 @@ static PyMethodDef snapshot_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyObject *snapshot_get_last_write(SnapshotObject *self, void *c) {
+    (void)c;
+    return Py_NewRef(self->last_write ? self->last_write : Py_None);
+}
+
 static PyGetSetDef snapshot_getset[] = {
     {"ranges", (getter)snapshot_get_nrecords, NULL, "Ranges stored.", NULL},
     {"dropped", (getter)snapshot_get_dropped, NULL, "Ranges dropped (memory cap).", NULL},
@@ -817,6 +848,8 @@ static PyGetSetDef snapshot_getset[] = {
     {"start_ns", (getter)snapshot_get_start_ns, NULL, "Window start, cprof clock.", NULL},
     {"stop_ns", (getter)snapshot_get_stop_ns, NULL, "Window stop, cprof clock.", NULL},
     {"window_id", (getter)snapshot_get_window_id, NULL, "Window number in this process.", NULL},
+    {"last_write", (getter)snapshot_get_last_write, NULL,
+     "The last successful write()'s result, or None.", NULL},
     {"unix_offset_ns", (getter)snapshot_get_unix_offset, NULL, "cprof clock + this = Unix ns.",
      NULL},
     {NULL, NULL, NULL, NULL, NULL},
@@ -978,6 +1011,7 @@ static PyObject *mod_stop(PyObject *module, PyObject *unused) {
         return NULL;
     }
     obj->snap = snap;
+    obj->last_write = NULL;
     return (PyObject *)obj;
 }
 

@@ -677,3 +677,54 @@ def test_a_failed_write_is_reported_once_not_retried_as_an_interrupt(tmp_path):
                 os.rmdir(out)
     assert not [w for w in caught if "interrupted" in str(w.message)]
     ctx.save(tmp_path / "w.trace.json")  # the data is still there
+
+
+def test_an_interrupt_as_the_write_returns_leaves_one_trace(tmp_path, monkeypatch):
+    """Ctrl-C raised just as the C write returns (the file is complete and in place): the
+    salvage takes that write's result, it does not write the trace a second time (-1)."""
+    from cprof import _window
+    real = _window.Window.write
+
+    def write_then_interrupt(self, *a, **k):
+        real(self, *a, **k)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_window.Window, "write", write_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        with cprof.ProfilerContext(output_dir=tmp_path, profile_name="w", activities=["CPU"],
+                                   verbose=False) as c:
+            with cprof.range("r"):
+                pass
+    assert os.listdir(tmp_path) == ["w.trace.json.gz"]
+    assert c.trace_written and c.trace_path == tmp_path / "w.trace.json.gz"
+    assert "r" in [e["name"] for e in ranges_of(load_trace(c.trace_path))]
+
+
+def test_a_closed_stdout_does_not_fail_the_window(tmp_path):
+    """`prog | head` after head exited, or a program that closed sys.stdout: the one-line
+    notice is skipped, the trace written, the code after the block runs."""
+    import subprocess
+    import sys
+    code = ("import sys, cprof\n"
+            f"with cprof.ProfilerContext(output_dir={str(tmp_path)!r}, profile_name='c',\n"
+            "                           activities=['CPU']) as c:\n"
+            "    sys.stdout.close()\n"
+            "sys.stderr.write('after ' + str(c.trace_path.exists()))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, PYTHONPATH=os.path.dirname(
+                           os.path.dirname(cprof.__file__))))
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.endswith("after True")
+
+
+def test_a_directory_or_name_that_is_not_utf8_is_written(tmp_path):
+    """os.fsdecode's names (bytes that are not UTF-8) are file names like any other: the trace
+    goes there (it failed with a UnicodeEncodeError after the window)."""
+    d = os.path.join(str(tmp_path), os.fsdecode(b"caf\xe9"))
+    with cprof.ProfilerContext(output_dir=d, profile_name=os.fsdecode(b"n\xff"),
+                               activities=["CPU"], verbose=False) as c:
+        with cprof.range("r"):
+            pass
+    assert os.listdir(os.fsencode(d)) == [b"n\xff.trace.json.gz"]
+    assert str(c.trace_path) == os.path.join(d, os.fsdecode(b"n\xff") + ".trace.json.gz")
+    assert "r" in [e["name"] for e in ranges_of(load_trace(c.trace_path))]
