@@ -305,10 +305,11 @@ def install(with_stack=False, with_modules=False, record_shapes=False, c_calls=T
         part, handle.async_why = _ops.install_async()
         if part is not None:
             handle.parts.append(part)
-        if with_modules or record_shapes:
+        if with_modules or record_shapes or with_stack:
             if sys.modules.get("torch") is not None:
                 from . import _modules
-                # shapes are those of module calls: record_shapes needs the module hooks
+                # shapes are those of module calls: record_shapes needs the module hooks;
+                # with_stack alone writes each call as torch's "nn.Module: " Python event
                 handle.parts.append(_modules.install(record_shapes=record_shapes))
         if with_stack:
             try:

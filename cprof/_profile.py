@@ -24,7 +24,7 @@ from ._features import gpu_unavailable_reason
 from ._schedule import ProfilerAction, _always_record, as_action, same_member
 from ._window import (FALSE_WORDS, TRUE_WORDS, Window, check_buffer_size_mb,
                       check_gpu_buffer_mb, check_output_dir, clean_text, flag, is_stream,
-                      write_target)
+                      module_ranges, write_target)
 
 
 
@@ -829,7 +829,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         g = self._glue  # kept until removed: an interrupted removal is finished by a retry
         if g is not None:
             names = g.module_names()
-            if names and self._window is not None:
+            if names and self._window is not None and module_ranges(self._window.config):
                 # the trace lists module range names so cprof report can tell them from
                 # user ranges (they are user_annotation ranges named by module path)
                 self._window.notes["modules"] = sorted(names)

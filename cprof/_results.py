@@ -14,6 +14,7 @@ from ._glue import MEM_EVENT  # one allocation event as csrc/mem_events.c packs 
 
 _CPU_CATS = {0: "user_annotation", 1: "cpu_op", 2: "python_function", 3: "user_annotation"}
 _CAT_STEP = 3  # ProfilerStep#N ranges (cprof.profile's steps)
+_CAT_PYTHON = 2  # python_function (with_stack)
 _GPU_WORK = ("kernel", "memcpy", "memset")
 _LAUNCH = ("runtime", "driver")
 # events GPU work is not charged to: the trace links a launch to the innermost other range
@@ -217,9 +218,12 @@ def _build(window):
     parsed = {}
     # record_shapes without with_modules records module calls for their shapes (the trace
     # has them); torch.profiler's results have no module events then, so they are left out
-    # here: what they enclose nests in what encloses them, whose self time takes theirs
+    # here: what they enclose nests in what encloses them, whose self time takes theirs.
+    # With with_stack, torch.profiler's results have each call as a python_function
+    # "nn.Module: ..." event, and so do these (named by path, as the trace's)
+    py_modules = bool(window.config.get("with_stack")) and not window.config.get("with_modules")
     hide_modules = bool(window.config.get("record_shapes")) and \
-        not window.config.get("with_modules")
+        not window.config.get("with_modules") and not py_modules
     for tid, name, cat, begin, end, depth, trunc, frag, seq, fwd, module in \
             snap.records(args=True):
         if module and hide_modules:
@@ -243,6 +247,8 @@ def _build(window):
             # torch.profiler's events() and key_averages() name every step "ProfilerStep*"
             # (one row of N calls); the number stays in step_name (the trace keeps "#N")
             step_name, name = name, "ProfilerStep*"
+        if module and py_modules:
+            name, cat = "nn.Module: " + name, _CAT_PYTHON
         ev = ProfilerEvent(name, _CPU_CATS.get(cat, "user_annotation"), "CPU", tid,
                            (begin - t0) / 1000.0, (end - t0) / 1000.0, depth,
                            truncated=bool(trunc), input_shapes=shapes, input_types=types)

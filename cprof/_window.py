@@ -39,6 +39,15 @@ def is_stream(path):
     return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
 
 
+def module_ranges(config):
+    """Whether a window's module calls are user_annotation ranges named by path (with_modules,
+    and record_shapes, whose shapes they carry), or only torch's "nn.Module: <path>" Python
+    events (with_stack alone, as torch.profiler writes module calls then). Module hooks
+    installed by hand (cprof._modules.install) record ranges."""
+    return bool(config.get("with_modules") or config.get("record_shapes")
+                or not config.get("with_stack"))
+
+
 def _dist_members():
     """distributedInfo's members beside backend, rank and world size (torch's pg_count,
     pg_config), as JSON object members, or None."""
@@ -527,6 +536,8 @@ class Window:
                 mem_events=self.mem_events,
                 # with_modules: kernels link to the innermost module, not an op inside it
                 link_modules=bool(self.config.get("with_modules")),
+                # with_stack alone: module calls are only their "nn.Module: " Python events
+                module_ranges=module_ranges(self.config),
             )
         except _C.TraceWriteError as err:
             if retry is None or err.errno is None:

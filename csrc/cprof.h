@@ -411,6 +411,8 @@ typedef struct cprof_trace_meta {
     int mem_has_heap;
     int link_modules;            /* with_modules: GPU work links to the innermost module or
                                   * user range, not to an operator inside it (link.c) */
+    int module_ranges;           /* module calls (CPROF_REC_MODULE) written as user_annotation
+                                  * ranges too, not only as their "nn.Module: " twins */
     const cprof_mem_event *mev;  /* profile_memory's allocation events ("[memory]"), or NULL */
     size_t nmev;
 } cprof_trace_meta;

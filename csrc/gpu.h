@@ -214,8 +214,11 @@ typedef struct cprof_links {
 } cprof_links;
 
 /* Links gpu records to cpu ranges (External ids as trace_writer assigns them: 1 + the global
- * index of a range in thread, then chunk order). Pure C, GIL released. */
-int cprof_links_build(const cprof_snapshot *cpu, const cprof_gpu_snapshot *gpu, int skip_ops,
+ * index of a range in thread, then chunk order), skipping the ranges `skip` names. Pure C, GIL
+ * released. */
+#define CPROF_LINK_SKIP_OPS 1u     /* with_modules: operators are no link target */
+#define CPROF_LINK_SKIP_MODULES 2u /* module calls written as Python events only */
+int cprof_links_build(const cprof_snapshot *cpu, const cprof_gpu_snapshot *gpu, unsigned skip,
                       cprof_links *out);
 void cprof_links_free(cprof_links *l);
 

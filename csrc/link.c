@@ -36,10 +36,12 @@ void cprof_links_free(cprof_links *l) {
  * of that thread open at its start. Ranges are in push order with their depth, so a stack of
  * the open ones is enough. python_function ranges (with_stack) are never the target: a launch
  * belongs to the op, module or annotation around it, as Kineto links kernels to ops, and the
- * Python calls above it show on the timeline. With skip_ops (with_modules) operators are not
- * targets either: GPU work links to the innermost module or user range (issue 5). */
+ * Python calls above it show on the timeline. With CPROF_LINK_SKIP_OPS (with_modules)
+ * operators are not targets either: GPU work links to the innermost module or user range
+ * (issue 5); with CPROF_LINK_SKIP_MODULES module calls are not (written as Python events only:
+ * with_stack without with_modules). */
 static int link_thread(const cprof_snapshot *cpu, const cprof_thread_data *t, uint64_t first_ext,
-                       int skip_ops, const api_ref *apis, size_t napis, uint64_t *ext_out) {
+                       unsigned skip, const api_ref *apis, size_t napis, uint64_t *ext_out) {
     size_t cap = 64, depth = 0;
     struct open {
         uint64_t end, ext;
@@ -59,7 +61,9 @@ static int link_thread(const cprof_snapshot *cpu, const cprof_thread_data *t, ui
             }
             const cprof_record *r = &c->rec[k];
             if (r->begin_ns > at) break;
-            if (r->cat == CPROF_CAT_PYTHON_FUNCTION || (skip_ops && r->cat == CPROF_CAT_CPU_OP)) {
+            if (r->cat == CPROF_CAT_PYTHON_FUNCTION ||
+                ((skip & CPROF_LINK_SKIP_OPS) && r->cat == CPROF_CAT_CPU_OP) ||
+                ((skip & CPROF_LINK_SKIP_MODULES) && (r->flags & CPROF_REC_MODULE))) {
                 ext++;
                 k++;
                 continue;
@@ -86,7 +90,7 @@ static int link_thread(const cprof_snapshot *cpu, const cprof_thread_data *t, ui
     return CPROF_OK;
 }
 
-int cprof_links_build(const cprof_snapshot *cpu, const cprof_gpu_snapshot *gpu, int skip_ops,
+int cprof_links_build(const cprof_snapshot *cpu, const cprof_gpu_snapshot *gpu, unsigned skip,
                       cprof_links *out) {
     memset(out, 0, sizeof *out);
     size_t n = (size_t)gpu->nrecords;
@@ -121,7 +125,7 @@ int cprof_links_build(const cprof_snapshot *cpu, const cprof_gpu_snapshot *gpu, 
         size_t end = lo;
         while (end < napis && apis[end].tid == (uint32_t)td->tid) end++;
         if (end > lo) {
-            rc = link_thread(cpu, td, first_ext, skip_ops, apis + lo, end - lo,
+            rc = link_thread(cpu, td, first_ext, skip, apis + lo, end - lo,
                              out->external_id);
             if (rc) goto done;
         }

@@ -502,7 +502,7 @@ static PyObject *snapshot_close(SnapshotObject *self, PyObject *unused) {
 
 /* write(stem, suffix, *, gzip=6, pid, process_name, rank, world_size, backend, extra_json,
  *       device_props_json, replace=False, gpu=None, top_json=None, mem=None, mem_heap=False,
- *       link_modules=False, mem_events=None, dist_json=None)
+ *       link_modules=False, mem_events=None, dist_json=None, module_ranges=True)
  * stem and suffix: str or bytes, as file names (a directory or name that is not UTF-8 is
  * written as its bytes; the path returned is os.fsdecode's str).
  * Writes to stem+suffix, or stem-1+suffix, stem-2+suffix... if taken (never overwrites unless
@@ -513,17 +513,17 @@ static PyObject *snapshot_write_fs(SnapshotObject *self, PyObject *args, PyObjec
                              "process_name", "rank",   "world_size", "backend",
                              "extra_json",   "device_props_json", "replace", "gpu",
                              "top_json",     "mem",         "mem_heap", "link_modules",
-                             "mem_events",   "dist_json",   NULL};
+                             "mem_events",   "dist_json",   "module_ranges", NULL};
     const char *stem, *suffix, *process_name = "python", *backend = NULL, *extra = NULL,
                                 *devprops = NULL, *top = NULL, *dist = NULL;
     int gzip = 6, rank = 0, world = 1, replace = 0;
     long long pid = getpid();
     PyObject *gpu_obj = Py_None, *mem_obj = Py_None, *mev_obj = Py_None;
-    int mem_heap = 0, link_modules = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "yy|$iLsiizzzpOzOppOz", kwlist, &stem, &suffix,
+    int mem_heap = 0, link_modules = 0, module_ranges = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "yy|$iLsiizzzpOzOppOzp", kwlist, &stem, &suffix,
                                      &gzip, &pid, &process_name, &rank, &world, &backend, &extra,
                                      &devprops, &replace, &gpu_obj, &top, &mem_obj, &mem_heap,
-                                     &link_modules, &mev_obj, &dist))
+                                     &link_modules, &mev_obj, &dist, &module_ranges))
         return NULL;
     if (mev_obj != Py_None &&
         (!PyBytes_Check(mev_obj) || PyBytes_GET_SIZE(mev_obj) % sizeof(cprof_mem_event))) {
@@ -590,6 +590,7 @@ static PyObject *snapshot_write_fs(SnapshotObject *self, PyObject *args, PyObjec
                                    : (size_t)PyBytes_GET_SIZE(mem_obj) / sizeof(cprof_mem_sample),
         .mem_has_heap = mem_heap,
         .link_modules = link_modules,
+        .module_ranges = module_ranges,
         .mev = mev_obj == Py_None ? NULL : (const cprof_mem_event *)PyBytes_AS_STRING(mev_obj),
         .nmev = mev_obj == Py_None
                     ? 0

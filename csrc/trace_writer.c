@@ -455,7 +455,10 @@ int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap, const cprof_
                     pys[npy].id = external_id;
                     npy++;
                 }
-                range_event(&w, m, snap, t, r, external_id, parent);
+                /* a module call without its range (with_stack without with_modules or
+                 * record_shapes): its twin alone, as torch writes module calls then */
+                if (m->module_ranges || !(r->flags & CPROF_REC_MODULE))
+                    range_event(&w, m, snap, t, r, external_id, parent);
                 if (twin) module_twin(&w, m, snap, t, r, external_id, parent);
             }
     }
@@ -636,7 +639,9 @@ static int by_span_key(const void *a, const void *b) {
 static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapshot *snap,
                         const cprof_gpu_snapshot *gpu) {
     cprof_links links;
-    if (cprof_links_build(snap, gpu, m->link_modules, &links) != CPROF_OK) {
+    unsigned skip = (m->link_modules ? CPROF_LINK_SKIP_OPS : 0) |
+                    (m->module_ranges ? 0 : CPROF_LINK_SKIP_MODULES);
+    if (cprof_links_build(snap, gpu, skip, &links) != CPROF_OK) {
         w->err = CPROF_E_NOMEM;
         return;
     }

@@ -314,7 +314,9 @@ with warnings.catch_warnings(record=True) as caught:
         result["tid"] = threading.get_native_id()
     elif scenario == "stack_spans":  # with_stack on: time.sleep is a cpu_op around launches
         result["trace"] = str(scene("spans", with_stack=True).trace_path)
-    elif scenario == "modules_link":  # with_modules: GPU work links to the innermost module
+    elif scenario in ("modules_link", "modules_stack_only"):
+        # with_modules: GPU work links to the innermost module; with_stack alone (module calls
+        # are only "nn.Module: " Python events): to the user range around the model
         import torch
 
         class Launcher(torch.nn.Module):
@@ -324,11 +326,13 @@ with warnings.catch_warnings(record=True) as caught:
                 return x + 1  # an operator (aten::add) after them
 
         model = torch.nn.Sequential(torch.nn.Identity(), Launcher())
-        with cprof.profile(activities=["CPU", "CUDA"], with_modules=True,
-                           with_stack=True) as p:
-            model(torch.ones(2))
-        p.export_chrome_trace(os.path.join(out_dir, "modules_link.json"))
-        result["trace"] = os.path.join(out_dir, "modules_link.json")
+        mods = scenario == "modules_link"
+        with cprof.profile(activities=["CPU", "CUDA"], with_modules=mods, with_stack=True,
+                           record_ops=mods) as p:
+            with cprof.range("around"):
+                model(torch.ones(2))
+        p.export_chrome_trace(os.path.join(out_dir, scenario + ".json"))
+        result["trace"] = os.path.join(out_dir, scenario + ".json")
         result["ops"] = sorted({e.name for e in p.events() if e.category == "cpu_op"})
     elif scenario == "launch13":  # CUDA 13's __cudaLaunchKernel (nvcc 13 <<<>>> launches)
         with cprof.ProfilerContext(output_dir=out_dir, profile_name="l13", verbose=False,

@@ -595,6 +595,24 @@ def test_with_modules_links_gpu_work_to_the_innermost_module_with_ops_recorded(t
     assert work and all(e["args"]["External id"] == ext for e in work)
 
 
+def test_with_stack_alone_links_gpu_work_past_the_module_events(tmp_path, fake_so):
+    """with_stack without with_modules writes module calls as "nn.Module: " Python events
+    only: GPU work links to the range around them (as to no python_function), never to the
+    External id of a module range the trace does not have."""
+    pytest.importorskip("torch")
+    res = run("modules_stack_only", tmp_path, fake_so)
+    t = load_trace(res["trace"])
+    assert not [e for e in events(t, "user_annotation") if e["name"] in ("Sequential", "1")]
+    assert [e for e in events(t, "python_function") if e["name"] == "nn.Module: 1"]
+    (around,) = [e for e in events(t, "user_annotation") if e["name"] == "around"]
+    cpu_ids = {e["args"]["External id"] for e in events(t, "user_annotation")
+               + events(t, "cpu_op")}
+    work = events(t, "kernel") + events(t, "gpu_memcpy") + events(t, "cuda_runtime")
+    # each links to a CPU event the trace has: "around", or a C call (time.sleep) inside
+    assert work and all(e["args"]["External id"] in cpu_ids for e in work)
+    assert work[0]["args"]["External id"] == around["args"]["External id"]
+
+
 def test_results_charge_gpu_work_once_and_list_the_cuda_calls(tmp_path, fake_so):
     """cprof.profile's key_averages / events() with GPU work, as torch.profiler's: the CUDA
     calls are CPU rows nested in the range that made them (its self CPU time leaves them

@@ -113,6 +113,54 @@ def test_no_module_events_without_with_stack(tmp_path):
     assert not [e for e in xs(trace) if e["name"].startswith("nn.Module: ")]
 
 
+@pytest.fixture(scope="module")
+def stack_only(tmp_path_factory):
+    path = profile_dir(cprof, tmp_path_factory.mktemp("stack_only"), with_stack=True)
+    return path, load_trace(path)
+
+
+def test_with_stack_alone_writes_module_calls_as_torch_does(stack_only):
+    """torch.profiler(with_stack=True) writes each module call as a python_function
+    "nn.Module: Class_N"; cprof writes its "nn.Module: <path>" event, and no user_annotation
+    range by path (that is with_modules' or record_shapes')."""
+    _, trace = stack_only
+    twins = [e for e in xs(trace, "python_function") if e["name"].startswith("nn.Module: ")]
+    assert sorted({e["name"] for e in twins}) == sorted("nn.Module: " + p for p in PATHS)
+    assert len(twins) == 2 * len(PATHS)  # two active steps
+    assert all(isinstance(e["args"]["Python module id"], int) for e in twins)
+    assert not [e for e in xs(trace, "user_annotation") if e["name"] in PATHS]
+    assert "modules" not in trace["cprof"]  # nothing for cprof report to take as twins
+    pys = [e["args"]["Python id"] for e in xs(trace, "python_function")]
+    assert len(set(pys)) == len(pys)
+
+
+def test_with_stack_alone_module_events_in_results_and_report(stack_only, tmp_path):
+    with cprof.profile(activities=["CPU"], with_stack=True) as p:
+        Net()(torch.randn(2, 16))
+    mods = [e for e in p.events() if e.name.startswith("nn.Module: ")]
+    assert sorted(e.name for e in mods) == sorted("nn.Module: " + x for x in PATHS)
+    assert all(e.category == "python_function" for e in mods)
+    path, _ = stack_only
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-m", "cprof", "report", str(path), "--format", "json"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = json.loads(r.stdout)["modules"]  # named as torch's module events are
+    assert sorted(row["name"] for row in rows) == sorted("nn.Module: " + x for x in PATHS)
+    assert all(row["calls"] == 2 for row in rows)
+
+
+@needs_tb
+def test_tensorboard_module_view_with_stack_alone(stack_only):
+    path, _ = stack_only
+    prof, _, _ = load_with_tb(path)
+    assert "module" in [v.name for v in prof.views]
+    assert module_tree(prof.module_stats) == [
+        ("Net", 2, [("layers.0", 2, [("layers.0.fc", 2, []), ("layers.0.act", 2, [])]),
+                    ("layers.1", 2, [("layers.1.fc", 2, []), ("layers.1.act", 2, [])]),
+                    ("head", 2, [])])]
+
+
 def test_module_events_can_be_turned_off(tmp_path, monkeypatch):
     monkeypatch.setenv("CPROF_MODULE_EVENTS", "0")
     trace = load_trace(profile_dir(cprof, tmp_path, with_stack=True, with_modules=True))
