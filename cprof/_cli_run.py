@@ -874,6 +874,8 @@ def _catch_up_torch(session, torch):
         if (prof.record_shapes or prof.with_modules) and _modules._installed is None:
             # removed with the rest of the window's glue when the window closes
             prof._glue.parts.append(_modules.install(record_shapes=prof.record_shapes))
+        elif prof.with_stack and prof._glue.stack_why is None:
+            _glue.stack_modules(prof._glue, prof.with_modules, prof.record_shapes)
         _catch_up_ops(prof._glue, prof.record_ops, prof.record_shapes)
         _catch_up_compiled(prof._glue, prof.with_stack)
     finally:

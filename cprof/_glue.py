@@ -284,6 +284,18 @@ def _warn_once(text):
         warnings.warn(text, RuntimeWarning, stacklevel=4)
 
 
+def stack_modules(handle, with_modules, record_shapes):
+    """with_stack without with_modules or record_shapes: module calls as torch's "nn.Module: "
+    Python events (decision 113), once the tracer runs (the writer writes them as twins of
+    python_function records) and unless CPROF_MODULE_EVENTS=0 turns those events off."""
+    if (with_modules or record_shapes or os.environ.get("CPROF_MODULE_EVENTS") == "0"
+            or sys.modules.get("torch") is None):
+        return
+    from . import _modules
+    if _modules._installed is None:
+        handle.parts.append(_modules.install(record_shapes=False))
+
+
 def install(with_stack=False, with_modules=False, record_shapes=False, c_calls=True,
             min_duration_us=0.0, ops=False, ops_asked=True):
     """Installs the captures asked for; the window must be open. Returns a handle whose
@@ -305,11 +317,10 @@ def install(with_stack=False, with_modules=False, record_shapes=False, c_calls=T
         part, handle.async_why = _ops.install_async()
         if part is not None:
             handle.parts.append(part)
-        if with_modules or record_shapes or with_stack:
+        if with_modules or record_shapes:
             if sys.modules.get("torch") is not None:
                 from . import _modules
-                # shapes are those of module calls: record_shapes needs the module hooks;
-                # with_stack alone writes each call as torch's "nn.Module: " Python event
+                # shapes are those of module calls: record_shapes needs the module hooks
                 handle.parts.append(_modules.install(record_shapes=record_shapes))
         if with_stack:
             try:
@@ -319,6 +330,8 @@ def install(with_stack=False, with_modules=False, record_shapes=False, c_calls=T
                 # rest, and says so in the trace and once here, rather than failing the program
                 handle.stack_why = str(err)
                 _warn_once(f"cprof: with_stack is not recorded in this window: {err}")
+            else:
+                stack_modules(handle, with_modules, record_shapes)
         # after the tracer: on 3.11 both would want the profile hook, and the tracer wins.
         # With torch's operators captured, torch's own "Torch-Compiled Region" and
         # "CompiledFunction" ranges arrive with them: cprof's copies would only double them.
@@ -460,7 +473,11 @@ def memory_begin(prof):
     # the allocation reporter first: the sampler's first sample is taken as late as can be,
     # just before the active window's first ProfilerStep opens
     _events_begin(prof)
-    _sampler_begin(prof)
+    try:
+        _sampler_begin(prof)
+    except BaseException:  # a bad CPROF_MEMORY_INTERVAL_US: take the reporter back out
+        _events_end(prof, {})
+        raise
     if not _cuda_memory_wanted(prof):
         return  # CPU-only memory, as torch.profiler(activities=[CPU], profile_memory=True)
     torch = sys.modules.get("torch")

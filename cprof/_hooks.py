@@ -1,6 +1,7 @@
 """attach_model / attach_engine: wrap module forwards, torch.distributed collectives and engine
 phase methods into bucket timers. Attaching twice never wraps twice (a marker attribute)."""
 import functools
+import inspect
 import re
 import sys
 import types
@@ -217,8 +218,10 @@ def attach_engine(engine):
         if isinstance(fn, _TimedMethod):  # attached already
             continue
         own = vars(engine).get(method) if hasattr(engine, "__dict__") else None
-        if own is None and not callable(getattr(type(engine), method, None)):
-            own = fn  # made by __getattr__: kept as it is, called inside the timer
+        raw = inspect.getattr_static(type(engine), method, None)
+        if own is None and (raw is None or isinstance(raw, (staticmethod, classmethod))):
+            # made by __getattr__, or a static / class method: called as it is fetched
+            own = fn
         setattr(engine, method, _TimedMethod(engine, bucket, 1, own, method))
         wrapped[method] = bucket
     if not found:

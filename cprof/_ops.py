@@ -171,32 +171,47 @@ def _patch_torch_profiler(torch):
     if _state["patched"]:
         return
     ap = torch.autograd.profiler
-    orig_enable, orig_disable = ap._enable_profiler, ap._disable_profiler
+    legacy = sys.modules.get("torch.autograd.profiler_legacy")
+    if legacy is None:
+        try:
+            import torch.autograd.profiler_legacy as legacy
+        except ImportError:
+            legacy = None
 
-    def _enable_profiler(*args, **kwargs):
-        if _state["owner"] == threading.get_ident() and not _state["suspended"]:
-            _state["capture"].off()
-            _state["suspended"] = True
-        if _slot["thread"] == threading.get_ident():
-            # torch's state needs the slot cprof's state holds
-            _state_pop_here(OPS | MEMORY)
-            _slot["suspended"] = True
-        return orig_enable(*args, **kwargs)
+    def wrap_enable(orig):
+        def _enable_profiler(*args, **kwargs):
+            if _state["owner"] == threading.get_ident() and not _state["suspended"]:
+                _state["capture"].off()
+                _state["suspended"] = True
+            if _slot["thread"] == threading.get_ident():
+                # torch's state needs the slot cprof's state holds
+                _state_pop_here(OPS | MEMORY)
+                _slot["suspended"] = True
+            else:
+                _stale_pop()
+            return orig(*args, **kwargs)
+        return _enable_profiler
 
-    def _disable_profiler(*args, **kwargs):
-        result = orig_disable(*args, **kwargs)
-        if _state["owner"] == threading.get_ident() and _state["suspended"]:
-            _state["capture"].on()
-            ap._run_on_profiler_start()
-            _state["suspended"] = False
-        if _slot["suspended"]:
-            _slot["suspended"] = False
-            if _slot["want"]:
-                state_push(_slot["want"])
-        return result
+    def wrap_disable(orig):
+        def _disable_profiler(*args, **kwargs):
+            result = orig(*args, **kwargs)
+            if _state["owner"] == threading.get_ident() and _state["suspended"]:
+                _state["capture"].on()
+                ap._run_on_profiler_start()
+                _state["suspended"] = False
+            if _slot["suspended"]:
+                _slot["suspended"] = False
+                if _slot["want"]:
+                    state_push(_slot["want"])
+            return result
+        return _disable_profiler
 
-    ap._enable_profiler = _enable_profiler
-    ap._disable_profiler = _disable_profiler
+    ap._enable_profiler = wrap_enable(ap._enable_profiler)
+    ap._disable_profiler = wrap_disable(ap._disable_profiler)
+    if legacy is not None and hasattr(legacy, "_enable_profiler_legacy"):
+        # torch.autograd.profiler_legacy.profile: the same one-state-per-thread rule
+        legacy._enable_profiler_legacy = wrap_enable(legacy._enable_profiler_legacy)
+        legacy._disable_profiler_legacy = wrap_disable(legacy._disable_profiler_legacy)
     _state["patched"] = True
 
 
@@ -224,6 +239,8 @@ class _Ops:
             if _state["owner"] != self.thread:
                 return
             if threading.get_ident() != self.thread:
+                if self.capture.mode == "record_function":
+                    state_pop(OPS)  # bookkeeping only: the state is that thread's
                 # torch's per-thread state can only be left on its own thread: the next
                 # window on that thread reuses it; ranges pushed meanwhile are not recorded
                 return
@@ -353,6 +370,19 @@ def install_async():
 
 # ---- cprof's profiler state (operator capture's _RecordFunctionFast, profile_memory) ----
 
+def _stale_pop():
+    """Takes out a cprof state left in this thread's slot by no window: torch's autograd engine
+    puts back the thread state it saved before running a hook, so a window closed inside a
+    backward hook finds its state back in the slot once backward returns."""
+    mod, _ = observer()
+    if mod is None:
+        return
+    try:
+        mod.state_pop(OPS | MEMORY)  # -1, nothing done, when the slot's top is not cprof's
+    except RuntimeError:
+        pass
+
+
 def _state_pop_here(users):
     mod, _ = observer()
     if mod is None or _slot["thread"] != threading.get_ident():
@@ -385,7 +415,11 @@ def state_push(users):
     if _slot["thread"] == me and not _slot["want"]:
         _state_pop_here(OPS | MEMORY)  # left by a window closed from another thread
     if _slot["thread"] not in (None, me):
-        return "cprof's profiler state of an earlier window is still on another thread"
+        if _slot["want"]:
+            return "cprof's profiler state of an earlier window is still on another thread"
+        # left in another thread's slot by a window closed elsewhere, wanted by nobody: that
+        # thread's torch.profiler start takes it out (_stale_pop); this thread gets its own
+        _slot["thread"] = None
     _slot["want"] |= users
     if not mod.state_push(users):
         _slot["want"] &= ~users

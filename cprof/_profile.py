@@ -513,6 +513,9 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 g.remove()
+        if self.profile_memory and sys.modules.get("torch") is not None:
+            from . import _ops
+            _ops.state_pop(_ops.MEMORY)  # the allocation reports of the forgotten window
         self._window = None
         self._step_range = None  # its (unrecorded) slot stays on this thread's stack
         self._window_exc = None

@@ -7,6 +7,7 @@ work with the launch's correlation id belongs to that launch."""
 import bisect
 import json
 import math
+import os
 import sys
 from collections import namedtuple
 
@@ -221,9 +222,11 @@ def _build(window):
     # here: what they enclose nests in what encloses them, whose self time takes theirs.
     # With with_stack, torch.profiler's results have each call as a python_function
     # "nn.Module: ..." event, and so do these (named by path, as the trace's)
-    py_modules = bool(window.config.get("with_stack")) and not window.config.get("with_modules")
-    hide_modules = bool(window.config.get("record_shapes")) and \
-        not window.config.get("with_modules") and not py_modules
+    py_modules = (bool(window.config.get("with_stack")) and not window.config.get("with_modules")
+                  and "with_stack_unavailable" not in window.notes
+                  and os.environ.get("CPROF_MODULE_EVENTS") != "0")
+    hide_modules = bool(window.config.get("record_shapes") or window.config.get("with_stack")) \
+        and not window.config.get("with_modules") and not py_modules
     for tid, name, cat, begin, end, depth, trunc, frag, seq, fwd, module in \
             snap.records(args=True):
         if module and hide_modules:

@@ -151,8 +151,9 @@ class ProfilerConfig:
         if args is None:  # no settings: the defaults
             args = {}
             mapping = True
-        if not mapping and (isinstance(args, (str, bytes, int, float, bool, list, tuple))
-                            or not (hasattr(args, "__dict__") or hasattr(args, "__slots__"))):
+        if not mapping and not hasattr(args, "_fields") and (
+                isinstance(args, (str, bytes, int, float, bool, list, tuple))
+                or not (hasattr(args, "__dict__") or hasattr(args, "__slots__"))):
             raise TypeError(f"cprof: Profiler / ProfilerConfig.from_args take a ProfilerConfig, "
                             f"an argparse namespace (or any object with the fields as "
                             f"attributes) or a dict, got {type(args).__name__}")

@@ -584,3 +584,66 @@ with _RecordFunctionFast("after_window"):  # no state left behind: nothing recor
     if mode == "record_function":
         assert out["enabled"] is False
     assert out["after"] is False
+
+
+def test_cprofs_state_never_blocks_torchs_profilers(tmp_path):
+    """cprof's state in torch's PROFILER_STATE slot is taken out for torch's profilers (the
+    legacy one too) and never left behind: not by a window stopped from another thread, nor by
+    one stopped inside a backward hook (the engine puts back the thread state it saved), nor
+    by a bad CPROF_MEMORY_INTERVAL_US; profile_memory still works afterwards."""
+    if not _observer_built():
+        pytest.skip("cprof._torch_ops is not built")
+    out = run_py(HELPERS + """
+import threading, warnings
+import cprof
+import torch
+from torch.autograd import profiler_legacy
+warnings.simplefilter("ignore")
+from cprof import _ops
+x = torch.ones(4, 4)
+res = {}
+
+def legacy_ok():
+    with profiler_legacy.profile() as lp:
+        x @ x
+    return any(e.name == "aten::mm" for e in lp.function_events)
+
+for kw in ({}, {"profile_memory": True}):
+    with cprof.profile(activities=["CPU"], **kw) as p:
+        res.setdefault("inside", []).append(legacy_ok())
+        x @ x
+    res.setdefault("outer_ops", []).append(
+        sum(e.name == "aten::mm" for e in p.events()))
+# stopped inside a backward hook
+w = torch.ones(3, requires_grad=True)
+p = cprof.profile(activities=["CPU"])
+w.register_hook(lambda g: p.stop() or g)
+p.start()
+(w * 2).sum().backward()
+res["after_hook"] = legacy_ok()
+# started on a thread that ends, stopped here
+p = cprof.profile(activities=["CPU"])
+t = threading.Thread(target=p.start)
+t.start(); t.join()
+p.stop()
+with cprof.profile(activities=["CPU"], profile_memory=True) as m:
+    torch.ones(1000)
+res["memory_after_thread"] = m._last.notes["memory"]["allocation_events"]
+os.environ["CPROF_MEMORY_INTERVAL_US"] = "bogus"
+try:
+    with cprof.profile(activities=["CPU"], profile_memory=True):
+        pass
+except ValueError:
+    res["bad_interval_raised"] = True
+del os.environ["CPROF_MEMORY_INTERVAL_US"]
+res["slot"] = dict(_ops._slot)
+res["legacy_end"] = legacy_ok()
+res["enabled"] = torch._C._autograd._profiler_enabled()
+print(json.dumps(res))
+""", tmp_path)
+    assert out["inside"] == [True, True]  # torch's legacy profiler inside a cprof window
+    assert out["outer_ops"][0] >= 1
+    assert out["after_hook"] and out["legacy_end"] and out["bad_interval_raised"]
+    assert out["memory_after_thread"] >= 1
+    assert out["slot"] == {"thread": None, "want": 0, "suspended": False}
+    assert out["enabled"] is False

@@ -1276,3 +1276,42 @@ def test_attached_engine_pickles_and_deepcopies(tmp_path):
     assert (eng.calls, eng2.calls, eng3.calls) == (0, 1, 1)
     assert list(prof.summary()["buckets_engine_avg_ms"]) == ["decode"]
     assert prof.attach_engine(eng2) == {}  # attached already
+
+
+class _StaticEngine:
+    @staticmethod
+    def decode(x):
+        return ("static", x)
+
+    @classmethod
+    def prefill(cls, x):
+        return ("cls", x)
+
+    def sample(self, x):
+        return ("inst", x)
+
+
+def test_attach_engine_keeps_static_and_class_methods_callable(tmp_path):
+    prof = make(tmp_path, warmup_runs=0, engine_profiling=True)
+    eng = _StaticEngine()
+    assert prof.attach_engine(eng) == {"decode": "decode", "prefill": "prefill",
+                                       "sample": "sampler"}
+    prof.begin_run()
+    with prof.step_timing_ctx():
+        assert eng.decode(1) == ("static", 1) and eng.prefill(2) == ("cls", 2)
+        assert eng.sample(3) == ("inst", 3)
+    prof.end_run()
+    assert set(prof.summary()["buckets_engine_avg_ms"]) == {"decode", "prefill", "sampler"}
+    assert pickle_roundtrip(eng).decode(4) == ("static", 4)
+
+
+def pickle_roundtrip(obj):
+    import pickle
+    return pickle.loads(pickle.dumps(obj))
+
+
+def test_a_namedtuple_of_settings_is_a_config():
+    from collections import namedtuple
+    Args = namedtuple("Args", "prof_run_name prof_warmup_runs")
+    cfg = cprof.ProfilerConfig.from_args(Args("nt", 3))
+    assert cfg.run_name == "nt" and cfg.warmup_runs == 3

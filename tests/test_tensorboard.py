@@ -161,6 +161,17 @@ def test_tensorboard_module_view_with_stack_alone(stack_only):
                     ("head", 2, [])])]
 
 
+def test_with_stack_alone_module_events_follow_cprof_module_events(tmp_path, monkeypatch):
+    """CPROF_MODULE_EVENTS=0 turns the nn.Module: events off in the trace and in events()
+    alike (with with_stack alone no hook is installed for them)."""
+    monkeypatch.setenv("CPROF_MODULE_EVENTS", "0")
+    with cprof.profile(activities=["CPU"], with_stack=True) as p:
+        Net()(torch.randn(2, 16))
+    assert not [e for e in p.events() if e.name.startswith("nn.Module: ")]
+    path = p.export_chrome_trace(str(tmp_path / "t.json"))
+    assert not [e for e in xs(load_trace(path)) if e["name"].startswith("nn.Module: ")]
+
+
 def test_module_events_can_be_turned_off(tmp_path, monkeypatch):
     monkeypatch.setenv("CPROF_MODULE_EVENTS", "0")
     trace = load_trace(profile_dir(cprof, tmp_path, with_stack=True, with_modules=True))
