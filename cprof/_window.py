@@ -84,6 +84,8 @@ def is_flag(value):
 def flag(value, who, arg):
     """A bool argument (is_flag) as a bool; anything else (a "false" string from a YAML file or
     the environment, which bool() would take as true) is a TypeError naming who and arg."""
+    if value is True or value is False:  # the usual case first: seven of these per context
+        return value
     if is_flag(value):
         return bool(value)
     raise TypeError(f"{who}: {arg} takes a bool, got {value!r}; parse it first (a string such "

@@ -179,14 +179,25 @@ class ProfilerContext:
         self.memory_paths = []
         self.memory_summary = None
         self.profile_name = profile_name
-        who = "cprof.ProfilerContext"
-        self.with_stack = flag(with_stack, who, "with_stack")
-        self.record_shapes = flag(record_shapes, who, "record_shapes")
-        self.with_modules = flag(with_modules, who, "with_modules")
-        self.record_ops = flag(record_ops, who, "record_ops")
-        self.gzip = flag(gzip, who, "gzip")
-        self.verbose = flag(verbose, who, "verbose")
-        self.strict = flag(strict, who, "strict")
+        if not (type(with_stack) is bool and type(record_shapes) is bool  # noqa: E721
+                and type(with_modules) is bool and type(record_ops) is bool  # noqa: E721
+                and type(gzip) is bool and type(verbose) is bool  # noqa: E721
+                and type(strict) is bool):  # noqa: E721 - checked once, not per flag
+            who = "cprof.ProfilerContext"
+            with_stack = flag(with_stack, who, "with_stack")
+            record_shapes = flag(record_shapes, who, "record_shapes")
+            with_modules = flag(with_modules, who, "with_modules")
+            record_ops = flag(record_ops, who, "record_ops")
+            gzip = flag(gzip, who, "gzip")
+            verbose = flag(verbose, who, "verbose")
+            strict = flag(strict, who, "strict")
+        self.with_stack = with_stack
+        self.record_shapes = record_shapes
+        self.with_modules = with_modules
+        self.record_ops = record_ops
+        self.gzip = gzip
+        self.verbose = verbose
+        self.strict = strict
         self.collected_activities = None
         if not self.enabled:
             # a no-op that touches nothing (no device check, no directory: output_dir and
