@@ -428,7 +428,7 @@ def _events_begin(prof):
     if _C.mem_events_active():  # left by a window that was never stopped (lost profiler)
         _C.mem_events_stop()
     _C.mem_events_start(MEMORY_EVENTS_CAP)
-    why = _ops.mem_reporter_push()
+    why = _ops.state_push(_ops.MEMORY)
     if why is not None:
         _C.mem_events_stop()
     prof._mem_events = why is None
@@ -444,7 +444,7 @@ def _events_end(prof, summary):
         return None
     prof._mem_events = None
     from . import _ops
-    _ops.mem_reporter_pop()
+    _ops.state_pop(_ops.MEMORY)
     if not _C.mem_events_active():  # forked child
         return None
     data, dropped = _C.mem_events_stop()

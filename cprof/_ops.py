@@ -437,11 +437,3 @@ def state_pop(users):
         _slot["suspended"] = False
     _state_pop_here(users)
 
-
-def mem_reporter_push():
-    """profile_memory's allocation reports for the window (state_push(MEMORY))."""
-    return state_push(MEMORY)
-
-
-def mem_reporter_pop():
-    state_pop(MEMORY)
