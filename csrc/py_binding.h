@@ -53,9 +53,20 @@ int cprof_py_runprof_add(PyObject *m);
 /* py_guard.c: guarded_exit, window exits called from C (a Ctrl-C at their entry included). */
 int cprof_py_guard_add(PyObject *m);
 
+/* py_snapshot.c: the Snapshot and GpuSnapshot types (a window's collection until written).
+ * The wrap functions take ownership of snap (freed if the object cannot be made; NULL with an
+ * exception set then). */
+struct cprof_snapshot;
+struct cprof_gpu_snapshot;
+int cprof_py_snapshot_add(PyObject *m);
+PyObject *cprof_py_snapshot_wrap(struct cprof_snapshot *snap);
+PyObject *cprof_py_gpu_snapshot_wrap(struct cprof_gpu_snapshot *snap);
+
 /* module.c, for the units above: a name's interned id through the module's name cache (0, or
- * -1 with an exception set), and the exception for a core error code (returns NULL). */
+ * -1 with an exception set), and the exception for a core error code (returns NULL; with
+ * err_no, an I/O error's OSError errno). */
 int cprof_py_name_id(PyObject *module, PyObject *name, uint32_t *id);
 PyObject *cprof_py_raise(PyObject *module, int code, const char *what);
+PyObject *cprof_py_raise_errno(PyObject *module, int code, const char *what, int err_no);
 
 #endif
