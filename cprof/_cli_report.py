@@ -11,6 +11,7 @@ Exit codes: 0 done; 1 an input could not be read or parsed, or the output not wr
 message says which file, where and what to do); 2 bad arguments.
 """
 import argparse
+import fnmatch
 import glob
 import json
 import math
@@ -228,6 +229,24 @@ def _write_text(path, text):
         raise OSError(err.errno, err.strerror, str(path)) from None
 
 
+def _clobbers_trace(args, files):
+    """Why the report's -o / --html must not be written where asked (a trace it reads, or a
+    name the next report or merge would take for a trace), or None."""
+    inputs = {os.path.realpath(f) for f in files}
+    for flag, path in (("-o", args.output), ("--html", args.html)):
+        if not path or is_stream(path):
+            continue
+        if os.path.realpath(path) in inputs:
+            return (f"{flag} {path} is a trace this report reads: writing the report there "
+                    "would destroy it; choose another path")
+        name = os.path.basename(path)
+        if any(fnmatch.fnmatch(name, g) for g in TRACE_GLOBS):
+            return (f"{flag} {path} is named like a trace (*.trace.json[.gz]): the next "
+                    "`cprof report` or `merge` of its directory would read the report as one; "
+                    "name it .txt, .md, .json or .html")
+    return None
+
+
 def cmd_report(args):
     sections = None
     if args.tables:
@@ -239,6 +258,10 @@ def cmd_report(args):
             return 2
     try:
         files = find_traces(args.traces)
+        clash = _clobbers_trace(args, files)
+        if clash:  # checked before the (long) analysis
+            _fail("report", clash)
+            return 2
         reports = [r for f in files for r in analyse(f, args.top, args.short_gap_us,
                                                      args.small_copy_bytes, args.step_range)]
     except InputError as err:

@@ -317,6 +317,33 @@ def test_bad_input_exit_codes(tmp_path):
     assert r.returncode == 2 and "unknown table" in r.stderr and "choose from" in r.stderr
 
 
+def test_report_never_writes_over_a_trace(gpu_trace, tmp_path):
+    """report -o / --html naming a trace it reads (directly, through a directory or a link),
+    or a name the next report would take for a trace: refused (exit 2) before any analysis,
+    every input left byte for byte as it was."""
+    import shutil
+    d = tmp_path / "d"
+    d.mkdir()
+    t = d / "a.trace.json.gz"
+    shutil.copy(gpu_trace, t)
+    before = t.read_bytes()
+    link = tmp_path / "link.txt"
+    link.symlink_to(t)
+    for flag in ("-o", "--html"):
+        for inputs, out in (([t], t), ([d], t), ([t], link), ([d], d / "new.trace.json"),
+                            ([t], tmp_path / "r.pt.trace.json.gz")):
+            r = cprof("report", *inputs, flag, out, check=False)
+            assert r.returncode == 2, (flag, inputs, out, r.stderr)
+            assert "cprof report: error:" in r.stderr and "Traceback" not in r.stderr
+            assert r.stdout == ""
+            assert t.read_bytes() == before
+            assert not (d / "new.trace.json").exists()
+    assert "would destroy it" in cprof("report", t, "-o", t, check=False).stderr
+    ok = tmp_path / "report.txt"  # an ordinary name is written
+    cprof("report", t, "-o", ok)
+    assert ok.read_text().startswith(f"trace: {t}")
+
+
 def test_outputs_write_through_links_and_into_devices_and_fifos(gpu_trace, tmp_path):
     """report -o / --html and merge -o: a symlink's target is replaced (the link stays), a FIFO
     is written into (not replaced by a file), a full device is an error (exit 1, the device
