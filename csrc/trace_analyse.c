@@ -553,6 +553,22 @@ static int cmp_step(const void *a, const void *b) {
 
 /* ---- assembly ---- */
 
+/* Adds the counts of one window's cprof.dropped to another's: numbers are summed, except an
+ * error code ("..._error"), where the first nonzero one is kept. */
+static void add_drops(cJSON *into, const cJSON *from) {
+    if (!cJSON_IsObject(into) || !cJSON_IsObject(from)) return;
+    for (const cJSON *c = from->child; c; c = c->next) {
+        if (!c->string || !cJSON_IsNumber(c)) continue;
+        cJSON *have = cJSON_GetObjectItemCaseSensitive(into, c->string);
+        size_t kl = strlen(c->string);
+        int is_err = kl >= 6 && strcmp(c->string + kl - 6, "_error") == 0;
+        if (!have) cJSON_AddNumberToObject(into, c->string, c->valuedouble);
+        else if (!cJSON_IsNumber(have)) continue;
+        else if (!is_err) cJSON_SetNumberValue(have, have->valuedouble + c->valuedouble);
+        else if (have->valuedouble == 0) cJSON_SetNumberValue(have, c->valuedouble);
+    }
+}
+
 static void add_info(const cprof_trace *t, const char *path, cJSON *root) {
     const cprof_trace_info *in = cprof_trace_get_info(t);
     cJSON *tr = cJSON_AddObjectToObject(root, "trace");
@@ -577,8 +593,18 @@ static void add_info(const cprof_trace *t, const char *path, cJSON *root) {
     cJSON *dropped = NULL;
     size_t tl;
     const char *text = cprof_trace_text(t, &tl);
-    if (text && in->dropped.len && (size_t)in->dropped.off + in->dropped.len <= tl)
+    if (in->ndropped_windows) { /* a rank of a merged file: its windows' drops, summed */
+        for (size_t i = 0; text && i < in->ndropped_windows; i++) {
+            cprof_tspan sp = in->dropped_windows[i];
+            if ((size_t)sp.off + sp.len > tl) continue;
+            cJSON *one = cJSON_ParseWithLength(text + sp.off, sp.len);
+            if (!dropped) dropped = one;
+            else add_drops(dropped, one);
+            if (one != dropped) cJSON_Delete(one);
+        }
+    } else if (text && in->dropped.len && (size_t)in->dropped.off + in->dropped.len <= tl) {
         dropped = cJSON_ParseWithLength(text + in->dropped.off, in->dropped.len);
+    }
     if (dropped) cJSON_AddItemToObject(tr, "dropped", dropped);
     else cJSON_AddNullToObject(tr, "dropped");
 }

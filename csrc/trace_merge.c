@@ -220,6 +220,17 @@ int cprof_trace_merge(cprof_trace *const *traces, const int64_t *ranks,
         cprof_buf_puts(&b, ", \"partial\": ");
         cprof_buf_puts(&b, in->partial == 1 ? "true" : "false");
         if (ranked && !ranked[i]) cprof_buf_puts(&b, ", \"ranked\": false");
+        if (in->end_reason) { /* how the input's window ended, and what it dropped: a report on
+                               * the merged file says what one on the input would */
+            size_t en;
+            const char *es = cprof_trace_str(traces[i], in->end_reason, &en);
+            cprof_buf_puts(&b, ", \"end\": ");
+            cprof_buf_json_str(&b, es, en);
+        }
+        if (in->dropped.len) {
+            cprof_buf_puts(&b, ", \"dropped\": ");
+            cprof_buf_put(&b, cprof_trace_text(traces[i], NULL) + in->dropped.off, in->dropped.len);
+        }
         if (paths && paths[i]) {
             cprof_buf_puts(&b, ", \"path\": ");
             cprof_buf_json_str(&b, paths[i], strlen(paths[i]));

@@ -461,6 +461,19 @@ static int merged_member(cprof_js *ps, cprof_trace *t, const char *k, size_t kn)
         m->ranked = *ps->p == 't';
         return m->ranked ? cprof_js_literal(ps, "true", 4) : cprof_js_literal(ps, "false", 5);
     }
+    if (KEY(k, kn, "end") && ps->p < ps->end && *ps->p == '"') {
+        const char *s;
+        size_t n;
+        if (cprof_js_str(ps, &s, &n)) return CPROF_E_FORMAT;
+        return intern(t, s, n, &m->end_reason);
+    }
+    if (KEY(k, kn, "dropped") && ps->p < ps->end && *ps->p == '{') {
+        const char *v0 = ps->p;
+        int rc = cprof_js_skip(ps, 1);
+        if ((size_t)(v0 - ps->base) <= UINT32_MAX)
+            m->dropped = (cprof_tspan){(uint32_t)(v0 - ps->base), (uint32_t)(ps->p - v0)};
+        return rc;
+    }
     return cprof_js_skip(ps, 1);
 }
 
@@ -474,7 +487,8 @@ static int merged_item(cprof_js *ps, cprof_trace *t) {
         t->merged = m;
         t->capmerged = cap;
     }
-    t->merged[t->info.nmerged++] = (cprof_merged_input){CPROF_TEV_NONE, CPROF_TEV_NONE, 0, 1};
+    t->merged[t->info.nmerged++] =
+        (cprof_merged_input){CPROF_TEV_NONE, CPROF_TEV_NONE, 0, 1, 0, {0, 0}};
     int rc = object_members(ps, t, merged_member, "reading cprof.merged");
     if (rc) return rc;
     cprof_merged_input *m = &t->merged[t->info.nmerged - 1];
@@ -735,7 +749,8 @@ int cprof_trace_load(const char *path, int keep_text, cprof_trace **out, char *e
 void cprof_trace_free(cprof_trace *t) {
     if (!t) return;
     free(t->ev);
-    if (t->parent) { /* a rank view owns its events only */
+    if (t->parent) { /* a rank view owns its events and its windows' drop spans only */
+        free((void *)t->info.dropped_windows);
         free(t);
         return;
     }
@@ -782,8 +797,24 @@ int cprof_trace_rank_view(const cprof_trace *t, size_t k, cprof_trace **out) {
     }
     v->info.world_size = m->ranked ? ranks : CPROF_TEV_NONE;
     v->info.partial = 0;
-    for (size_t i = 0; i < t->info.nmerged; i++)
-        if (t->merged[i].rank == m->rank && t->merged[i].partial) v->info.partial = 1;
+    v->info.end_reason = 0;
+    v->info.dropped = (cprof_tspan){0, 0};
+    v->info.ndropped_windows = 0;
+    v->info.dropped_windows = NULL;
+    cprof_tspan *drops = malloc(t->info.nmerged * sizeof *drops);
+    if (!drops) {
+        free(v);
+        return CPROF_E_NOMEM;
+    }
+    for (size_t i = 0; i < t->info.nmerged; i++) {
+        const cprof_merged_input *w = &t->merged[i];
+        if (w->rank != m->rank || w->ranked != m->ranked || (!m->ranked && i != k)) continue;
+        if (w->end_reason && (!v->info.end_reason || (w->partial && !v->info.partial)))
+            v->info.end_reason = w->end_reason; /* a partial window's reason first */
+        if (w->partial) v->info.partial = 1;
+        if (w->dropped.len) drops[v->info.ndropped_windows++] = w->dropped;
+    }
+    v->info.dropped_windows = drops;
     v->ev = NULL;
     v->nev = v->capev = 0;
     size_t n = 0;
@@ -807,6 +838,7 @@ int cprof_trace_rank_view(const cprof_trace *t, size_t k, cprof_trace **out) {
         if (!pass) {
             v->ev = malloc((n ? n : 1) * sizeof *v->ev);
             if (!v->ev) {
+                free(drops);
                 free(v);
                 return CPROF_E_NOMEM;
             }

@@ -112,6 +112,8 @@ typedef struct cprof_merged_input {
     int64_t rank, pid_offset;
     int partial;
     int ranked; /* 0: the input had no rank of its own ("ranked": false; labelled "trace i") */
+    uint32_t end_reason;  /* the input's cprof.end (string id; 0: none) */
+    cprof_tspan dropped;  /* the input's raw cprof.dropped object (len 0: none) */
 } cprof_merged_input;
 
 /* Top-level facts. Absent numbers are CPROF_TEV_NONE; absent spans have len 0. */
@@ -125,12 +127,15 @@ typedef struct cprof_trace_info {
     int is_torch;               /* Kineto's keys (schemaVersion + deviceProperties/trace_id...) */
     cprof_tspan device_props;   /* the raw deviceProperties value (offset from text start) */
     cprof_tspan dropped;        /* the raw cprof.dropped object */
+    const cprof_tspan *dropped_windows; /* a rank view: the cprof.dropped of each of the rank's */
+    size_t ndropped_windows;            /* inputs (its windows), summed by the report */
     uint64_t text_bytes;        /* size of the decompressed JSON */
     size_t nmerged;             /* inputs listed in cprof.merged (a `cprof merge` output) */
 } cprof_trace_info;
 const cprof_trace_info *cprof_trace_get_info(const cprof_trace *t);
 /* The events of input k's rank (k < info.nmerged) of a merged trace, as a trace of their own
- * whose info carries that rank, input k's partial flag and the number of distinct ranks as
+ * whose info carries that rank, its inputs' partial flag (any), end reason (a partial
+ * input's first) and dropped counts (dropped_windows), and the number of distinct ranks as
  * world size: the analysis of a merged file runs per rank, so correlation ids and device
  * numbers, which repeat across ranks, are never mixed. Inputs of the same rank (its windows)
  * share a pid range, so their views are the same: take one per rank

@@ -458,6 +458,46 @@ def test_merge_puts_ranks_on_one_timeline(tmp_path):
     cprof("merge", d, "-o", out, "--force")
 
 
+def test_merge_keeps_each_inputs_drops_and_end(tmp_path):
+    """What an input lost (cprof.dropped) and how its window ended (cprof.end) survive the
+    merge: a report on the merged file warns about the drops rank by rank as one on the inputs
+    does; a rank's windows have their drops summed (an error code is kept, not summed)."""
+    d = tmp_path / "job"
+    d.mkdir()
+    metas = {"job-rank0.trace.json.gz": (0, {"partial": True, "end": "KeyboardInterrupt",
+                                             "dropped": {"cpu_ranges": 7, "gpu_cupti": 0}}),
+             "job-rank1.trace.json.gz": (1, {"partial": False, "end": "normal",
+                                             "dropped": {"cpu_ranges": 3,
+                                                         "gpu_flush_error": -5}}),
+             "job-rank1-1.trace.json.gz": (1, {"partial": False, "end": "normal",
+                                               "dropped": {"cpu_ranges": 4, "gpu_cupti": 2,
+                                                           "gpu_flush_error": -9}})}
+    for name, (rank, meta) in metas.items():
+        doc = _rank_trace(d / name, rank, 1_700_000_000_000_000_000 + rank * 1000, 100.0)
+        doc["cprof"] = dict(meta, version="0")
+        with gzip.open(d / name, "wt") as f:
+            json.dump(doc, f)
+    single = json.loads(cprof("report", d / "job-rank0.trace.json.gz", "--format",
+                              "json").stdout)["trace"]
+    out = tmp_path / "merged.trace.json.gz"
+    cprof("merge", d, "-o", out)
+    entries = load_trace(out)["cprof"]["merged"]
+    assert sorted(e["end"] for e in entries) == ["KeyboardInterrupt", "normal", "normal"]
+    rep = json.loads(cprof("report", out, "--format", "json").stdout)
+    r0, r1 = rep["reports"]
+    for key in ("dropped", "end", "partial"):
+        assert r0["trace"][key] == single[key], key
+    assert r0["trace"]["end"] == "KeyboardInterrupt" and r0["trace"]["partial"] is True
+    # job-rank1-1 sorts before job-rank1: its error code is the first one
+    assert r1["trace"]["dropped"] == {"cpu_ranges": 7, "gpu_cupti": 2, "gpu_flush_error": -9}
+    assert r1["trace"]["end"] == "normal" and r1["trace"]["partial"] is False
+    for r in (r0, r1):
+        assert "dropped" in {x["id"] for x in r["diagnoses"]}
+    assert "partial" in {x["id"] for x in r0["diagnoses"]}
+    text = cprof("report", out).stdout
+    assert text.count("Records were dropped") == 2
+
+
 def test_report_of_several_ranks_flags_the_straggler(tmp_path):
     _rank_trace(tmp_path / "a-rank0.trace.json.gz", 0, 1_700_000_000_000_000_000, 100.0)
     _rank_trace(tmp_path / "a-rank1.trace.json.gz", 1, 1_700_000_000_000_000_000, 130.0)
