@@ -120,7 +120,6 @@ import os
 import runpy
 import signal
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -469,7 +468,9 @@ class _Session:
     def _save_elsewhere(self, err):
         """The trace could not be written where it was asked for (a full disk, a directory
         gone): the program has ended and no one can call save(), so cprof run writes it to
-        the temporary directory instead, or says plainly that it is lost."""
+        the temporary directory instead (the current one if that refuses it too), or says
+        plainly that it is lost."""
+        from .context import save_instead
         why = _strip_prefix(err) if err is not None else "see the warning above"
         why = why.split("; the trace is kept in memory")[0].split("); call save(path)")[0]
         why = why.split("; call save(path)")[0]
@@ -479,16 +480,12 @@ class _Session:
         if window is None or window.snapshot is None:
             self.out.error(f"the trace could not be written: {why}")
             return
-        where = tempfile.gettempdir()
-        if os.path.realpath(where) == os.path.realpath(self.ctx.output_dir):
-            where = os.getcwd()
-        try:
-            path = self.ctx.save(where).path
-            self.summary = self.ctx.summary
-        except Exception as again:  # noqa: BLE001 - said below; the program's status stands
-            self.out.error(f"the trace could not be written: {why}; nor in {where} "
-                           f"({_strip_prefix(again)}): the trace is lost")
+        path, _, failures = save_instead(self.ctx, None)
+        if path is None:
+            self.out.error(f"the trace could not be written: {why}; nor in "
+                           f"{'; '.join(failures)}: the trace is lost")
             return
+        self.summary = self.ctx.summary
         self.out.error(f"the trace could not be written: {why}; it was written to {path} "
                        "instead")
 

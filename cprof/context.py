@@ -338,6 +338,9 @@ class ProfilerContext:
             try:
                 self._write()
             except _C.TraceWriteError as err:
+                if self._save_unreachable:  # no one can call save(): written elsewhere
+                    self._write_instead(err)
+                    return False
                 if exc_type is None:
                     raise
                 # the user's exception wins; the data stays in memory for save()
@@ -360,9 +363,29 @@ class ProfilerContext:
 
     def _lifecycle_end(self, reason):
         """SIGTERM or interpreter exit inside the window: close it and write the trace,
-        marked partial with end reason."""
+        marked partial with end reason (elsewhere if it cannot be written where asked: the
+        process is ending, so no one can call save())."""
         if not self._prof._lost_window():
+            self._save_unreachable = True
             self.__exit__(reason, None, None)
+
+    # True where no one can call save() after a failed write: the process is ending, or the
+    # window was one call of a profile_function (its caller never sees this object)
+    _save_unreachable = False
+
+    def _write_instead(self, err):
+        """The trace could not be written where asked (err) and no one can call save(): it
+        is written to the temporary directory, else the current one, and a warning says
+        where; or, if neither takes it, that it is lost. Returns the path or None."""
+        path, why, failures = save_instead(self, err)
+        if path is not None:
+            warnings.warn(f"cprof: the trace could not be written ({why}); it was written to "
+                          f"{path} instead", RuntimeWarning, stacklevel=3)
+        else:
+            warnings.warn(f"cprof: the trace could not be written ({why}); nor in "
+                          f"{'; '.join(failures)}: the trace is lost", RuntimeWarning,
+                          stacklevel=3)
+        return path
 
     def _write_memory(self):
         mem = self._prof.memory
@@ -443,6 +466,51 @@ class ProfilerContext:
         return self.result is not None
 
 
+def save_instead(ctx, err):
+    """After ctx's trace failed to be written where asked (err), when no one can call save()
+    (the process ends, a profile_function call returns): writes it into the temporary
+    directory, else the current one (never the output directory again). Returns (path or
+    None, why the first write failed, ["dir (why)" for each directory that refused it])."""
+    why = (err.strerror or str(err)) if isinstance(err, OSError) else str(err or "")
+    why = why[len("cprof: "):] if why.startswith("cprof: ") else why
+    why = why.split("; the trace is kept in memory")[0]
+    failures = []
+    window = getattr(ctx, "_window", None)
+    if window is None or window.snapshot is None:
+        return None, why, ["(nothing left to write)"]
+    import tempfile
+
+    def clean(e):
+        m = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        m = m[len("cprof: "):] if m.startswith("cprof: ") else m
+        return m.split("; the trace is kept in memory")[0]
+
+    try:
+        tried = {os.path.realpath(ctx._out_dir())}  # never the directory that refused it
+    except OSError:
+        tried = set()
+    for name, get in (("the temporary directory", tempfile.gettempdir),
+                      ("the current directory", os.getcwd)):
+        try:  # either can fail: a directory removed, a $TMPDIR that is not there
+            where = get()
+            real = os.path.realpath(where)
+        except OSError as again:
+            failures.append(f"{name} ({clean(again)})")
+            continue
+        if real in tried:
+            continue
+        tried.add(real)
+        if not os.path.isdir(where):
+            failures.append(f"{where} (not a directory)")
+            continue
+        try:
+            return ctx.save(where).path, why, failures
+        except Exception as again:  # noqa: BLE001 - each refusal is reported
+            failures.append(f"{where} ({clean(again)})")
+    return None, why, failures or ["the temporary and current directories (both are the "
+                                   "output directory that refused it)"]
+
+
 class _CallWindow:
     """One call of a profile_function-decorated function: its own ProfilerContext, or a range
     in the window already open. A class, not a contextlib generator: with_stack traces every
@@ -463,6 +531,9 @@ class _CallWindow:
             return self
         if not _C.active():
             ctx = ProfilerContext(**self.kwargs)
+            # a failed write cannot be left for save(): the caller never sees ctx, and the
+            # function's result must not be lost to it
+            ctx._save_unreachable = True
             try:
                 ctx.__enter__()
                 self.ctx = ctx

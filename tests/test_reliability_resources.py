@@ -13,6 +13,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import textwrap
 import threading
 import warnings
 
@@ -235,6 +236,90 @@ def test_output_dir_removed_during_window(tmp_path):
     assert err.errno == errno.ENOENT
     assert not out.exists()
     _check_complete(ctx.save(tmp_path / "saved.trace.json").path, 1000)
+
+
+def test_profile_function_write_failure_keeps_result_and_trace(tmp_path, monkeypatch):
+    """A profile_function call whose trace cannot be written where asked: no one holds the
+    window to call save() on, so the trace goes to the temporary directory and a warning says
+    where; the function's result is returned (and its exception raised) as without cprof."""
+    import tempfile
+    tmpd = tmp_path / "tmpd"
+    tmpd.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmpd))
+    out = tmp_path / "gone"
+
+    @cprof.profile_function(activities=["CPU"], output_dir=str(out), profile_name="pf",
+                            record_shapes=False, verbose=False)
+    def work(fail):
+        out.mkdir(exist_ok=True)
+        _fill(500)
+        shutil.rmtree(out)
+        if fail:
+            raise KeyError("mine")
+        return 42
+
+    with pytest.warns(RuntimeWarning, match="it was written to .* instead") as rec:
+        assert work(False) == 42
+    msg = str(rec[-1].message)
+    assert str(out) in msg and os.strerror(errno.ENOENT) in msg and "save(path)" not in msg
+    (first,) = os.listdir(tmpd)
+    t = load_trace(str(tmpd / first))
+    assert sum(1 for e in ranges_of(t) if e["name"] == "rel/range") == 500
+    assert [e["name"] for e in ranges_of(t)].count("pf") == 1
+    with pytest.warns(RuntimeWarning, match="instead"):
+        with pytest.raises(KeyError, match="mine"):
+            work(True)
+    assert len(os.listdir(tmpd)) == 2
+    assert not C.active()
+    # nowhere takes it (no temporary directory, the current one removed): said plainly, the
+    # result still returned
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    os.rmdir(cwd)
+    with pytest.warns(RuntimeWarning, match="the trace is lost"):
+        assert work(False) == 42
+
+
+def test_window_ended_at_process_exit_is_written_elsewhere_when_it_must(tmp_path):
+    """A ProfilerContext still open when the process ends (sys.exit, an uncaught exception,
+    SIGTERM) whose output directory is gone: the trace goes to $TMPDIR, the warning says
+    where (not "call save(path)": the program is over), the exit status stays the program's."""
+    code = textwrap.dedent("""
+        import os, shutil, signal, sys
+        import cprof
+        out = sys.argv[2]
+        os.makedirs(out)
+        ctx = cprof.ProfilerContext(activities=["CPU"], with_stack=False, record_shapes=False,
+                                    output_dir=out, profile_name="end", verbose=False)
+        ctx.__enter__()
+        r = cprof.range("rel/range")
+        for _ in range(300):
+            with r:
+                pass
+        shutil.rmtree(out)
+        how = sys.argv[1]
+        if how == "exit":
+            sys.exit(3)
+        if how == "raise":
+            raise KeyError("uncaught")
+        os.kill(os.getpid(), signal.SIGTERM)
+    """)
+    for how, status in (("exit", 3), ("raise", 1), ("term", -15)):
+        tmpd = tmp_path / f"tmp-{how}"
+        tmpd.mkdir()
+        env = dict(os.environ, TMPDIR=str(tmpd),
+                   PYTHONPATH=os.path.dirname(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        p = subprocess.run([sys.executable, "-c", code, how, str(tmp_path / f"out-{how}")],
+                           capture_output=True, text=True, env=env, timeout=120)
+        assert p.returncode == status, (how, p.stderr[-2000:])
+        (name,) = os.listdir(tmpd)
+        assert f"written to {tmpd / name} instead" in p.stderr, p.stderr[-2000:]
+        assert "save(path)" not in p.stderr
+        t = load_trace(str(tmpd / name))
+        assert sum(1 for e in ranges_of(t) if e["name"] == "rel/range") == 300
+        assert t["cprof"]["partial"] is True
 
 
 @pytest.fixture
