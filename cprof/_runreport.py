@@ -138,6 +138,8 @@ def build_summary(prof):
             "meta": {**r.extra,
                      "index": r.index, "label": r.label, "bsz": r.bsz, "warmup": r.warmup,
                      "steps_discarded": r.steps_discarded,
+                     "steps_unmeasured": r.steps_unmeasured,
+                     "timer_error": r.timer_error,
                      "start_time": _iso(r.start_time), "end_time": _iso(r.end_time),
                      "wall_s": r.end_time - r.start_time},
             "stats": rs,
@@ -185,6 +187,8 @@ def build_summary(prof):
             "note": note,
             # steps that raised inside step_timing_ctx (not measured), over the reported runs
             "steps_discarded": sum(r.steps_discarded for r in runs),
+            # steps whose CUDA timers could not be read (an error from CUDA): in no figure
+            "steps_unmeasured": sum(r.steps_unmeasured for r in runs),
             # the buckets outside the canonical list (listed after the canonical ones in the
             # bucket tables): each one's avg ms per step, by domain
             "buckets_others_ms": {dom: dict(v) for dom, v in others.items()},
@@ -247,6 +251,11 @@ def render_markdown(s):
     if m.get("steps_discarded"):
         lines += [f"> {m['steps_discarded']} step(s) raised inside step_timing_ctx and are not "
                   "measured (not in any figure below).", ""]
+    if m.get("steps_unmeasured"):
+        why = next((r["meta"]["timer_error"] for r in s.get("runs", ())
+                    if r["meta"].get("timer_error")), None)
+        lines += [f"> **{m['steps_unmeasured']} step(s) could not be timed**"
+                  + (f" ({why})" if why else "") + ": they are not in any figure below.", ""]
     lines += ["## Global summary", "",
               "| Steps | Mean ms | P50 ms | P90 ms | P99 ms | Tok/s | Tokens | Time ms |",
               "|---:|---:|---:|---:|---:|---:|---:|---:|",

@@ -356,6 +356,8 @@ class _RunInfo:
         self.end_time = None
         self.steps = 0
         self.steps_discarded = 0  # steps that raised: not measured, counted in the reports
+        self.steps_unmeasured = 0  # steps whose CUDA timers could not be read: in no figure
+        self.timer_error = None    # what CUDA returned for them
         self.extra = {}  # begin_run's other keywords (prefix_len=...)
         self.pending_kv = []  # (step index, device scalar tensor): resolved at end_run
 
@@ -492,7 +494,7 @@ class Profiler:
                                      "the step first")
         if self.cfg.dist_barrier:
             _barrier()
-        _C.timers_resolve()
+        self._resolve_timers(run)
         self._resolve_kv(run)
         run.end_time = time.time()
         self._run = None
@@ -507,6 +509,24 @@ class Profiler:
                   f"{s['steps']} steps, mean {mean:.3f} ms, p90 "
                   f"{(s['p90_ms'] or float('nan')):.3f} ms, {tps:.1f} tok/s, "
                   f"{s['tokens']} tokens")
+
+    def _resolve_timers(self, run):
+        """Reads the run's ended CUDA regions. A step whose time CUDA cannot give (an error
+        from the event query, a sticky CUDA error in the program) is left out of every
+        figure, counted (steps_unmeasured in the reports) and warned about: never a 0 ms."""
+        n, why = _C.timers_resolve()
+        if not n:
+            return
+        first = not run.steps_unmeasured
+        run.steps_unmeasured += n
+        run.timer_error = why
+        if first or not self.cfg.strict_sync:  # strict_sync resolves every step: warn once
+            warnings.warn(
+                f"cprof: {n} step(s) of run {run.index} could not be timed ({why}): they are "
+                "left out of every statistic, not counted as 0 ms; the reports count them "
+                "(steps_unmeasured). A CUDA error in the program makes later event queries "
+                "fail too: check it with torch.cuda.synchronize().", RuntimeWarning,
+                stacklevel=3)
 
     def _resolve_kv(self, run):
         if not run.pending_kv:
@@ -613,7 +633,7 @@ class Profiler:
         self._last_step = ctx.step
         self._run.steps += 1
         if strict:
-            _C.timers_resolve()
+            self._resolve_timers(self._run)
 
     def set_step_tokens(self, n):
         """Accepted tokens of the step: inside step_timing_ctx(), or right after it (then they

@@ -32,6 +32,7 @@ typedef struct {
 static const cprof_cuda_api *api;
 static int cuda_state = -1;        /* -1 unknown, 0 unusable, 1 usable */
 static char err[256];
+static char fail[160];             /* why the last resolve left a region unmeasured */
 static region *regions;
 static uint32_t nregions, regions_cap, nopen;
 static uint32_t generation;        /* bumps at each resolve: stale slots are ignored */
@@ -179,8 +180,9 @@ int cprof_timer_end(uint32_t slot, uintptr_t stream, uint8_t domain, uint32_t bu
 
 uint32_t cprof_timers_open(void) { return nopen; }
 
-int cprof_timers_resolve(void) {
+int cprof_timers_resolve(uint64_t *unmeasured) {
     int rc = CPROF_OK;
+    uint64_t failed_steps = 0;
     for (uint32_t i = 0; i < nregions; i++) {
         region *r = &regions[i];
         if (r->state == 2) {
@@ -188,11 +190,20 @@ int cprof_timers_resolve(void) {
             if (r->cuda) {
                 float ms = 0.0f;
                 /* in record order: after the first wait the rest are already complete */
-                if (api->cuEventSynchronize(r->b) == CUDA_SUCCESS &&
-                    api->cuEventElapsedTime(&ms, r->a, r->b) == CUDA_SUCCESS && ms >= 0.0f)
-                    ns = (uint64_t)llround((double)ms * 1e6);
-                else
+                CUresult cr = api->cuEventSynchronize(r->b);
+                if (cr == CUDA_SUCCESS) cr = api->cuEventElapsedTime(&ms, r->a, r->b);
+                if (cr != CUDA_SUCCESS || !(ms >= 0.0f)) {
+                    /* no time, not a time of 0: the step leaves every figure (counted) */
+                    if (rc == CPROF_OK)
+                        snprintf(fail, sizeof fail, "%s returned CUDA error %d",
+                                 cr == CUDA_SUCCESS ? "cuEventElapsedTime (a negative time)"
+                                                    : "cuEventSynchronize / cuEventElapsedTime",
+                                 (int)cr);
                     rc = CPROF_E_UNAVAILABLE;
+                    failed_steps += (uint64_t)cprof_rs_step_unmeasured(r->step);
+                    continue;
+                }
+                ns = (uint64_t)llround((double)ms * 1e6);
             } else {
                 ns = r->host_b - r->host_a;
             }
@@ -208,8 +219,11 @@ int cprof_timers_resolve(void) {
     nregions = 0;
     nopen = 0;
     generation++;
+    if (unmeasured) *unmeasured = failed_steps;
     return rc;
 }
+
+const char *cprof_timers_resolve_error(void) { return fail; }
 
 void cprof_timers_counts(uint32_t *pool_events, uint32_t *pending, uint64_t *records,
                          uint64_t *shared) {

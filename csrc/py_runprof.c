@@ -311,11 +311,14 @@ static PyObject *mod_timer_end(PyObject *module, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* timers_resolve() -> (steps newly left unmeasured, why: None or what CUDA returned) */
 static PyObject *mod_timers_resolve(PyObject *module, PyObject *unused) {
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = cprof_timers_resolve();
+    uint64_t unmeasured = 0;
+    Py_BEGIN_ALLOW_THREADS rc = cprof_timers_resolve(&unmeasured);
     Py_END_ALLOW_THREADS
-    return PyBool_FromLong(rc == CPROF_OK);
+    if (rc == CPROF_OK) return Py_BuildValue("(KO)", (unsigned long long)unmeasured, Py_None);
+    return Py_BuildValue("(Ks)", (unsigned long long)unmeasured, cprof_timers_resolve_error());
 }
 
 static PyObject *mod_timers_counts(PyObject *module, PyObject *unused) {
@@ -491,7 +494,8 @@ static PyMethodDef runprof_methods[] = {
      "(True, None) when CUDA-event timers work here, else (False, reason)."},
     {"timer_begin", (PyCFunction)mod_timer_begin, METH_VARARGS, "Opens a timed region."},
     {"timer_end", (PyCFunction)mod_timer_end, METH_VARARGS, "Closes a timed region."},
-    {"timers_resolve", (PyCFunction)mod_timers_resolve, METH_NOARGS, "Resolves ended regions."},
+    {"timers_resolve", (PyCFunction)mod_timers_resolve, METH_NOARGS,
+     "Resolves ended regions: (steps left unmeasured, why or None)."},
     {"timers_counts", (PyCFunction)mod_timers_counts, METH_NOARGS, "Event pool figures."},
     {"sync_stream", (PyCFunction)mod_sync_stream, METH_O, "Synchronises one CUDA stream."},
     {"_timers_share_ns", (PyCFunction)mod_timers_share_ns, METH_O,

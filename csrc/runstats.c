@@ -14,6 +14,7 @@ typedef struct {
     uint32_t owner;     /* the Profiler it belongs to (0: released) */
     uint32_t run;
     uint8_t done;       /* step_end was called */
+    uint8_t unmeasured; /* a timer of it could not be resolved: in no statistic */
     uint64_t latency_ns; /* UINT64_MAX while pending */
     int64_t tokens;
     double kv_len;
@@ -51,7 +52,7 @@ int cprof_rs_step_begin(uint32_t owner, uint32_t run, uint64_t *step) {
     if (!owner) return CPROF_E_ARG;
     if (nsteps == steps_cap && grow((void **)&steps, &steps_cap, sizeof *steps))
         return CPROF_E_NOMEM;
-    steps[nsteps] = (step_rec){owner, run, 0, UINT64_MAX, 0, NAN};
+    steps[nsteps] = (step_rec){owner, run, 0, 0, UINT64_MAX, 0, NAN};
     live_steps++;
     *step = nsteps++;
     return CPROF_OK;
@@ -75,6 +76,12 @@ int cprof_rs_step_end(uint64_t step, uint64_t latency_ns, int64_t tokens, double
 
 void cprof_rs_set_latency(uint64_t step, uint64_t latency_ns) {
     if (step < nsteps) steps[step].latency_ns = latency_ns;
+}
+
+int cprof_rs_step_unmeasured(uint64_t step) {
+    if (step >= nsteps || steps[step].unmeasured) return 0;
+    steps[step].unmeasured = 1;
+    return 1;
 }
 
 void cprof_rs_set_kv(uint64_t step, double kv_len) {
@@ -108,7 +115,8 @@ static int selected(const step_rec *s, uint32_t owner, uint32_t run_lo, uint32_t
     /* a step without a KV length (NaN) belongs to no bin, but to every unbinned query */
     int kv_ok = (isinf(kv_lo) && kv_lo < 0 && isinf(kv_hi)) ||
                 (!isnan(s->kv_len) && s->kv_len >= kv_lo && s->kv_len < kv_hi);
-    return s->owner == owner && s->done && s->latency_ns != UINT64_MAX && s->run >= run_lo && s->run < run_hi && kv_ok;
+    return s->owner == owner && s->done && !s->unmeasured && s->latency_ns != UINT64_MAX &&
+           s->run >= run_lo && s->run < run_hi && kv_ok;
 }
 
 static int cmp_u64(const void *a, const void *b) {

@@ -31,8 +31,12 @@ int cprof_timer_end(uint32_t slot, uintptr_t stream, uint8_t domain, uint32_t bu
 uint32_t cprof_timers_open(void);
 /* Resolves every ended region (waits for its end event: one wait for the last event of each
  * stream in practice) and files its time in the step store. Events go back to the pool.
- * Call with the GIL released. */
-int cprof_timers_resolve(void);
+ * A region whose time CUDA cannot give makes its step unmeasured (cprof_rs_step_unmeasured),
+ * never a time of 0: CPROF_E_UNAVAILABLE, *unmeasured (may be NULL) = steps newly made
+ * unmeasured, and cprof_timers_resolve_error() says what CUDA returned. Call with the GIL
+ * released. */
+int cprof_timers_resolve(uint64_t *unmeasured);
+const char *cprof_timers_resolve_error(void);
 /* Events held by the pool, regions pending resolution, events recorded and boundaries that
  * reused the previous event, since the process started (tests, leak checks, benchmarks). */
 void cprof_timers_counts(uint32_t *pool_events, uint32_t *pending, uint64_t *records,
@@ -71,6 +75,9 @@ void cprof_rs_set_latency(uint64_t step, uint64_t latency_ns);
 void cprof_rs_set_kv(uint64_t step, double kv_len);
 /* Drops step (the last one begun) and its bucket times: it raised, or was not completed. */
 void cprof_rs_step_abort(uint64_t step);
+/* Leaves step out of every statistic (its latency or a bucket time could not be measured):
+ * 1 if it was counted until now, 0 if already left out or unknown. */
+int cprof_rs_step_unmeasured(uint64_t step);
 /* Adds ns to (domain, bucket) of step. */
 void cprof_rs_add_bucket(uint64_t step, uint8_t domain, uint32_t bucket_id, uint64_t ns);
 /* Releases owner's steps (its Profiler is gone); when no live owner has a step left and

@@ -924,6 +924,75 @@ def _fake_timers(tmp_path, between="pass", **env):
     return r
 
 
+FAKE_TIMER_FAULT = """
+import ctypes, json, sys, time, warnings
+sys.path.insert(0, {root!r})
+import cprof
+fake = ctypes.CDLL({so!r})
+fake.fake_cupti_set_error.argtypes = [ctypes.c_char_p, ctypes.c_int]
+fake.fake_cupti_reset.argtypes = []
+def run(prof, fail_from):
+    prof.begin_run()
+    for i in range(4):
+        if i == fail_from:  # CUDA error 700 from the event query from here on
+            fake.fake_cupti_set_error(b"cuEventElapsedTime", 700)
+            fake.fake_cupti_set_error(b"cuEventElapsedTime_v2", 700)
+        with prof.step_timing_ctx():
+            with cprof.cuda_bucket_timer("attn.rope"):
+                time.sleep(0.004)
+    prof.end_run()
+    fake.fake_cupti_reset()
+out = {{}}
+for strict in (False, True):
+    prof = cprof.Profiler(cprof.ProfilerConfig(output_dir={out!r}, run_name=f"s{{strict}}",
+                          warmup_runs=0, model_profiling=True, print_per_run=False,
+                          strict_sync=strict), timing="cuda")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        run(prof, 2)  # steps 0, 1 timed; 2, 3 not
+        run(prof, 0 if not strict else 99)  # every step fails / none does
+    s = prof.summary()
+    prof.save_all()
+    out[str(strict)] = {{"warn": [str(x.message) for x in w], "meta": s["meta"],
+                         "runs": [r["meta"] for r in s["runs"]],
+                         "stats": [r["stats"] for r in s["runs"]],
+                         "rope": [r["buckets_model_avg_ms"].get("attn.rope") for r in s["runs"]]}}
+print(json.dumps(out))
+"""
+
+
+def test_cuda_timer_that_cannot_be_read_is_not_a_zero(tmp_path):
+    """A CUDA region whose time the driver cannot give (cuEventElapsedTime failing, as after
+    a sticky CUDA error) leaves its step out of every figure, counted and warned about; it
+    used to count as 0 ms (a mean of 0, bucket averages diluted), silently."""
+    so = _fake_so()
+    code = FAKE_TIMER_FAULT.format(root=ROOT, out=str(tmp_path), so=so)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, CPROF_LIBCUDA_PATH=so, CPROF_CUPTI_PATH=so))
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    for res in out.values():
+        assert "CUDA error 700" in res["runs"][0]["timer_error"]
+        assert any("could not be timed" in m and "CUDA error 700" in m for m in res["warn"])
+    # resolved at end_run, when the fault is there: no step of either run has a time
+    lost = out["False"]
+    assert [r["steps_unmeasured"] for r in lost["runs"]] == [4, 4]
+    assert [st["steps"] for st in lost["stats"]] == [0, 0]
+    assert lost["stats"][0]["mean_ms"] is None and lost["rope"][0] is None  # not 0.0
+    assert lost["meta"]["steps_unmeasured"] == 8
+    # strict_sync resolves each step as it ends: steps 0 and 1 keep their times
+    ok = out["True"]
+    assert [r["steps_unmeasured"] for r in ok["runs"]] == [2, 0]
+    assert [st["steps"] for st in ok["stats"]] == [2, 4]
+    assert ok["stats"][0]["min_ms"] >= 3.5  # no step counted as 0 ms
+    assert ok["rope"][0] >= 3.5  # the bucket average is not diluted by the failures
+    assert ok["meta"]["steps_unmeasured"] == 2
+    # strict_sync resolves every step: one warning per run, not one per step
+    assert sum("could not be timed" in m for m in ok["warn"]) == 1
+    reports = [p.read_text() for p in tmp_path.rglob("*.md")]
+    assert len(reports) == 2 and all("step(s) could not be timed" in t for t in reports)
+
+
 def test_adjacent_cuda_regions_share_their_boundary_event(tmp_path):
     """End of one region and start of the next (and an outer and an inner start, an inner and
     an outer end) are one event: 3 regions, 6 boundaries, 3 records per step; the times are
