@@ -81,6 +81,10 @@ What the program sees and what comes back
     (partial, "end": "Terminated"), as python would have ended it at the first.
     A program that installs its own SIGTERM handler keeps it, one started with SIGTERM
     ignored keeps ignoring it, and forked children (DataLoader workers) get the default back.
+    SIGHUP (a terminal or ssh session gone; torchrun forwards it to its workers) and SIGQUIT,
+    which end python at once, write the trace first (partial, "end": "SIGHUP" / "SIGQUIT"),
+    say so, and end the process by the same signal (-1 / -3); the same holds for a program's
+    own handler and SIG_IGN as for SIGTERM.
   - The trace is written in every one of those cases if the window was open. It is marked
     partial when the program ended with an exception while the window was open: the trace's
     "cprof" metadata has "partial": true and "end": the exception's name (SystemExit for a
@@ -136,6 +140,10 @@ _VALUE_OPTIONS = ("--activities", "-o", "--output-dir", "--name", "--delay", "--
 EXIT_USAGE = 2
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
+# SIGHUP (terminal or ssh session gone; torchrun forwards it to its workers) and SIGQUIT end
+# python at once: cprof run writes the trace first, then dies of the signal
+OTHER_ENDING_SIGNALS = tuple(getattr(signal, n) for n in ("SIGHUP", "SIGQUIT")
+                             if hasattr(signal, n))
 # after SIGTERM is raised as Terminated, how long the program has to end before cprof run
 # writes the trace and ends it by SIGTERM itself (a program that caught Terminated and went on)
 TERM_GRACE_S = 3.0
@@ -320,6 +328,7 @@ class _Session:
         self.finished = threading.Event()  # the program has ended: timers stop
         self.opened = threading.Event()
         self.term_pending = False
+        self.signal_pending = 0  # SIGHUP / SIGQUIT that came while the window opened or closed
         self.terminated = False  # Terminated was raised once (a second SIGTERM ends it)
         self._critical = 0
         self.t0 = time.monotonic()
@@ -327,10 +336,39 @@ class _Session:
         self.pid = os.getpid()  # a child forked from the program closes nothing (the parent's)
         self.held_by_import = False  # the timer waited for the program's import of torch
 
-    # -- SIGTERM --
+    # -- SIGTERM, SIGHUP, SIGQUIT --
     def forked(self):
         if signal.getsignal(signal.SIGTERM) == self.on_sigterm:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for sig in OTHER_ENDING_SIGNALS:
+            if signal.getsignal(sig) == self.on_ending_signal:
+                signal.signal(sig, signal.SIG_DFL)
+
+    def on_ending_signal(self, signum, frame):
+        """SIGHUP (a terminal or ssh session gone, torchrun stopping its workers) or SIGQUIT:
+        python would die at once, so the trace is written first (partial, end "SIGHUP"),
+        said, and the process dies of the signal as it would have."""
+        if self._critical:
+            self.signal_pending = signum  # acted on once open / close is done
+            return
+        self._end_by_signal(signum)
+
+    def _end_by_signal(self, signum):
+        name = signal.Signals(signum).name
+        self.finished.set()  # the timer stops; nothing opens the window any more
+        self.opened.set()
+        try:
+            self.close(f"{name} received", name)
+        finally:  # whatever happened to the write, the process ends
+            self.out.info(f"terminated by {name}")
+            _flush_stdio()
+            try:
+                signal.signal(signum, signal.SIG_DFL)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
+                os.kill(os.getpid(), signum)
+                time.sleep(1)  # the signal is delivered before this returns
+            finally:
+                os._exit(128 + signum)
 
     def on_sigterm(self, signum, frame):
         if self._critical or self.finished.is_set():
@@ -381,6 +419,9 @@ class _Session:
         if main:
             self._critical -= 1
         self.lock.release()
+        if main and not self._critical and self.signal_pending:
+            signum, self.signal_pending = self.signal_pending, 0
+            self._end_by_signal(signum)
         if main and not self._critical and self.term_pending and not self.finished.is_set():
             self.term_pending = False
             raise Terminated()
@@ -505,8 +546,8 @@ class _Session:
         self.summary = ctx.summary
         out.info(f"trace written to {r.path} ({r.events} events, {_fmt_size(r.bytes)})")
         if exc_type is not None:
-            out.info(f"the trace is partial: the program ended with {exc_type.__name__} "
-                     "while the window was open")
+            out.info("the trace is partial: the program ended with "
+                     f"{getattr(exc_type, '__name__', exc_type)} while the window was open")
 
     # -- timers --
     def start_timer(self):
@@ -1033,6 +1074,10 @@ class _Run:
             # terminate() must end them as it would without cprof.
             signal.signal(signal.SIGTERM, session.on_sigterm)
             os.register_at_fork(after_in_child=session.forked)
+        if threading.current_thread() is threading.main_thread():
+            for sig in OTHER_ENDING_SIGNALS:  # left alone where the program set them up
+                if signal.getsignal(sig) is signal.SIG_DFL:
+                    signal.signal(sig, session.on_ending_signal)
         session.t0 = time.monotonic()  # --delay counts from here: the program starts next
         session.start_timer()  # before the window opens, so the tracer never sees its thread
         _install_torch_hooks(session, opts.capture)

@@ -16,6 +16,9 @@ ends its window, marked partial, on the way out:
   (and dies) only when that call returns; SIGKILL is unaffected. A SIGTERM that arrives while
   cprof itself opens, steps into a new window, or closes and writes one waits until that is
   done; a second SIGTERM during the write is ignored (the first one ends the process).
+- SIGHUP (a terminal or ssh session gone; torchrun forwards it) and SIGQUIT: the same as
+  SIGTERM (their own default disposition checked), the end reason "SIGHUP" / "SIGQUIT", the
+  process then dies of that signal. SIGUSR1/2 are left alone.
 - Interpreter exit with the window still open (start() never stopped, __enter__ without a
   with-block, sys.exit or an uncaught exception outside any with-block): an atexit hook ends
   it with end "exit", or the name of the uncaught exception that ended the program
@@ -42,11 +45,17 @@ _last_exc_at_open = None
 _handler_installed = False
 _atexit_registered = False
 _critical = 0          # > 0 while some thread is inside cprof's start / step / stop
-_term_pending = False
+_term_pending = 0      # the ending signal held back while cprof was busy (0: none)
 _terminating = False
 forks = 0              # forks this process descends from (os.fork children): cheaper than getpid
 
 EXIT_STATUS_SIGTERM = 128 + signal.SIGTERM
+# signals whose default action ends the process and that a job gets on purpose: a scheduler
+# or torchrun stopping it (SIGTERM; torchrun forwards SIGHUP and SIGQUIT too), a terminal or
+# ssh session gone (SIGHUP). SIGUSR1/2 are left alone: faulthandler.register and debuggers
+# install C handlers for them that Python cannot see
+ENDING_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP", "SIGQUIT")
+                       if hasattr(signal, n))
 
 
 def debug(msg, *args):
@@ -106,17 +115,17 @@ def leave_critical():
     if _critical or _terminating:
         return
     if _term_pending:
-        _term_pending = False
+        signum, _term_pending = _term_pending, 0
         if _main_thread():
-            _terminate()
+            _terminate(signum)
         else:  # the handler must run in the main thread: deliver it there again
             import _thread
-            _thread.interrupt_main(signal.SIGTERM)
+            _thread.interrupt_main(signum)
             return
     _sync_sigterm()
 
 
-# ---- SIGTERM ----
+# ---- SIGTERM, SIGHUP, SIGQUIT ----
 
 def _sync_sigterm():
     if not _running:
@@ -124,16 +133,27 @@ def _sync_sigterm():
 
 
 def _install_sigterm():
+    """Our handler for each ending signal that has the default disposition (main thread)."""
     global _handler_installed
     if _handler_installed or not _main_thread():
         return
-    try:
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            return  # the program's own handler (or SIG_IGN, or cprof run's): left alone
-        signal.signal(signal.SIGTERM, _on_sigterm)
-    except (ValueError, OSError):  # not the main interpreter, or signals unavailable
-        return
-    _handler_installed = True
+    for sig in ENDING_SIGNALS:
+        try:
+            if signal.getsignal(sig) is not signal.SIG_DFL:
+                continue  # the program's own handler (or SIG_IGN, or cprof run's): left alone
+            signal.signal(sig, _on_sigterm)
+        except (ValueError, OSError):  # not the main interpreter, or signals unavailable
+            return
+        _handler_installed = True
+
+
+def _restore_defaults():
+    for sig in ENDING_SIGNALS:
+        try:
+            if signal.getsignal(sig) is _on_sigterm:
+                signal.signal(sig, signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
 
 
 def _remove_sigterm():
@@ -141,39 +161,40 @@ def _remove_sigterm():
     if not _handler_installed or not _main_thread():
         return  # from another thread it stays until a close in the main thread: harmless
     _handler_installed = False
-    try:
-        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    except (ValueError, OSError):
-        pass
+    _restore_defaults()
 
 
 def _on_sigterm(signum, frame):
+    """SIGTERM, SIGHUP (a closed terminal or ssh session, torchrun stopping its workers) or
+    SIGQUIT with the default disposition: the open windows are written, then the process dies
+    of that signal as it would have."""
     global _term_pending
     if _terminating:
-        return  # a second SIGTERM while the trace is written: the first one ends the process
+        return  # a second signal while the trace is written: the first one ends the process
     if _critical:
-        _term_pending = True  # acted on when cprof's start / step / stop is done
+        _term_pending = signum  # acted on when cprof's start / step / stop is done
         return
-    _terminate()
+    _terminate(signum)
 
 
-def _terminate():
-    """Ends the windows (marked partial, end "SIGTERM"), then dies of SIGTERM."""
+def _terminate(signum=signal.SIGTERM):
+    """Ends the windows (marked partial, end "SIGTERM" / "SIGHUP" / "SIGQUIT"), then dies of
+    the signal."""
     global _terminating, _handler_installed
     _terminating = True
     try:
         if _pid == os.getpid():
             for _, owner in reversed(list(_running)):
-                _end(owner, "SIGTERM")
+                _end(owner, signal.Signals(signum).name)
     finally:
         _handler_installed = False
         try:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])
-            signal.raise_signal(signal.SIGTERM)
+            _restore_defaults()
+            signal.signal(signum, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
+            signal.raise_signal(signum)
         finally:
-            os._exit(EXIT_STATUS_SIGTERM)  # only if SIGTERM could not end the process
+            os._exit(128 + signum)  # only if the signal could not end the process
 
 
 def end_open_windows():
@@ -216,14 +237,10 @@ def _after_fork_child():
     running = list(_running) if _pid is not None else []
     _running.clear()
     _pid = None
-    _term_pending = False  # (_critical stays: the child leaves the sections it is inside)
+    _term_pending = 0  # (_critical stays: the child leaves the sections it is inside)
     if _handler_installed:
         _handler_installed = False
-        try:
-            if signal.getsignal(signal.SIGTERM) is _on_sigterm:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)  # workers end as without cprof
-        except (ValueError, OSError):
-            pass
+        _restore_defaults()  # workers end as without cprof
     with warnings.catch_warnings():  # nothing printed in the child (one thread: safe here)
         warnings.simplefilter("ignore")
         for key, _ in running:

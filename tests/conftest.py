@@ -43,8 +43,11 @@ def run_ops_snippet(code, cwd, env=None, timeout=300, warnings_always=False):
 def sigint_default():
     """preexec_fn for a child a test interrupts with SIGINT: a test run started in the
     background by a shell without job control inherits SIGINT ignored, and a Python started
-    that way never raises KeyboardInterrupt; the child gets the default disposition back."""
+    that way never raises KeyboardInterrupt; the child gets the default disposition back.
+    Also no core file: a child a test ends by SIGQUIT must not leave one in the checkout."""
+    import resource
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
 def ranges_of(trace, cat=None):

@@ -233,6 +233,30 @@ def test_signal_writes_partial_trace(tmp_path, sig, code, end, opts):
         assert "cprof: terminated by SIGTERM" in stderr
 
 
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGQUIT])
+def test_sighup_and_sigquit_write_the_trace_and_say_so(tmp_path, sig):
+    """A hung-up session (SIGHUP) or SIGQUIT: python dies at once, leaving nothing; cprof run
+    writes the trace (partial, end SIGHUP), says where, and dies of the same signal."""
+    p = subprocess.Popen(_cmd("-o", tmp_path, BASIC, "sigterm"), env=_env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=sigint_default)
+    try:
+        lines = [p.stdout.readline() for _ in range(4)]
+        assert lines[3] == "ready\n", lines
+        p.send_signal(sig)
+        stdout, stderr = p.communicate(timeout=30)
+    finally:
+        p.kill()
+        p.wait()
+    name = signal.Signals(sig).name
+    assert p.returncode == -sig, stderr
+    t = load_trace(tmp_path / "basic.trace.json.gz")
+    assert t["cprof"]["partial"] is True and t["cprof"]["end"] == name
+    assert names(t) == ["work", "waiting"]
+    assert f"trace written to {tmp_path / 'basic.trace.json.gz'}" in stderr
+    assert f"cprof: terminated by {name}" in stderr
+
+
 @pytest.mark.parametrize("again", [False, True])
 def test_a_program_that_swallows_terminated_still_ends_by_sigterm(tmp_path, again):
     """Python dies at SIGTERM; under cprof run it is raised as Terminated so the trace gets

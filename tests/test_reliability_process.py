@@ -115,6 +115,22 @@ def test_sigterm_writes_a_partial_trace_then_dies_of_sigterm(mode, tmp_path):
     assert sleeping and all(e["args"].get("cprof truncated") == 1 for e in sleeping)
 
 
+@pytest.mark.parametrize("sig", ["SIGHUP", "SIGQUIT"])
+@pytest.mark.parametrize("mode", ["ctx", "profile_startstop"])
+def test_sighup_and_sigquit_write_a_partial_trace_then_die_of_them(mode, sig, tmp_path):
+    """SIGHUP (an ssh session or terminal gone; torchrun stopping its workers) and SIGQUIT
+    end python at once: they used to leave no trace and no message. Now as SIGTERM: the
+    trace is written, partial, end SIGHUP / SIGQUIT, and the process dies of the signal."""
+    out = tmp_path / "out"
+    signum = getattr(signal, sig)
+    status, stdout, err = _signal_when_ready(mode, out, signum)
+    assert status == -signum, (status, err)
+    t = _only_trace(out)
+    assert t["cprof"]["partial"] is True and t["cprof"]["end"] == sig
+    names = [e["name"] for e in ranges_of(t)]
+    assert "before" in names and "sleeping" in names
+
+
 def test_sigterm_during_cprofs_own_write_waits_for_it(tmp_path):
     """A SIGTERM that arrives while cprof closes the window (here: from on_trace_ready, in
     the middle of stop()) is held until the trace is written, then ends the process; the
@@ -159,7 +175,10 @@ def test_sigterm_handler_only_while_a_window_is_open(tmp_path):
     with cprof.ProfilerContext(output_dir=tmp_path, verbose=False, activities=CPU,
                                with_stack=False):
         assert signal.getsignal(signal.SIGTERM) is _lifecycle._on_sigterm
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        assert signal.getsignal(signal.SIGHUP) is _lifecycle._on_sigterm
+        assert signal.getsignal(signal.SIGQUIT) is _lifecycle._on_sigterm
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        assert signal.getsignal(sig) is signal.SIG_DFL
     p = cprof.profile(activities=CPU)
     p.start()
     assert signal.getsignal(signal.SIGTERM) is _lifecycle._on_sigterm
