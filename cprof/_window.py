@@ -463,6 +463,12 @@ class Window:
                 "point are missing from this trace; the trace says so in its metadata "
                 "(dropped.gpu_buffers_undecoded). A libcupti other than the one the driver "
                 "expects (CPROF_CUPTI_PATH) can cause it.", RuntimeWarning, stacklevel=4)
+        if u["drop_count_errors"]:
+            warnings.warn(
+                f"cprof: CUPTI would not say how many GPU records it dropped for "
+                f"{u['drop_count_errors']} activity buffer(s): records may be missing from this "
+                "trace in numbers nobody knows; the trace says so in its metadata "
+                "(dropped.gpu_drop_count_errors).", RuntimeWarning, stacklevel=4)
         if d["incomplete"]:
             nvtx = u["nvtx_open"]
             other = d["incomplete"] - nvtx
@@ -502,7 +508,8 @@ class Window:
                                "gpu_incomplete": d["incomplete"],
                                "gpu_buffers_refused": d["buffers_refused"],
                                "gpu_flush_error": u["flush_error"],
-                               "gpu_buffers_undecoded": u["buffers_undecoded"]}
+                               "gpu_buffers_undecoded": u["buffers_undecoded"],
+                               "gpu_drop_count_errors": u["drop_count_errors"]}
         if extra:
             meta.update(extra)
         return meta, rank, world, backend

@@ -58,6 +58,7 @@ static uint64_t zero_cost_ns;
 static completed_buf *pool_done;
 static size_t pool_done_n;
 static _Atomic uint64_t dropped_cupti;
+static _Atomic uint64_t drop_count_errors; /* buffers whose drop count CUPTI would not give */
 static _Atomic uint64_t no_buffer_requests;
 static _Atomic uint64_t buffers_used;
 
@@ -106,9 +107,13 @@ static void buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, si
                              size_t valid) {
     (void)size;
     size_t dropped = 0;
-    if (api && api->cuptiActivityGetNumDroppedRecords &&
-        api->cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS && dropped)
-        atomic_fetch_add(&dropped_cupti, dropped);
+    if (api && api->cuptiActivityGetNumDroppedRecords) {
+        CUptiResult r = api->cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped);
+        if (r != CUPTI_SUCCESS) /* CUPTI's drops for this buffer are unknown: counted, said */
+            atomic_fetch_add(&drop_count_errors, 1);
+        else if (dropped)
+            atomic_fetch_add(&dropped_cupti, dropped);
+    }
     if (!buffer) return;
     pthread_mutex_lock(&pool_lock);
     if (pool_done_n < pool_n) pool_done[pool_done_n++] = (completed_buf){buffer, valid};
@@ -535,6 +540,7 @@ int cprof_cupti_start(const cprof_gpu_config *cfg, uint64_t start_ns) {
     int rc = pool_setup(config.buffer_bytes, config.pool_cap_bytes);
     if (rc == CPROF_OK) {
         atomic_store(&dropped_cupti, 0);
+        atomic_store(&drop_count_errors, 0);
         atomic_store(&no_buffer_requests, 0);
         atomic_store(&buffers_used, 0);
         if (!timestamp_callback_ok) {
@@ -627,6 +633,7 @@ int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot
     snap->cuda_events = had_events;
     cprof_gpu_resolve_event_waits(snap); /* out of memory: the waits stay unresolved, counted */
     snap->dropped_cupti = atomic_load(&dropped_cupti);
+    snap->drop_count_errors = atomic_load(&drop_count_errors);
     snap->buffers_refused = atomic_load(&no_buffer_requests);
     snap->pool_cap_bytes = config.pool_cap_bytes;
     snap->buffers = atomic_load(&buffers_used);

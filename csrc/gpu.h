@@ -103,6 +103,8 @@ typedef struct cprof_gpu_snapshot {
     uint64_t buffers_undecoded; /* completed buffers whose walk ended on an error before their
                                    end (records after that point lost, in unknown numbers) */
     int undecoded_error;        /* CUPTI's result that ended the last such walk */
+    uint64_t drop_count_errors; /* completed buffers whose dropped-record count CUPTI refused:
+                                   its drops for them are unknown, not 0 */
     uint64_t toggled_off;       /* records left out on request: launched while CUDA collection
                                    was toggled off (gpu_toggle.c) */
     uint64_t buffers_refused;   /* CUPTI's requests for a buffer refused (pool full): records

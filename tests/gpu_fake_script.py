@@ -193,7 +193,8 @@ with warnings.catch_warnings(record=True) as caught:
         tid = threading.get_native_id()
         caught_at = {}
         for name, fn, once in (("flush", b"cuptiActivityFlushAll", False),
-                               ("nextrecord", b"cuptiActivityGetNextRecord", True)):
+                               ("nextrecord", b"cuptiActivityGetNextRecord", True),
+                               ("dropcount", b"cuptiActivityGetNumDroppedRecords", False)):
             before = len(caught)
             with cprof.ProfilerContext(output_dir=out_dir, profile_name=name, verbose=False,
                                        with_stack=False) as p:

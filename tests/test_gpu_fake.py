@@ -533,6 +533,12 @@ def test_what_a_stop_cannot_recover_is_counted_and_warned(tmp_path, fake_so):
     assert t["cprof"]["dropped"]["gpu_buffers_undecoded"] == 1
     assert t["cprof"]["gpu"]["unrecovered"]["undecoded_error"] == 999
     assert [w for w in warned["nextrecord"] if "could not be read to their end" in w]
+    # CUPTI refusing to say how many records it dropped: unknown, not 0
+    t = load_trace(res["dropcount"])
+    assert t["cprof"]["dropped"]["gpu_drop_count_errors"] >= 1
+    assert t["cprof"]["gpu"]["unrecovered"]["drop_count_errors"] >= 1
+    assert [w for w in warned["dropcount"] if "would not say how many" in w]
+    assert len(events(t, "kernel")) > 0  # the records it did deliver are all there
     t = load_trace(res["incomplete"])
     assert [e["name"] for e in events(t, "kernel")] == ["fine"]
     assert t["cprof"]["dropped"]["gpu_incomplete"] == 3
@@ -544,7 +550,9 @@ def test_what_a_stop_cannot_recover_is_counted_and_warned(tmp_path, fake_so):
 def test_a_clean_window_reports_nothing_unrecovered(basic):
     res, t = basic
     assert t["cprof"]["gpu"]["unrecovered"] == {"flush_error": 0, "buffers_undecoded": 0,
-                                                "undecoded_error": 0, "nvtx_open": 0}
+                                                "undecoded_error": 0, "nvtx_open": 0,
+                                                "drop_count_errors": 0}
+    assert t["cprof"]["dropped"]["gpu_drop_count_errors"] == 0
     assert t["cprof"]["dropped"]["gpu_flush_error"] == 0
     assert not [w for w in res["warnings"] if "flush" in w or "no end time" in w
                 or "read to their end" in w], res["warnings"]
