@@ -1119,6 +1119,24 @@ def kineto_available():
     return True
 
 
+def _check_worker_name(name):
+    """name, or a ValueError: it starts every trace file name the handler writes."""
+    if name in (".", "..") or "/" in name or any(c < " " or c == "\x7f" for c in name):
+        raise ValueError(f"cprof.tensorboard_trace_handler: worker_name must be a file name "
+                         f"(without '/' or control characters), got {name!r}")
+    try:
+        n = len(os.fsencode(name))
+    except UnicodeError:
+        raise ValueError(f"cprof.tensorboard_trace_handler: worker_name {name!r} cannot be a "
+                         "file name on this system; pass another") from None
+    # {worker}.{time_ns: 19 digits}.pt.trace.json.gz, and -N when the name is taken, in 255
+    if n > 200:
+        raise ValueError(f"cprof.tensorboard_trace_handler: worker_name is {n} bytes; file "
+                         "names are limited to 255 bytes with the .{time_ns}.pt.trace.json.gz "
+                         "suffix, so keep it under 200")
+    return name
+
+
 def tensorboard_trace_handler(dir_name, worker_name=None, use_gzip=False,
                               use_python_export=False):
     """on_trace_ready callback writing ``{dir_name}/{worker}.{time_ns}.pt.trace.json[.gz]``
@@ -1129,6 +1147,8 @@ def tensorboard_trace_handler(dir_name, worker_name=None, use_gzip=False,
     dir_name = os.fspath(dir_name)
     fix = "pass tensorboard_trace_handler a directory you can write to"
     check_output_dir(dir_name, fix)
+    if worker_name:  # checked now, as the directory: not after a whole window was profiled
+        worker_name = _check_worker_name(str(worker_name))
 
     def handler_fn(prof):
         nonlocal worker_name

@@ -229,6 +229,26 @@ def test_tensorboard_handler_bad_directory_fails_early(tmp_path):
     assert "output_dir" not in str(e.value) and e.value.errno is not None
 
 
+def test_tensorboard_handler_bad_worker_name_fails_early(tmp_path):
+    """A worker_name no file can start with is refused when the handler is made, not after
+    a window was profiled; an int worker name (a rank) is taken as torch's f-string does."""
+    for bad in ("w" * 230, "a/b", "x\ny", ".."):
+        with pytest.raises(ValueError, match="worker_name"):
+            cprof.tensorboard_trace_handler(str(tmp_path), worker_name=bad)
+    handler = cprof.tensorboard_trace_handler(str(tmp_path / "tb"), worker_name=3)
+    with cprof.profile(activities=[cprof.ProfilerActivity.CPU], on_trace_ready=handler):
+        with cprof.range("x"):
+            pass
+    (name,) = os.listdir(tmp_path / "tb")
+    assert name.startswith("3.") and name.endswith(".pt.trace.json")
+    name = "w" * 200  # the longest allowed still writes
+    handler = cprof.tensorboard_trace_handler(str(tmp_path / "long"), worker_name=name,
+                                              use_gzip=True)
+    with cprof.profile(activities=[cprof.ProfilerActivity.CPU], on_trace_ready=handler):
+        pass
+    assert len(os.listdir(tmp_path / "long")) == 1
+
+
 def test_tensorboard_handler_directory_removed_later_keeps_the_trace(tmp_path):
     d = tmp_path / "tb"
     handler = cprof.tensorboard_trace_handler(str(d))
