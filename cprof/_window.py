@@ -474,9 +474,9 @@ class Window:
             other = d["incomplete"] - nvtx
             parts = []
             if other:
-                parts.append(f"{other} GPU activity record(s) had no end time or ended before "
-                             "they began (work still running when the window closed on a "
-                             "device cprof does not synchronise)")
+                parts.append(f"{other} GPU activity record(s) had no end time, no start "
+                             "time, or ended before they began (work still running when the "
+                             "window closed on a device cprof does not synchronise)")
             if nvtx:
                 parts.append(f"{nvtx} NVTX range(s) were pushed and never popped in the window")
             warnings.warn("cprof: " + "; ".join(parts) + ": left out of the trace, which "

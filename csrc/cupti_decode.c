@@ -69,8 +69,15 @@ static const char *const mem_kind_names[] = {"Unknown", "Pageable", "Pinned", "D
 static const char *copy_kind_name(unsigned k) { return k < 11 ? copy_kind_names[k] : "Unknown"; }
 static const char *mem_kind_name(unsigned k) { return k < 8 ? mem_kind_names[k] : "Unknown"; }
 
+/* Nothing launched in the window starts before it: a record starting more than this before
+ * the window's start is another window's or a bad timestamp (one of them stretched a trace's
+ * timeline to 5 hours), dropped and counted as Kineto drops what starts before its capture;
+ * within it, clock conversion error is tolerated. */
+#define EARLY_START_NS 1000000ull
+
 static int outside(cprof_cupti_decoder *d, uint64_t start, uint64_t end) {
-    return end < d->window_start_ns || start > d->stop_ns;
+    return end < d->window_start_ns || start > d->stop_ns ||
+           start + EARLY_START_NS < d->window_start_ns;
 }
 
 /* The checks every timed record goes through: an end time, inside the window, room to store
@@ -79,7 +86,8 @@ static cprof_gpu_record *timed_record(cprof_cupti_decoder *d, uint64_t raw_start
                                       int need_end) {
     cprof_gpu_snapshot *s = d->snap;
     uint64_t st = to_cprof(d, raw_start), en = to_cprof(d, raw_end);
-    if ((need_end && !raw_end) || en < st) {
+    /* a zero start or end: CUPTI could not collect the timestamp */
+    if ((need_end && (!raw_end || !raw_start)) || en < st) {
         s->dropped_incomplete++;
         return NULL;
     }

@@ -211,6 +211,9 @@ with warnings.catch_warnings(record=True) as caught:
             fake.fake_cupti_add_kernel(b"no_end", t0, 0, 7, 1)
             fake.fake_cupti_add_kernel(b"backwards", t0 + 500, t0 + 100, 7, 2)
             fake.fake_cupti_add_kernel(b"fine", t0 + 600, t0 + 900, 7, 3)
+            fake.fake_cupti_add_kernel(b"zero_start", 0, t0 + 300, 7, 4)  # start not collected
+            # a start 1 s before the window opened: no launch in the window made it
+            fake.fake_cupti_add_kernel(b"before_window", t0 - 1_000_000_000, t0 + 200, 7, 5)
             fake.fake_cupti_add_marker(b"pushed, never popped", b"", 9, t0 + 50, 0, tid)
             time.sleep(0.002)
         result["incomplete"] = str(p.trace_path)

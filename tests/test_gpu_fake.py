@@ -541,10 +541,15 @@ def test_what_a_stop_cannot_recover_is_counted_and_warned(tmp_path, fake_so):
     assert len(events(t, "kernel")) > 0  # the records it did deliver are all there
     t = load_trace(res["incomplete"])
     assert [e["name"] for e in events(t, "kernel")] == ["fine"]
-    assert t["cprof"]["dropped"]["gpu_incomplete"] == 3
+    assert t["cprof"]["dropped"]["gpu_incomplete"] == 4  # no end, backwards, zero start, NVTX
     assert t["cprof"]["gpu"]["unrecovered"]["nvtx_open"] == 1
+    # one record from before the window would stretch the timeline by a second: dropped,
+    # counted; no event of the trace starts before the window
+    assert t["cprof"]["gpu"]["dropped"]["outside_window"] == 1
+    start_us = min(e["ts"] for e in t["traceEvents"] if e.get("ph") == "X")
+    assert start_us >= 0
     w = [w for w in warned["incomplete"] if "no end time" in w]
-    assert len(w) == 1 and "2 GPU activity record(s)" in w[0] and "1 NVTX range(s)" in w[0]
+    assert len(w) == 1 and "3 GPU activity record(s)" in w[0] and "1 NVTX range(s)" in w[0]
 
 
 def test_a_clean_window_reports_nothing_unrecovered(basic):
