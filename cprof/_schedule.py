@@ -102,10 +102,14 @@ def schedule(*, wait, warmup, active, repeat=0, skip_first=0, skip_first_wait=0)
 def min_steps(wait, warmup, active, repeat, skip_first=0, skip_first_wait=0):
     """Steps (profiler.step() calls) a loop needs so every one of ``repeat`` cycles completes
     and its trace is written: skip_first + (wait + warmup + active) * repeat, less the first
-    wait with skip_first_wait. repeat=0 cycles forever: every completed cycle is written."""
-    if repeat == 0:
-        raise ValueError("cprof: repeat=0 cycles until profiling ends; there is no minimum")
-    n = skip_first + (wait + warmup + active) * repeat
+    wait with skip_first_wait. repeat=0 cycles until profiling ends (seed 002's
+    `--profiling.repeat 0`): the steps its first trace needs, each further cycle adding
+    wait + warmup + active."""
+    for name, v in (("wait", wait), ("warmup", warmup), ("active", active), ("repeat", repeat),
+                    ("skip_first", skip_first)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"cprof.min_steps: {name} must be a whole number >= 0, got {v!r}")
+    n = skip_first + (wait + warmup + active) * max(repeat, 1)
     return n - wait if skip_first_wait else n
 
 

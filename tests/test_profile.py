@@ -109,6 +109,13 @@ def test_min_steps_documents_the_right_formula():
     sched = cprof.schedule(wait=3, warmup=1, active=3, repeat=1)
     assert [sched(i).name for i in range(7)][-1] == "RECORD_AND_SAVE"
     assert all(sched(i).name == "NONE" for i in range(7, 20))
+    # seed 002's example runs with repeat 0 (cycles until the end): the first trace's steps
+    assert cprof.min_steps(3, 1, 3, 0) == 7
+    forever = cprof.schedule(wait=3, warmup=1, active=3, repeat=0)
+    assert [forever(i).name for i in range(7)][-1] == "RECORD_AND_SAVE"
+    assert cprof.min_steps(3, 1, 3, 0, skip_first=2) == 9
+    with pytest.raises(ValueError, match="active"):
+        cprof.min_steps(3, 1, -1, 1)
 
 
 def _run(profiler_cls, sched, nsteps, tmp_path, **kw):
