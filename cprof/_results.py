@@ -347,6 +347,12 @@ def _build(window):
     everything = cpu + gpu_events
     for i, ev in enumerate(everything):
         ev.id = i
+    if "GPU" not in (window.config.get("activities") or ()):
+        # torch's events of a profile without CUDA say use_device None: code that decides
+        # from it whether to read device times must not be told "cuda"
+        for ev in everything:
+            if type(ev) is ProfilerEvent:
+                ev.__class__ = _HostOnlyEvent
     return everything, cpu, gpu_events
 
 
@@ -536,6 +542,13 @@ def _innermost(evs, starts, t):
 
 # ---- key averages ----
 
+class _HostOnlyEvent(ProfilerEvent):
+    """An event of a window that did not collect CUDA (use_device None, as torch's)."""
+
+    __slots__ = ()
+    use_device = None
+
+
 class FunctionEventAvg(_TorchCompat):
     """Aggregates of every event with one name (times in microseconds). Like torch's, it
     takes its first event's place in the tree (cpu_parent, cpu_children: a table's
@@ -555,6 +568,7 @@ class FunctionEventAvg(_TorchCompat):
         self.device_memory_usage = self.self_device_memory_usage = 0
         self.flops = 0
         self.category = getattr(first, "category", None)
+        self.use_device = getattr(first, "use_device", None)
         self.cpu_parent = getattr(first, "cpu_parent", None)
         self.cpu_children = getattr(first, "cpu_children", [])
         self.self_cpu_percent = self.total_cpu_percent = self.total_device_percent = -1
@@ -572,6 +586,7 @@ class FunctionEventAvg(_TorchCompat):
             self.input_shapes = other.input_shapes
             self.stack = list(other.stack or [])
             self.category = other.category
+            self.use_device = other.use_device
             self.cpu_parent = other.cpu_parent
             self.cpu_children = other.cpu_children
         elif other.key != self.key:
@@ -698,7 +713,8 @@ class EventList(list):
 
     def total_average(self):
         """One FunctionEventAvg summing every row (key "Total"), as torch's."""
-        total = FunctionEventAvg("Total", "CPU")
+        total = FunctionEventAvg("Total", "CPU", first=self[0] if self else None)
+        total.cpu_parent, total.cpu_children, total.category = None, [], None
         for r in self:
             total.count += r.count
             for attr in _SUMMED:

@@ -429,3 +429,20 @@ def test_function_event_avg_adds_events_and_averages_as_torchs():
     assert avg.count == 2  # the refused one left it as it was
     with pytest.raises(TypeError, match="takes an event"):
         avg.add(3)
+
+
+def test_use_device_of_a_cpu_only_profile_is_none():
+    """torch's events, averages and total of a profile without CUDA say use_device None
+    (code that decides from it whether to read device times); they said "cuda"."""
+    torch = pytest.importorskip("torch")
+    with cprof.profile(activities=[cprof.ProfilerActivity.CPU]) as p:
+        torch.mm(torch.ones(4, 4), torch.ones(4, 4))
+    ev = p.events()
+    assert p.use_device is None
+    assert ev and all(e.use_device is None for e in ev)
+    assert all(a.use_device is None for a in p.key_averages())
+    assert ev.total_average().use_device is None
+    assert all(isinstance(e, cprof.ProfilerEvent) for e in ev)
+    empty = cprof.FunctionEventAvg()
+    empty.add(ev[0])
+    assert empty.use_device is None
