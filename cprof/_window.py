@@ -404,9 +404,10 @@ class Window:
         if refused:
             self.notes["names_refused"] = refused
             warnings.warn(
-                f"cprof: {refused} range name(s) could not be stored: cprof's name table is "
-                f"full (it keeps every distinct name of the process, up to {1 << 22:,}); those "
-                "ranges are in the trace under the name '[cprof: name table full]' (its "
+                f"cprof: {refused} name(s) of ranges or GPU kernels could not be stored: "
+                f"cprof's name table is full (it keeps every distinct name of the process, up "
+                f"to {1 << 22:,}); those events are in the trace under the name "
+                "'[cprof: name table full]' (its "
                 "metadata counts them: names_refused). Ranges named per request or per step "
                 "(f'request {i}') fill it: give them a fixed name and put the varying part in "
                 "the range's args, or profile in a fresh process.", RuntimeWarning, stacklevel=3)

@@ -65,6 +65,9 @@ int64_t cprof_clock_unix_offset_ns(void);
 
 /* ---- names.c: interned strings, append-only, readable without locks ---- */
 #define CPROF_NAME_INVALID 0u /* id 0 is reserved: the empty / unknown name */
+/* The name a record gets when its own could not be interned (the table is full): interned at
+ * import, so looking it up never needs room; names_refused counts the refusals. */
+#define CPROF_NAME_FULL_MARKER "[cprof: name table full]"
 /* Interns len bytes (any bytes, NUL allowed); returns its id (>0) in *id.
  * Thread-safe (a mutex); the same bytes always give the same id.
  * Returns 0, CPROF_E_NOMEM, or CPROF_E_FULL when the table holds CPROF_MAX_NAMES. */

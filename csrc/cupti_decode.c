@@ -33,7 +33,8 @@ static uint64_t to_cprof(const cprof_cupti_decoder *d, uint64_t t) {
 
 static uint32_t intern(const char *s) {
     uint32_t id = CPROF_NAME_INVALID;
-    if (s) cprof_names_intern(s, strlen(s), &id);
+    if (s && cprof_names_intern(s, strlen(s), &id) != CPROF_OK) /* full: the marker, as ranges */
+        cprof_names_intern(CPROF_NAME_FULL_MARKER, sizeof CPROF_NAME_FULL_MARKER - 1, &id);
     return id;
 }
 

@@ -849,7 +849,7 @@ static int module_exec(PyObject *m) {
     if (!st->RangeType) return -1;
     st->RangeType->tp_vectorcall = range_vectorcall;
     if (PyModule_AddObjectRef(m, "range", (PyObject *)st->RangeType) < 0) return -1;
-    static const char full_marker[] = "[cprof: name table full]";
+    static const char full_marker[] = CPROF_NAME_FULL_MARKER;
     if (cprof_names_intern(full_marker, sizeof full_marker - 1, &st->full_name_id)) {
         PyErr_NoMemory();
         return -1;

@@ -723,3 +723,16 @@ def test_a_thread_seen_only_in_cupti_records_is_named(tmp_path, fake_so):
     assert len([e for e in events(t, ph="M") if e["name"] == "thread_name"
                 and e["tid"] == tid]) == 1
 
+
+
+def test_kernels_past_a_full_name_table_carry_the_marker_name(tmp_path, fake_so):
+    """More distinct kernel names than the name table holds: the kernels past it are named
+    '[cprof: name table full]', as CPU ranges are, and counted; they were written as ""."""
+    res = run("names_full", tmp_path, fake_so, CPROF_NAMES_LIMIT="150")
+    t = load_trace(res["trace"])
+    names = [e["name"] for e in events(t, "kernel")]
+    assert len(names) == 300 and "" not in names
+    marked = names.count("[cprof: name table full]")
+    assert marked > 0 and t["cprof"]["names_refused"] >= marked
+    assert "kernel0()" in names  # the ones that fit keep their (demangled) names
+    assert [m for m in res["warnings"] if "ranges or GPU kernels could not be stored" in m]
