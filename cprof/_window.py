@@ -464,6 +464,18 @@ class Window:
                 "point are missing from this trace; the trace says so in its metadata "
                 "(dropped.gpu_buffers_undecoded). A libcupti other than the one the driver "
                 "expects (CPROF_CUPTI_PATH) can cause it.", RuntimeWarning, stacklevel=4)
+        if u["disable_error"]:
+            warnings.warn(
+                f"cprof: CUPTI would not stop collecting when the window closed (CUPTI error "
+                f"{u['disable_error']}): GPU work between windows is still recorded, and the "
+                "next window leaves it out as outside_window (counted in its metadata).",
+                RuntimeWarning, stacklevel=4)
+        if u["unsubscribe_error"]:
+            warnings.warn(
+                f"cprof: CUPTI would not release cprof's subscriber when the window closed "
+                f"(CUPTI error {u['unsubscribe_error']}): cprof still holds it (another "
+                "profiler started now cannot attach); the next cprof window takes it back.",
+                RuntimeWarning, stacklevel=4)
         if u["drop_count_errors"]:
             warnings.warn(
                 f"cprof: CUPTI would not say how many GPU records it dropped for "

@@ -301,6 +301,13 @@ static int map_cupti_error(CUptiResult r, const char *what) {
     return CPROF_E_CUPTI;
 }
 
+/* What a stop could not undo, for its snapshot: CUPTI's result of the first kind it would not
+ * disable, of the unsubscribe it refused (0: none). A refused subscriber is ours still: kept
+ * in `leftover` and taken back by the next window instead of subscribing again (which would
+ * fail, naming cprof as "another profiler"). */
+static int disable_error, unsubscribe_error;
+static CUpti_SubscriberHandle leftover;
+
 static void disable_all(void) {
     if (!api) return;
     if (per_api_enable) {
@@ -311,7 +318,10 @@ static void disable_all(void) {
         per_api_enable = 0;
     }
     for (int k = 0; k < 64; k++) {
-        if (kinds_enabled[k]) api->cuptiActivityDisable((CUpti_ActivityKind)k);
+        if (kinds_enabled[k]) {
+            CUptiResult r = api->cuptiActivityDisable((CUpti_ActivityKind)k);
+            if (r != CUPTI_SUCCESS && !disable_error) disable_error = (int)r;
+        }
         kinds_enabled[k] = 0;
     }
 }
@@ -436,6 +446,7 @@ static void atfork_child(void) {
     active = 0;
     shared = 0;
     subscriber = NULL;
+    leftover = NULL;
     /* a CUPTI thread may have held it at the fork; that thread does not exist here */
     pthread_mutex_init(&pool_lock, NULL);
     pool_done_n = 0;
@@ -475,6 +486,10 @@ int cprof_cupti_start(const cprof_gpu_config *cfg, uint64_t start_ns) {
     char holder[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 1] = "";
     shared = 0;
     CUpti_SubscriberHandle kept = teardown_cancel(); /* the last window's, not yet detached */
+    if (!kept && leftover) { /* the one a stop could not release: still ours */
+        kept = leftover;
+        leftover = NULL;
+    }
     if (kept) {
         subscriber = kept;
         r = CUPTI_SUCCESS;
@@ -575,6 +590,7 @@ int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot
     /* forced: also the buffers CUPTI is still filling, so nothing of this window is left
      * behind to leak into the next one */
     int had_shared = shared, had_events = kinds_enabled[CUPTI_ACTIVITY_KIND_CUDA_EVENT];
+    disable_error = unsubscribe_error = 0;
     CUptiResult flush1 = api->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     disable_all();
     CUptiResult flush2 = api->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
@@ -585,7 +601,13 @@ int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot
      * thread's next CUDA call would detach CUPTI), then armed for the teardown */
     int td = subscriber && teardown_wanted();
     CUpti_SubscriberHandle held = subscriber;
-    if (subscriber && !td) api->cuptiUnsubscribe(subscriber);
+    if (subscriber && !td) {
+        CUptiResult u = api->cuptiUnsubscribe(subscriber);
+        if (u != CUPTI_SUCCESS) {
+            unsubscribe_error = (int)u;
+            leftover = subscriber;
+        }
+    }
     subscriber = NULL;
     active = 0;
 
@@ -634,6 +656,8 @@ int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot
     cprof_gpu_resolve_event_waits(snap); /* out of memory: the waits stay unresolved, counted */
     snap->dropped_cupti = atomic_load(&dropped_cupti);
     snap->drop_count_errors = atomic_load(&drop_count_errors);
+    snap->disable_error = disable_error;
+    snap->unsubscribe_error = unsubscribe_error;
     snap->buffers_refused = atomic_load(&no_buffer_requests);
     snap->pool_cap_bytes = config.pool_cap_bytes;
     snap->buffers = atomic_load(&buffers_used);

@@ -105,6 +105,10 @@ typedef struct cprof_gpu_snapshot {
     int undecoded_error;        /* CUPTI's result that ended the last such walk */
     uint64_t drop_count_errors; /* completed buffers whose dropped-record count CUPTI refused:
                                    its drops for them are unknown, not 0 */
+    int disable_error;          /* CUPTI's result when a kind would not be disabled at stop
+                                   (it went on collecting between windows) */
+    int unsubscribe_error;      /* CUPTI's result when cprof's subscriber would not be released
+                                   (kept, and taken back by the next window) */
     uint64_t toggled_off;       /* records left out on request: launched while CUDA collection
                                    was toggled off (gpu_toggle.c) */
     uint64_t buffers_refused;   /* CUPTI's requests for a buffer refused (pool full): records

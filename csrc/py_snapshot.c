@@ -87,13 +87,15 @@ static PyObject *gpu_snapshot_counts(GpuSnapshotObject *self, PyObject *unused) 
     Py_XDECREF(off);
     /* what a stop could not get out of CUPTI: a failed final flush, buffers not walked to
      * their end (records lost in numbers nobody knows), NVTX ranges left open */
-    PyObject *lost = counts ? Py_BuildValue("{sisKsisKsK}", "flush_error", g->flush_error,
+    PyObject *lost = counts ? Py_BuildValue("{sisKsisKsKsisi}", "flush_error", g->flush_error,
                                             "buffers_undecoded",
                                             (unsigned long long)g->buffers_undecoded,
                                             "undecoded_error", g->undecoded_error, "nvtx_open",
                                             (unsigned long long)g->open_markers,
                                             "drop_count_errors",
-                                            (unsigned long long)g->drop_count_errors)
+                                            (unsigned long long)g->drop_count_errors,
+                                            "disable_error", g->disable_error,
+                                            "unsubscribe_error", g->unsubscribe_error)
                             : NULL;
     if (!lost || PyDict_SetItemString(counts, "unrecovered", lost) < 0) Py_CLEAR(counts);
     Py_XDECREF(lost);

@@ -219,6 +219,29 @@ with warnings.catch_warnings(record=True) as caught:
         result["incomplete"] = str(p.trace_path)
         caught_at["incomplete"] = [str(w.message) for w in caught[before:]]
         result["warned_at"] = caught_at
+    elif scenario == "release_refused":  # CUPTI refusing to unsubscribe / disable at a stop
+        fake.fake_cupti_set_error_once.argtypes = [ctypes.c_char_p, ctypes.c_int]
+        fake.fake_cupti_subscribers.restype = ctypes.c_int
+        tid = threading.get_native_id()
+        got = {}
+        for name, fn in (("unsub", b"cuptiUnsubscribe"), ("disable", b"cuptiActivityDisable")):
+            before = len(caught)
+            with cprof.ProfilerContext(output_dir=out_dir, profile_name=name, verbose=False,
+                                       with_stack=False) as p:
+                fake.fake_cupti_script_basic(C.now_ns() + 1000, tid)
+                time.sleep(0.002)
+                fake.fake_cupti_set_error_once(fn, 999)
+            warned = [str(w.message) for w in caught[before:]]
+            held = fake.fake_cupti_subscribers()
+            # the next window opens (nothing blamed on another profiler) and collects
+            with cprof.ProfilerContext(output_dir=out_dir, profile_name=name + "_next",
+                                       verbose=False, with_stack=False) as q:
+                fake.fake_cupti_script_basic(C.now_ns() + 1000, tid)
+                time.sleep(0.002)
+            got[name] = {"warned": warned, "held_between": held,
+                         "held_after": fake.fake_cupti_subscribers(),
+                         "first": str(p.trace_path), "next": str(q.trace_path)}
+        result["release"] = got
     elif scenario == "names_full":  # more distinct kernel names than CPROF_NAMES_LIMIT
         with cprof.ProfilerContext(output_dir=out_dir, profile_name="names", verbose=False,
                                    with_stack=False) as p:

@@ -556,7 +556,8 @@ def test_a_clean_window_reports_nothing_unrecovered(basic):
     res, t = basic
     assert t["cprof"]["gpu"]["unrecovered"] == {"flush_error": 0, "buffers_undecoded": 0,
                                                 "undecoded_error": 0, "nvtx_open": 0,
-                                                "drop_count_errors": 0}
+                                                "drop_count_errors": 0, "disable_error": 0,
+                                                "unsubscribe_error": 0}
     assert t["cprof"]["dropped"]["gpu_drop_count_errors"] == 0
     assert t["cprof"]["dropped"]["gpu_flush_error"] == 0
     assert not [w for w in res["warnings"] if "flush" in w or "no end time" in w
@@ -736,3 +737,20 @@ def test_kernels_past_a_full_name_table_carry_the_marker_name(tmp_path, fake_so)
     assert marked > 0 and t["cprof"]["names_refused"] >= marked
     assert "kernel0()" in names  # the ones that fit keep their (demangled) names
     assert [m for m in res["warnings"] if "ranges or GPU kernels could not be stored" in m]
+
+
+def test_a_stop_that_cupti_will_not_undo_is_said_and_the_next_window_works(tmp_path, fake_so):
+    """cuptiUnsubscribe or cuptiActivityDisable failing at a stop: warned, in the metadata;
+    the subscriber CUPTI kept is cprof's own and the next window takes it back (it used to
+    raise CuptiBusyError blaming "another profiler"), and collects."""
+    res = run("release_refused", tmp_path, fake_so)["release"]
+    unsub, disable = res["unsub"], res["disable"]
+    assert [w for w in unsub["warned"] if "would not release cprof's subscriber" in w]
+    assert unsub["held_between"] == 1 and unsub["held_after"] == 0
+    t = load_trace(unsub["first"])
+    assert t["cprof"]["gpu"]["unrecovered"]["unsubscribe_error"] == 999
+    assert [w for w in disable["warned"] if "would not stop collecting" in w]
+    assert load_trace(disable["first"])["cprof"]["gpu"]["unrecovered"]["disable_error"] == 999
+    for r in (unsub, disable):
+        assert len(events(load_trace(r["next"]), "kernel")) == len(events(load_trace(r["first"]),
+                                                                          "kernel")) > 0
