@@ -303,7 +303,8 @@ class Window:
 
     def _pool_bytes(self):
         """CUPTI's buffer pool cap: gpu_buffer_mb, else CPROF_GPU_BUFFER_MB, else the C
-        default (128 MiB); at least one 8 MiB buffer."""
+        default (128 MiB); at least two 64 KiB buffers (a cap under two 8 MiB buffers makes
+        them smaller: the pool never holds more than asked)."""
         mb = self.gpu_buffer_mb
         if mb is None:
             env = os.environ.get("CPROF_GPU_BUFFER_MB") or None
@@ -313,7 +314,7 @@ class Window:
                 raise ValueError(f"CPROF_GPU_BUFFER_MB must be a number of MiB, got "
                                  f"{env!r}") from None
             mb = check_gpu_buffer_mb(env, "CPROF_GPU_BUFFER_MB")
-        return 0 if mb is None else max(int(mb * (1 << 20)), 8 << 20)
+        return 0 if mb is None else max(int(mb * (1 << 20)), 128 << 10)
 
     def restart(self):
         """Discards what the window collected so far (a schedule's warmup) and goes on

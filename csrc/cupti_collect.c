@@ -217,6 +217,12 @@ static void pool_free_all(void) {
  * stay the same; a buffer CUPTI wrote is zeroed here, at window start, so that CUPTI can skip
  * zeroing it on the application thread that asks for it mid-window (8 MiB, ~1 ms). */
 static int pool_setup(uint64_t buffer_bytes, uint64_t cap) {
+    /* two buffers at least (CUPTI fills one while the other is delivered); a cap under two
+     * buffers makes them smaller, so the pool stays within what was asked for */
+    if (cap < 2 * buffer_bytes) {
+        buffer_bytes = cap / 2 / 4096 * 4096;
+        if (buffer_bytes < (64u << 10)) buffer_bytes = 64u << 10;
+    }
     size_t n = (size_t)(cap / buffer_bytes);
     if (n < 2) n = 2;
     if (pool_n == n && pool_buffer_bytes == buffer_bytes) {
@@ -659,7 +665,7 @@ int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot
     snap->disable_error = disable_error;
     snap->unsubscribe_error = unsubscribe_error;
     snap->buffers_refused = atomic_load(&no_buffer_requests);
-    snap->pool_cap_bytes = config.pool_cap_bytes;
+    snap->pool_cap_bytes = (uint64_t)pool_n * pool_buffer_bytes; /* what the pool really held */
     snap->buffers = atomic_load(&buffers_used);
     snap->cupti_shared = had_shared;
     if (had_shared)

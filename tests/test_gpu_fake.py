@@ -476,19 +476,24 @@ def test_cuda13_launch_stub_is_a_launch(tmp_path, fake_so):
     assert [e["name"] for e in events(t, "cuda_runtime")] == ["cudaLaunchKernel"] * 3
 
 
-@pytest.mark.parametrize("how", [{"CPROF_GPU_BUFFER_MB": "8"}, {"POOL_MB_ARG": "8"}])
-def test_full_cupti_buffer_pool_is_counted_warned_and_in_the_metadata(tmp_path, fake_so, how):
+@pytest.mark.parametrize("how, mb", [({"CPROF_GPU_BUFFER_MB": "8"}, 8),
+                                     ({"POOL_MB_ARG": "8"}, 8), ({"POOL_MB_ARG": "4"}, 4),
+                                     ({"POOL_MB_ARG": "24"}, 24)])
+def test_full_cupti_buffer_pool_is_counted_warned_and_in_the_metadata(tmp_path, fake_so, how,
+                                                                       mb):
     """A window with more GPU records than the pool holds: the refused buffer requests are
     counted, warned about once, and written into the trace; the records that fit are kept.
-    The cap comes from gpu_buffer_mb or CPROF_GPU_BUFFER_MB."""
+    The cap comes from gpu_buffer_mb or CPROF_GPU_BUFFER_MB, and is kept: a cap under two
+    8 MiB buffers makes the buffers smaller (it used to be 16 MiB whatever was asked)."""
     res = run("pool_full", tmp_path, fake_so, **how)
     t = load_trace(res["trace"])
     kept = len(events(t, "kernel"))
     assert 0 < kept < res["kernels_added"]
     refused = t["cprof"]["dropped"]["gpu_buffers_refused"]
-    assert refused > 0 and t["cprof"]["gpu"]["pool_bytes"] == 8 << 20
+    assert refused > 0 and t["cprof"]["gpu"]["pool_bytes"] == mb << 20
+    assert kept * 200 <= (mb << 20)  # a kernel record takes ~216 bytes: the cap held
     warned = [w for w in res["warnings"] if "filled up" in w]
-    assert len(warned) == 1 and "gpu_buffer_mb" in warned[0] and "8 MiB" in warned[0]
+    assert len(warned) == 1 and "gpu_buffer_mb" in warned[0] and f"{mb} MiB" in warned[0]
     # the report flags it
     r = subprocess.run([sys.executable, "-m", "cprof", "report", res["trace"], "--format",
                         "json"], capture_output=True, text=True, timeout=120,
