@@ -637,7 +637,7 @@ class EventList(list):
         """torch.profiler's table: the same columns, sort keys and arguments. time_unit "s",
         "ms" or "us" prints every time in that unit (anything else: the unit that suits each
         value, as torch); top_level_events_only keeps the rows with no enclosing CPU event;
-        max_src_column_width is accepted (Source Location is printed whole)."""
+        max_src_column_width caps Source Location, trimming a frame from its start as torch."""
         if sort_by is not None:
             if not isinstance(sort_by, str):
                 raise TypeError(f"cprof: sort_by must be a str such as 'cpu_time_total', got "
@@ -652,15 +652,10 @@ class EventList(list):
         rows = list(self)
         if sort_by is not None:
             rows.sort(key=lambda r: getattr(r, attr), reverse=True)
-        if top_level_events_only:
-            rows = [r for r in rows if getattr(r, "cpu_parent", None) is None]
-        if row_limit >= 0:
-            rows = rows[:row_limit]
-        return _format_table(self, rows, max_name_column_width, header,
-                             getattr(self, "grouped_by_input_shape", False),
-                             getattr(self, "grouped_by_stack_n", 0),
-                             top_level_events_only, time_unit, max_shapes_column_width,
-                             getattr(self, "profile_memory", False))
+        return _format_table(rows, header, row_limit, max_src_column_width,
+                             max_name_column_width, max_shapes_column_width,
+                             getattr(self, "profile_memory", False), top_level_events_only,
+                             time_unit)
 
     def __str__(self):
         return self.table()
@@ -734,8 +729,16 @@ def _fmt_mem(nbytes):
     return f"{nbytes} B"
 
 
-def _format_table(all_rows, rows, width, header, shapes=False, stack_n=0, top_level=False,
-                  time_unit=None, shapes_width=80, memory=False):
+def _format_table(events, header=None, row_limit=100, src_width=75, name_width=55,
+                  shapes_width=80, memory=False, top_level=False, time_unit=None):
+    """torch.autograd.profiler_util._build_table's text, character for character: events
+    (sorted already) size every column and make the totals; row_limit rows are printed (the
+    top-level ones with top_level). Columns are 12 wide, separated by two spaces (also after
+    the last); the name column is the longest name + 4, at most name_width; Input Shapes and
+    Source Location appear when a row has some, each frame of a stack on a row of its own."""
+    if not events:
+        return ""
+
     def t(us):
         if time_unit == "s":
             return f"{us / 1e6:.3f}s"
@@ -745,83 +748,112 @@ def _format_table(all_rows, rows, width, header, shapes=False, stack_n=0, top_le
             return f"{us:.3f}us"
         return _fmt_us(us)
 
-    total_self_cpu = sum(r.self_cpu_time_total for r in all_rows)
-    # torch's "Self CUDA time total": the GPU work itself (each kernel, copy, set once), not
-    # the CPU rows that launched it as well
-    total_self_dev = sum(r.self_device_time_total for r in all_rows
-                         if r.device_type == "CUDA" and not r.is_user_annotation)
-    has_dev = any(r.self_device_time_total > 0 for r in all_rows)
-    width = width if isinstance(width, int) and width > 3 else 55
-    names = [r.key if len(r.key) <= width else r.key[: width - 3] + "..." for r in rows]
-    # a name is one line (newlines and tabs in user range names would break the rows)
-    names = [n.replace("\n", "\\n").replace("\r", "\\r").replace("\t", " ")
-             for n in names]
-    nw = max([len("Name")] + [len(n) for n in names])
-    cols = ["Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg"]
+    def share(part, whole):
+        return f"{100.0 * part / whole:.2f}%" if whole else "NaN"
+
+    def clean(text):  # a name is one line (newlines and tabs in range names break rows)
+        return text.replace("\n", "\\n").replace("\r", "\\r").replace("\t", " ")
+
+    has_dev = any(e.self_device_time_total > 0 for e in events)
+    has_dev_mem = any(e.self_device_memory_usage > 0 for e in events)
+    has_shapes = any(e.input_shapes is not None and len(e.input_shapes) > 0 for e in events)
+    stacks = [e.stack for e in events if e.stack]
+    nw = max(len(clean(e.key)) for e in events) + 4
+    if name_width is not None:
+        nw = min(nw, name_width)
+    sw = max(len(str(e.input_shapes)) for e in events) + 4
+    if shapes_width is not None:
+        sw = min(sw, shapes_width)
+    srcw = None
+    if stacks:
+        srcw = max(len(f) for st in stacks for f in st) + 4
+        if src_width is not None:
+            srcw = min(srcw, src_width)
+    headers = ["Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg"]
     if has_dev:
-        cols += ["Self CUDA", "Self CUDA %", "CUDA total", "CUDA time avg"]
-    # profile_memory: torch's memory columns (the device ones where a device allocated)
-    has_dev_mem = memory and any(r.self_device_memory_usage > 0 for r in all_rows)
+        headers += ["Self CUDA", "Self CUDA %", "CUDA total", "CUDA time avg"]
     if memory:
-        cols += ["CPU Mem", "Self CPU Mem"]
-    if has_dev_mem:
-        cols += ["CUDA Mem", "Self CUDA Mem"]
-    cols += ["# of Calls"]
-    cw = 12
-    sw_cap = shapes_width if isinstance(shapes_width, int) and shapes_width > 0 else 80
-    shape_strs = [str(r.input_shapes)[:sw_cap] for r in rows] if shapes else []
-    sw = max([len("Input Shapes")] + [len(x) for x in shape_strs]) if shapes else 0
-    # with_flops: "Total FLOPs" scaled as torch's (by the smallest non-zero row, of all rows)
-    raw_flops = [r.flops for r in all_rows if r.flops > 0]
-    flops_scale, flops_col = 1.0, ""
-    if raw_flops:
+        headers += ["CPU Mem", "Self CPU Mem"]
+        if has_dev_mem:
+            headers += ["CUDA Mem", "Self CUDA Mem"]
+    headers.append("# of Calls")
+    widths, align = [nw] + [12] * (len(headers) - 1), [">"] * len(headers)
+    if has_shapes:
+        headers.append("Input Shapes")
+        widths.append(sw)
+        align.append(">")
+    if stacks:
+        headers.append("Source Location")
+        widths.append(srcw)
+        align.append("<")
+    raw_flops = [e.flops for e in events if e.flops > 0]
+    if raw_flops:  # "Total FLOPs", scaled by the smallest non-zero row (torch's)
         units = ("FLOPs", "KFLOPs", "MFLOPs", "GFLOPs", "TFLOPs", "PFLOPs")
         k = int(max(0.0, min(math.log10(min(raw_flops)) / 3, len(units) - 1.0)))
-        flops_scale, flops_col = 10.0 ** (-3 * k), f"Total {units[k]}"
-    line = "-" * (nw + (cw + 2) * len(cols) + (sw + 2 if shapes else 0)
-                  + (cw + 2 if flops_col else 0)
-                  + (len("Source Location") + 2 if stack_n else 0))
+        flops_scale = 10.0 ** (-3 * k)
+        headers.append(f"Total {units[k]}")
+        widths.append(12)
+        align.append(">")
+
+    def row(values):
+        return "".join(f"{v:{a}{w}}  " for v, a, w in zip(values, align, widths))
+
+    sep = "".join("-" * w + "  " for w in widths)
+    line_length = sum(w + 2 for w in widths) - 2
+    total_cpu = sum(e.self_cpu_time_total for e in events)
+    # torch's "Self CUDA time total": the GPU work itself (each kernel, copy, set once), not
+    # the CPU rows that launched it as well
+    total_dev = sum(e.self_device_time_total for e in events
+                    if e.device_type == "CUDA" and not e.is_user_annotation)
+
+    def trim(path):
+        if len(path) > srcw:
+            path = path[len(path) - srcw:]
+            if len(path) > 3:
+                path = "..." + path[3:]
+        return path
+
     out = []
     if header is not None:
-        out.append("=" * len(line))
-        out.append(str(header))
+        out += ["=" * line_length, str(header)]
     if top_level:
-        out.append("=" * len(line))
-        out.append("This report only display top-level ops statistics")
-    out.append(line)
-    out.append(f"{'Name':>{nw}}" + "".join(f"  {c:>{cw}}" for c in cols)
-               + (f"  {'Input Shapes':<{sw}}" if shapes else "")
-               + (f"  {flops_col:>{cw}}" if flops_col else "")
-               + ("  Source Location" if stack_n else ""))
-    out.append(line)
-
-    def share(part, whole):
-        return f"{100.0 * part / whole:.2f}%" if whole > 0 else "0.00%"
-
-    for i, (name, r) in enumerate(zip(names, rows)):
-        vals = [share(r.self_cpu_time_total, total_self_cpu), t(r.self_cpu_time_total),
-                share(r.cpu_time_total, total_self_cpu), t(r.cpu_time_total), t(r.cpu_time)]
+        out += ["=" * line_length, "This report only display top-level ops statistics"]
+    out += [sep, row(headers), sep]
+    shown = 0
+    for e in events:
+        if shown == row_limit:
+            break
+        if top_level and getattr(e, "cpu_parent", None) is not None:
+            continue
+        shown += 1
+        name = clean(e.key)
+        if name_width is not None and len(name) >= name_width - 3:
+            name = name[: name_width - 3] + "..."
+        values = [name, share(e.self_cpu_time_total, total_cpu), t(e.self_cpu_time_total),
+                  share(e.cpu_time_total, total_cpu), t(e.cpu_time_total), t(e.cpu_time)]
         if has_dev:
-            vals += [t(r.self_device_time_total), share(r.self_device_time_total,
-                                                        total_self_dev),
-                     t(r.device_time_total), t(r.device_time)]
+            values += [t(e.self_device_time_total), share(e.self_device_time_total, total_dev),
+                       t(e.device_time_total), t(e.device_time)]
         if memory:
-            vals += [_fmt_mem(r.cpu_memory_usage), _fmt_mem(r.self_cpu_memory_usage)]
-        if has_dev_mem:
-            vals += [_fmt_mem(r.device_memory_usage), _fmt_mem(r.self_device_memory_usage)]
-        vals.append(str(r.count))
-        out.append(f"{name:>{nw}}" + "".join(f"  {v:>{cw}}" for v in vals)
-                   + (f"  {shape_strs[i]:<{sw}}" if shapes else "")
-                   + ((f"  {r.flops * flops_scale:>{cw}.3f}" if r.flops > 0 else
-                       f"  {'--':>{cw}}") if flops_col else "")
-                   + (f"  {r.stack[0]}" if stack_n and r.stack else ""))
-        pad = " " * (len(out[-1]) - len(r.stack[0])) if stack_n and r.stack else ""
-        for frame in r.stack[1:stack_n] if stack_n else ():
-            out.append(pad + frame)  # torch.profiler prints a frame per line
-    out.append(line)
-    out.append(f"Self CPU time total: {t(total_self_cpu)}")
+            values += [_fmt_mem(e.cpu_memory_usage), _fmt_mem(e.self_cpu_memory_usage)]
+            if has_dev_mem:
+                values += [_fmt_mem(e.device_memory_usage), _fmt_mem(e.self_device_memory_usage)]
+        values.append(e.count)
+        if has_shapes:
+            values.append(str(e.input_shapes)[:sw])
+        if raw_flops:  # before the stack, where torch's rows put it
+            values.append(f"{e.flops * flops_scale:8.3f}" if e.flops > 0 else "--")
+        if stacks:
+            values.append(trim(e.stack[0]) if e.stack else "")
+        out.append(row(values))
+        if stacks:
+            blank = [""] * (len(headers) - 1)
+            out += [row(blank + [trim(f)]) for f in e.stack[1:]]
+            out.append(row(blank + [""]))
+    out.append(sep)
+    out.append(f"Self CPU time total: {t(total_cpu)}")
     if has_dev:
-        out.append(f"Self CUDA time total: {t(total_self_dev)}")
+        out.append(f"Self CUDA time total: {t(total_dev)}")
     return "\n".join(out) + "\n"
 
 

@@ -446,3 +446,28 @@ def test_use_device_of_a_cpu_only_profile_is_none():
     empty = cprof.FunctionEventAvg()
     empty.add(ev[0])
     assert empty.use_device is None
+
+
+def test_table_text_is_torchs_character_for_character():
+    """key_averages().table() / events().table() print what torch's own table builder prints
+    for the same rows (torch.autograd.profiler_util._build_table run on cprof's rows): the
+    column widths from all rows, per-column rules, trailing spacing, right-aligned shapes,
+    left-aligned sources with a row per frame, headers, limits, units."""
+    torch = pytest.importorskip("torch")
+    build = pytest.importorskip("torch.autograd.profiler_util")._build_table
+    m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+    with cprof.profile(activities=[cprof.ProfilerActivity.CPU], record_shapes=True,
+                       with_stack=True, profile_memory=True) as p:
+        x = torch.ones(2, 8, requires_grad=True)
+        m(x).sum().backward()
+    lists = [p.key_averages(), p.key_averages(group_by_input_shape=True),
+             p.key_averages(group_by_stack_n=2), p.events()]
+    options = [{}, {"sort_by": "self_cpu_time_total", "row_limit": 5},
+               {"row_limit": -1, "header": "H"},
+               {"top_level_events_only": True, "time_unit": "ms"},
+               {"max_name_column_width": 20, "max_shapes_column_width": 30},
+               {"sort_by": "cpu_memory_usage", "max_src_column_width": 30}]
+    for rows in lists:
+        for kw in options:
+            assert rows.table(**kw) == build(rows, with_flops=False, profile_memory=True,
+                                             **kw), kw
