@@ -358,7 +358,10 @@ class _Session:
         self.finished.set()  # the timer stops; nothing opens the window any more
         self.opened.set()
         try:
-            self.close(f"{name} received", name)
+            # the lock first: a close another thread (--duration's timer) has begun finishes
+            # writing before the process ends (its state already says "closed")
+            with self.lock:
+                self.close(f"{name} received", name)
         finally:  # whatever happened to the write, the process ends
             self.out.info(f"terminated by {name}")
             _flush_stdio()
@@ -1067,7 +1070,8 @@ class _Run:
             return
         session = self.session = _Session(ctx, opts, out)
         if (threading.current_thread() is threading.main_thread()
-                and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
+                and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+                and _C.signal_default(signal.SIGTERM)):  # no C handler either
             # SIGTERM (torchrun, schedulers, kill) would end the process without writing the
             # trace: raise Terminated in the main thread instead. Not in forked children
             # (DataLoader workers, multiprocessing pools): they write no trace, and a
@@ -1076,7 +1080,7 @@ class _Run:
             os.register_at_fork(after_in_child=session.forked)
         if threading.current_thread() is threading.main_thread():
             for sig in OTHER_ENDING_SIGNALS:  # left alone where the program set them up
-                if signal.getsignal(sig) is signal.SIG_DFL:
+                if signal.getsignal(sig) is signal.SIG_DFL and _C.signal_default(sig):
                     signal.signal(sig, session.on_ending_signal)
         session.t0 = time.monotonic()  # --delay counts from here: the program starts next
         session.start_timer()  # before the window opens, so the tracer never sees its thread

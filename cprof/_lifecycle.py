@@ -17,8 +17,10 @@ ends its window, marked partial, on the way out:
   cprof itself opens, steps into a new window, or closes and writes one waits until that is
   done; a second SIGTERM during the write is ignored (the first one ends the process).
 - SIGHUP (a terminal or ssh session gone; torchrun forwards it) and SIGQUIT: the same as
-  SIGTERM (their own default disposition checked), the end reason "SIGHUP" / "SIGQUIT", the
-  process then dies of that signal. SIGUSR1/2 are left alone.
+  SIGTERM, the end reason "SIGHUP" / "SIGQUIT", the process then dies of that signal. Each
+  signal is taken only where its disposition is the default both in Python's table and in
+  the process (a C handler such as faulthandler.register's is left alone). SIGUSR1/2 are not
+  taken.
 - Interpreter exit with the window still open (start() never stopped, __enter__ without a
   with-block, sys.exit or an uncaught exception outside any with-block): an atexit hook ends
   it with end "exit", or the name of the uncaught exception that ended the program
@@ -52,8 +54,9 @@ forks = 0              # forks this process descends from (os.fork children): ch
 EXIT_STATUS_SIGTERM = 128 + signal.SIGTERM
 # signals whose default action ends the process and that a job gets on purpose: a scheduler
 # or torchrun stopping it (SIGTERM; torchrun forwards SIGHUP and SIGQUIT too), a terminal or
-# ssh session gone (SIGHUP). SIGUSR1/2 are left alone: faulthandler.register and debuggers
-# install C handlers for them that Python cannot see
+# ssh session gone (SIGHUP). Each only where its disposition is the default, in Python's
+# table and in the process's (a faulthandler.register(SIGQUIT) is left alone). SIGUSR1/2 are
+# not taken: programs give them meanings of their own
 ENDING_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP", "SIGQUIT")
                        if hasattr(signal, n))
 
@@ -137,10 +140,13 @@ def _install_sigterm():
     global _handler_installed
     if _handler_installed or not _main_thread():
         return
+    from . import _C
     for sig in ENDING_SIGNALS:
         try:
-            if signal.getsignal(sig) is not signal.SIG_DFL:
-                continue  # the program's own handler (or SIG_IGN, or cprof run's): left alone
+            if signal.getsignal(sig) is not signal.SIG_DFL or not _C.signal_default(sig):
+                # the program's own handler (or SIG_IGN, or cprof run's), or one installed in
+                # C that Python's table does not show (faulthandler.register): left alone
+                continue
             signal.signal(sig, _on_sigterm)
         except (ValueError, OSError):  # not the main interpreter, or signals unavailable
             return

@@ -347,7 +347,9 @@ def _build(window):
     everything = cpu + gpu_events
     for i, ev in enumerate(everything):
         ev.id = i
-    if "GPU" not in (window.config.get("activities") or ()):
+    collected = window.config.get("collected_activities")
+    if "GPU" not in (collected if collected is not None else
+                     window.config.get("activities") or ()):
         # torch's events of a profile without CUDA say use_device None: code that decides
         # from it whether to read device times must not be told "cuda"
         for ev in everything:

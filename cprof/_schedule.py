@@ -105,10 +105,9 @@ def min_steps(wait, warmup, active, repeat, skip_first=0, skip_first_wait=0):
     wait with skip_first_wait. repeat=0 cycles until profiling ends (seed 002's
     `--profiling.repeat 0`): the steps its first trace needs, each further cycle adding
     wait + warmup + active."""
-    for name, v in (("wait", wait), ("warmup", warmup), ("active", active), ("repeat", repeat),
-                    ("skip_first", skip_first)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ValueError(f"cprof.min_steps: {name} must be a whole number >= 0, got {v!r}")
+    wait, warmup, repeat, skip_first = (_count(n, v, 0) for n, v in (
+        ("wait", wait), ("warmup", warmup), ("repeat", repeat), ("skip_first", skip_first)))
+    active = _count("active", active, 1)  # as schedule() takes them
     n = skip_first + (wait + warmup + active) * max(repeat, 1)
     return n - wait if skip_first_wait else n
 

@@ -194,11 +194,12 @@ int cprof_timers_resolve(uint64_t *unmeasured) {
                 if (cr == CUDA_SUCCESS) cr = api->cuEventElapsedTime(&ms, r->a, r->b);
                 if (cr != CUDA_SUCCESS || !(ms >= 0.0f)) {
                     /* no time, not a time of 0: the step leaves every figure (counted) */
-                    if (rc == CPROF_OK)
-                        snprintf(fail, sizeof fail, "%s returned CUDA error %d",
-                                 cr == CUDA_SUCCESS ? "cuEventElapsedTime (a negative time)"
-                                                    : "cuEventSynchronize / cuEventElapsedTime",
-                                 (int)cr);
+                    if (rc == CPROF_OK && cr == CUDA_SUCCESS)
+                        snprintf(fail, sizeof fail, "cuEventElapsedTime gave %g ms, not a time",
+                                 (double)ms);
+                    else if (rc == CPROF_OK)
+                        snprintf(fail, sizeof fail, "cuEventSynchronize / cuEventElapsedTime "
+                                 "returned CUDA error %d", (int)cr);
                     rc = CPROF_E_UNAVAILABLE;
                     failed_steps += (uint64_t)cprof_rs_step_unmeasured(r->step);
                     continue;

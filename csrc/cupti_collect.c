@@ -314,6 +314,21 @@ static int map_cupti_error(CUptiResult r, const char *what) {
 static int disable_error, unsubscribe_error;
 static CUpti_SubscriberHandle leftover;
 
+/* Gives cprof's subscriber back to CUPTI; one CUPTI refuses stays ours (leftover), for the
+ * next window to take. CUPTI's result (0 when released or none was held). */
+static int release_subscriber(void) {
+    int rc = 0;
+    if (subscriber) {
+        CUptiResult u = api->cuptiUnsubscribe(subscriber);
+        if (u != CUPTI_SUCCESS) {
+            rc = (int)u;
+            leftover = subscriber;
+        }
+    }
+    subscriber = NULL;
+    return rc;
+}
+
 static void disable_all(void) {
     if (!api) return;
     if (per_api_enable) {
@@ -554,8 +569,7 @@ int cprof_cupti_start(const cprof_gpu_config *cfg, uint64_t start_ns) {
     if (r != CUPTI_SUCCESS) {
         int rc = map_cupti_error(r, "registering CUPTI buffer callbacks");
         zeroed_attr_off();
-        if (subscriber) api->cuptiUnsubscribe(subscriber);
-        subscriber = NULL;
+        release_subscriber();
         return rc;
     }
     int rc = pool_setup(config.buffer_bytes, config.pool_cap_bytes);
@@ -579,8 +593,7 @@ int cprof_cupti_start(const cprof_gpu_config *cfg, uint64_t start_ns) {
     if (rc != CPROF_OK) {
         disable_all();
         zeroed_attr_off();
-        if (subscriber) api->cuptiUnsubscribe(subscriber);
-        subscriber = NULL;
+        release_subscriber();
         return rc;
     }
     active = 1;
@@ -607,13 +620,7 @@ int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot
      * thread's next CUDA call would detach CUPTI), then armed for the teardown */
     int td = subscriber && teardown_wanted();
     CUpti_SubscriberHandle held = subscriber;
-    if (subscriber && !td) {
-        CUptiResult u = api->cuptiUnsubscribe(subscriber);
-        if (u != CUPTI_SUCCESS) {
-            unsubscribe_error = (int)u;
-            leftover = subscriber;
-        }
-    }
+    if (!td) unsubscribe_error = release_subscriber();
     subscriber = NULL;
     active = 0;
 

@@ -7,6 +7,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -554,6 +555,18 @@ static PyObject *mod_set_thread_name(PyObject *module, PyObject *name) {
     Py_RETURN_NONE;
 }
 
+/* signal_default(signum) -> bool: whether the process's own disposition of signum is the
+ * default. signal.getsignal reports only Python's table: a handler installed in C
+ * (faulthandler.register, a debugger, an embedding application) reads as SIG_DFL there. */
+static PyObject *mod_signal_default(PyObject *module, PyObject *arg) {
+    long sig = PyLong_AsLong(arg);
+    if (sig == -1 && PyErr_Occurred()) return NULL;
+    struct sigaction old;
+    if (sig <= 0 || sig >= NSIG || sigaction((int)sig, NULL, &old) != 0)
+        return PyErr_Format(PyExc_ValueError, "signal number %ld is not valid here", sig);
+    return PyBool_FromLong(!(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_DFL);
+}
+
 static PyObject *mod_now_ns(PyObject *module, PyObject *unused) {
     return PyLong_FromUnsignedLongLong(cprof_clock_now_ns());
 }
@@ -784,6 +797,8 @@ static PyMethodDef module_methods[] = {
     {"memory", (PyCFunction)mod_memory, METH_NOARGS, "Range buffer memory figures."},
     {"set_thread_name", (PyCFunction)mod_set_thread_name, METH_O, "Names this thread."},
     {"now_ns", (PyCFunction)mod_now_ns, METH_NOARGS, "The cprof clock (CLOCK_MONOTONIC ns)."},
+    {"signal_default", (PyCFunction)mod_signal_default, METH_O,
+     "Whether the process's disposition of a signal is the default (C handlers included)."},
     {"clock_info", (PyCFunction)mod_clock_info, METH_NOARGS,
      "The clock's source (tsc or monotonic), why, its TSC rate and how close it keeps to "
      "CLOCK_MONOTONIC."},

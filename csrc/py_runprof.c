@@ -79,7 +79,7 @@ static void bucket_close(uint32_t name_id, uint8_t domain) {
     }
 }
 
-static PyTypeObject *timer_type; /* the module's BucketTimer (a reference held by the module) */
+static PyTypeObject *timer_type; /* the module's BucketTimer (a strong reference) */
 
 static PyObject *timer_make(PyObject *module, PyTypeObject *tp, PyObject *name, int domain) {
     if (!PyUnicode_Check(name))
@@ -522,8 +522,10 @@ int cprof_py_runprof_add(PyObject *m) {
     PyObject *tp = PyType_FromModuleAndSpec(m, &timer_spec, NULL);
     if (!tp) return -1;
     int rc = PyModule_AddObjectRef(m, "BucketTimer", tp);
-    Py_DECREF(tp);
-    if (rc < 0) return -1;
-    timer_type = (PyTypeObject *)tp; /* the module's attribute keeps it alive */
+    if (rc < 0) {
+        Py_DECREF(tp);
+        return -1;
+    }
+    Py_XSETREF(timer_type, (PyTypeObject *)tp); /* ours: `del _C.BucketTimer` cannot free it */
     return PyModule_AddFunctions(m, runprof_methods);
 }

@@ -16,7 +16,7 @@
 #include "py_binding.h"
 #include "gpu.h"
 
-static PyTypeObject *gpu_snapshot_type; /* references held by the module */
+static PyTypeObject *gpu_snapshot_type; /* strong references (the objects need their type) */
 static PyTypeObject *snapshot_type;
 
 /* ---- GPU snapshots: what CUPTI collected in a window, decoded ---- */
@@ -602,8 +602,8 @@ static int add_type(PyObject *m, PyType_Spec *spec, const char *name, PyTypeObje
     PyObject *tp = PyType_FromModuleAndSpec(m, spec, NULL);
     if (!tp) return -1;
     int rc = PyModule_AddObjectRef(m, name, tp);
-    Py_DECREF(tp); /* the module's attribute keeps it, and with it *slot */
-    if (rc == 0) *slot = (PyTypeObject *)tp;
+    if (rc == 0) Py_XSETREF(*slot, (PyTypeObject *)tp); /* ours: `del _C.Snapshot` cannot free it */
+    else Py_DECREF(tp);
     return rc;
 }
 

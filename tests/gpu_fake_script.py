@@ -241,6 +241,27 @@ with warnings.catch_warnings(record=True) as caught:
             got[name] = {"warned": warned, "held_between": held,
                          "held_after": fake.fake_cupti_subscribers(),
                          "first": str(p.trace_path), "next": str(q.trace_path)}
+        # the kept subscriber survives a window that then fails to start (and whose release
+        # CUPTI refuses again): the window after it still takes it back
+        fake.fake_cupti_set_error_once(b"cuptiUnsubscribe", 999)
+        with cprof.ProfilerContext(output_dir=out_dir, profile_name="a", verbose=False,
+                                   with_stack=False):
+            pass
+        fake.fake_cupti_set_error_once(b"cuptiActivityRegisterCallbacks", 999)
+        fake.fake_cupti_set_error_once(b"cuptiUnsubscribe", 999)
+        try:
+            with cprof.ProfilerContext(output_dir=out_dir, profile_name="b", verbose=False,
+                                       with_stack=False):
+                pass
+            got["failed_start"] = None
+        except Exception as err:  # noqa: BLE001 - recorded for the test
+            got["failed_start"] = repr(err)
+        with cprof.ProfilerContext(output_dir=out_dir, profile_name="c", verbose=False,
+                                   with_stack=False) as q:
+            fake.fake_cupti_script_basic(C.now_ns() + 1000, tid)
+            time.sleep(0.002)
+        got["after_failed_start"] = str(q.trace_path)
+        got["held_end"] = fake.fake_cupti_subscribers()
         result["release"] = got
     elif scenario == "names_full":  # more distinct kernel names than CPROF_NAMES_LIMIT
         with cprof.ProfilerContext(output_dir=out_dir, profile_name="names", verbose=False,

@@ -257,6 +257,30 @@ def test_sighup_and_sigquit_write_the_trace_and_say_so(tmp_path, sig):
     assert f"cprof: terminated by {name}" in stderr
 
 
+def test_sighup_while_the_duration_timer_writes_waits_for_the_write(tmp_path):
+    """--duration's timer thread closes the window and writes; a SIGHUP landing during that
+    write used to end the process at once, leaving only the temporary file. The trace is
+    complete, then the process dies of SIGHUP."""
+    script = os.path.join(SCRIPTS, "many_then_sleep.py")
+    p = subprocess.Popen(_cmd("-o", tmp_path, "--duration", "0.4", "--no-gzip", script),
+                         env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=sigint_default)
+    try:
+        for line in p.stderr:
+            if "window closed" in line:
+                p.send_signal(signal.SIGHUP)  # as soon as the timer starts closing
+                break
+        _, stderr = p.communicate(timeout=60)
+    finally:
+        p.kill()
+        p.wait()
+    assert p.returncode == -signal.SIGHUP, stderr
+    files = os.listdir(tmp_path)
+    assert files == ["many_then_sleep.trace.json"], files  # written whole, no temp file left
+    t = load_trace(tmp_path / files[0])
+    assert "busy" in names(t) and t["cprof"]["cprof_run"]["closed_by"].startswith("--duration")
+
+
 @pytest.mark.parametrize("again", [False, True])
 def test_a_program_that_swallows_terminated_still_ends_by_sigterm(tmp_path, again):
     """Python dies at SIGTERM; under cprof run it is raised as Terminated so the trace gets

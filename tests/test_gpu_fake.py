@@ -759,3 +759,7 @@ def test_a_stop_that_cupti_will_not_undo_is_said_and_the_next_window_works(tmp_p
     for r in (unsub, disable):
         assert len(events(load_trace(r["next"]), "kernel")) == len(events(load_trace(r["first"]),
                                                                           "kernel")) > 0
+    after = load_trace(res["after_failed_start"])
+    assert len(events(after, "kernel")) > 0, res["failed_start"]
+    assert "another profiler" not in json.dumps(after["cprof"])
+    assert res["held_end"] == 0

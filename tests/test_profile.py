@@ -115,7 +115,9 @@ def test_min_steps_documents_the_right_formula():
     assert [forever(i).name for i in range(7)][-1] == "RECORD_AND_SAVE"
     assert cprof.min_steps(3, 1, 3, 0, skip_first=2) == 9
     with pytest.raises(ValueError, match="active"):
-        cprof.min_steps(3, 1, -1, 1)
+        cprof.min_steps(3, 1, 0, 1)  # schedule() refuses it too
+    np = pytest.importorskip("numpy")
+    assert cprof.min_steps(np.int64(3), 1, 3, 1) == 7  # what schedule() takes, min_steps takes
 
 
 def _run(profiler_cls, sched, nsteps, tmp_path, **kw):

@@ -3,6 +3,7 @@ supported_activities, and a clear error for the one it does not offer."""
 import json
 import os
 import re
+import warnings
 
 import pytest
 
@@ -446,6 +447,14 @@ def test_use_device_of_a_cpu_only_profile_is_none():
     empty = cprof.FunctionEventAvg()
     empty.add(ev[0])
     assert empty.use_device is None
+    # CUDA asked for where it cannot be collected (torch says None too); "cuda" where it is
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with cprof.profile(activities=[cprof.ProfilerActivity.CPU,
+                                       cprof.ProfilerActivity.CUDA]) as p:
+            torch.mm(torch.ones(4, 4), torch.ones(4, 4))
+    want = "cuda" if "GPU" in p.collected_activities else None
+    assert {e.use_device for e in p.events()} == {want}
 
 
 def test_table_text_is_torchs_character_for_character():
@@ -471,3 +480,23 @@ def test_table_text_is_torchs_character_for_character():
         for kw in options:
             assert rows.table(**kw) == build(rows, with_flops=False, profile_memory=True,
                                              **kw), kw
+
+
+def test_snapshot_types_outlive_their_module_attributes():
+    """The Snapshot / GpuSnapshot / BucketTimer types are held by the extension itself: a
+    deleted module attribute cannot free a type objects are still made from."""
+    import gc
+    saved = {n: getattr(_C, n) for n in ("Snapshot", "GpuSnapshot", "BucketTimer")}
+    try:
+        for n in saved:
+            delattr(_C, n)
+        gc.collect()
+        _C.start()
+        with cprof.range("x"):
+            pass
+        snap = _C.stop()
+        assert type(snap).__name__ == "Snapshot" and snap.summary()
+        snap.close()
+    finally:
+        for n, v in saved.items():
+            setattr(_C, n, v)

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 
@@ -129,6 +130,28 @@ def test_sighup_and_sigquit_write_a_partial_trace_then_die_of_them(mode, sig, tm
     assert t["cprof"]["partial"] is True and t["cprof"]["end"] == sig
     names = [e["name"] for e in ranges_of(t)]
     assert "before" in names and "sleeping" in names
+
+
+def test_a_c_level_handler_such_as_faulthandlers_is_left_alone(tmp_path):
+    """faulthandler.register(SIGQUIT) installs a C handler that Python's signal table reports
+    as SIG_DFL: a window must neither replace it nor reset it to the default afterwards (the
+    process used to die of the next SIGQUIT instead of dumping its stacks)."""
+    code = textwrap.dedent(f"""
+        import faulthandler, os, signal, sys
+        sys.path.insert(0, {ROOT!r})
+        import cprof
+        faulthandler.register(signal.SIGQUIT, chain=False)
+        with cprof.ProfilerContext(activities=["CPU"], output_dir={str(tmp_path)!r},
+                                   verbose=False, with_stack=False):
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL  # ours: taken
+            os.kill(os.getpid(), signal.SIGQUIT)  # faulthandler's, still: a dump
+        os.kill(os.getpid(), signal.SIGQUIT)
+        print("alive")
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=60, preexec_fn=sigint_default)
+    assert p.returncode == 0 and p.stdout.strip() == "alive", p.stderr[-2000:]
+    assert p.stderr.count("Current thread") == 2  # two stack dumps
 
 
 def test_sigterm_during_cprofs_own_write_waits_for_it(tmp_path):
