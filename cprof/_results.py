@@ -465,8 +465,13 @@ def _concrete_value(text):
         return json.loads(text)
     except ValueError:
         pass
+    if text.startswith("[") and text.endswith("]"):  # a list with "2." or "inf" in it
+        items = [_concrete_value(x.strip()) for x in text[1:-1].split(",") if x.strip()]
+        if not any(isinstance(x, str) for x in items):
+            return items
+        return text
     try:
-        return float(text)  # an IValue prints 0.0 as "0."
+        return float(text)  # an IValue prints 0.0 as "0.", and inf / nan as such
     except ValueError:
         return text
 

@@ -137,6 +137,30 @@ print(json.dumps({"cprof": shapes(p), "torch": shapes(q)}))
     assert out["cprof"] == out["torch"]
 
 
+def test_concrete_float_lists_are_numbers_as_torchs(tmp_path):
+    """interpolate's scale factors (2.0, 3.0) print as "[2., 3.]": torch's events() give
+    [2.0, 3.0]; cprof's gave the string."""
+    out, _ = run_py(HELPERS + """
+import cprof
+import torch
+import torch.nn.functional as F
+x = torch.randn(1, 1, 2, 2)
+def run():
+    F.interpolate(x, scale_factor=(2.0, 3.0), mode="nearest")
+    F.interpolate(x, scale_factor=(1.5, 2.5), mode="nearest")
+with cprof.profile(activities=["CPU"], record_shapes=True) as p:
+    run()
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                            record_shapes=True) as q:
+    run()
+def concrete(prof):
+    return [e.concrete_inputs for e in prof.events() if e.name == "aten::upsample_nearest2d"]
+print(json.dumps({"cprof": concrete(p), "torch": concrete(q)}))
+""", tmp_path)
+    assert out["cprof"] == out["torch"] and out["torch"], out
+    assert [2.0, 3.0] in out["cprof"][0]
+
+
 @pytest.mark.parametrize("capture", ["auto", "itt"])
 def test_without_record_shapes_ops_carry_no_shapes(tmp_path, capture):
     """By default the observer records the ops (decision 98), with CPROF_OPS_CAPTURE=itt ITT:
