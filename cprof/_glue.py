@@ -296,6 +296,31 @@ def stack_modules(handle, with_modules, record_shapes):
         handle.parts.append(_modules.install(record_shapes=False))
 
 
+def prewarm(with_stack=False, with_modules=False, record_shapes=False, ops=False):
+    """The one-time work of a first window (attaching to libtorch, loading cprof._torch_ops,
+    importing the capture modules: ~5 ms), done before the window opens: inside it, with_stack
+    charged that time to the user's frame holding the `with` (a fake hot spot in the first
+    window's key_averages and flame graphs). Idempotent; failures are left for install() to
+    report as it always has."""
+    import importlib
+    try:
+        importlib.import_module("cprof._compiled")  # imported now, not in the window
+        if with_stack:
+            importlib.import_module("cprof._pystack")
+        if sys.modules.get("torch") is None:
+            return
+        patch_torch()
+        if with_modules or record_shapes or with_stack:
+            importlib.import_module("cprof._modules")
+        if ops:
+            from . import _ops
+            _ops.attach()
+            if _ops.capture_choice() != "itt":
+                _ops.observer()
+    except Exception:  # noqa: BLE001 - install() says what went wrong, in the window
+        pass
+
+
 def install(with_stack=False, with_modules=False, record_shapes=False, c_calls=True,
             min_duration_us=0.0, ops=False, ops_asked=True):
     """Installs the captures asked for; the window must be open. Returns a handle whose

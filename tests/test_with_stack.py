@@ -1340,3 +1340,36 @@ def test_ranges_open_on_another_thread_at_the_end_nest_with_its_frames(tmp_path)
     t = load_trace(c.trace_path)
     assert [e for e in t["traceEvents"] if e.get("name") == "work"]
     assert _partial_overlaps(t) == []
+
+
+def test_a_first_windows_one_time_work_happens_before_it_opens():
+    """Attaching to libtorch, loading cprof._torch_ops and importing the capture modules took
+    ~5 ms inside the first window, where with_stack charged it to the user's frame holding the
+    `with` (a fake hot spot). They are done before the window opens."""
+    import subprocess
+    from conftest import ROOT
+    code = """
+import json, sys
+import torch
+import cprof
+from cprof import _C, _ops
+seen = {}
+real = _C.start
+def start(*a, **k):
+    seen.update(attached=_ops._state["attach"] is not None,
+                observer=_ops._state["rf"] is not None,
+                modules="cprof._modules" in sys.modules,
+                pystack="cprof._pystack" in sys.modules)
+    return real(*a, **k)
+_C.start = start
+with cprof.profile(activities=["CPU"], with_stack=True, record_shapes=True, record_ops=True):
+    torch.ones(2) + 1
+print(json.dumps(seen))
+"""
+    pytest.importorskip("torch")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert r.returncode == 0, r.stderr[-2000:]
+    import json
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {
+        "attached": True, "observer": True, "modules": True, "pystack": True}
