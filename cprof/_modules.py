@@ -71,18 +71,22 @@ _installed = None  # the one handle whose capture is installed, or None
 
 
 class _Resolver:
-    """Names a module the first time the C capture sees it (the C cache keeps the name after).
+    """Names a module the first time the C capture sees it called from a given place (the C
+    cache keeps the name for that place: the module whose forward calls it, or none).
 
-    The root (no enclosing module on this thread) is named by its class; a child by its
-    parent's path and the attribute under which the parent (or, for children reached through a
-    container such as ModuleList whose own forward never runs, a descendant of the parent)
-    holds it. A child's path does not repeat the root's class: root ``MLP``, children
-    ``encoder``, ``encoder.layers.3``. A module not held by its parent is ``{parent}.{Class}``.
+    Called on its own (no enclosing module on this thread) a module is named by its class; a
+    child by its parent's path and the attribute under which the parent (or, for children
+    reached through a container such as ModuleList whose own forward never runs, a descendant
+    of the parent) holds it. A child's path does not repeat the root's class: root ``MLP``,
+    children ``encoder``, ``encoder.layers.3``. A module not held by its parent is
+    ``{parent}.{Class}``. The same module called on its own and inside a wrapper gets both
+    names, each where it is called (the first call no longer names it for the window).
     """
 
     def __init__(self):
-        # id(module) -> prefix of its children's paths ("" for a root). Ids are stable: the C
-        # cache holds a reference to every named module until clear(), which drops this too.
+        # (id(module), its name) -> prefix of its children's paths ("" for a module called on
+        # its own). Ids are stable: the C cache holds a reference to every named module until
+        # clear(), which drops this too.
         self._prefix = {}
         self.names = set()  # every module range name given: the trace lists them (cprof report)
         self._subtrees = {}  # id(parent) -> {id(descendant): path}, built on first need
@@ -93,10 +97,10 @@ class _Resolver:
             self.on_new_module()
         cls = type(module).__name__
         if parent is None:
-            self._prefix[id(module)] = ""
+            self._prefix[(id(module), cls)] = ""
             self.names.add(cls)
             return cls
-        prefix = self._prefix.get(id(parent))
+        prefix = self._prefix.get((id(parent), parent_name))
         if prefix is None:  # the parent was named by other hooks: use what they named it
             prefix = parent_name + "."
         name = None
@@ -111,7 +115,7 @@ class _Resolver:
                 tree = self._subtrees[id(parent)] = self._subtree(parent)
             path = tree.get(id(module))
             name = prefix + path if path else f"{parent_name}.{cls}"
-        self._prefix[id(module)] = name + "."
+        self._prefix[(id(module), name)] = name + "."
         self.names.add(name)
         return name
 

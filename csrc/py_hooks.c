@@ -3,7 +3,7 @@
  * - "hooks": its pre/post methods are torch's global nn.Module forward hooks;
  * - "call": the ModuleCall object of py_modcall.c replaces nn.Module.__call__ and calls
  *   cprof_hooks_enter / cprof_hooks_exit (py_hooks.h) around the original.
- * A module's name comes from a pointer cache (the Python resolver of cprof/_modules.py runs once
+ * A module's name (per place it is called from) comes from a pointer cache (the Python resolver of cprof/_modules.py runs once
  * per module); tensor arguments become an interned JSON fragment ("Input Dims", "Input type")
  * pasted into the range's args.
  * Threads: GIL holders only (torch calls hooks, and __call__, with the GIL held); what a thread
@@ -86,7 +86,8 @@ static int tls_reserve(hooks_tls *s) {
 /* ---- the type ---- */
 
 typedef struct {
-    PyObject *key;     /* strong reference; NULL = empty slot */
+    PyObject *key;      /* strong reference; NULL = empty slot */
+    uint32_t parent_id; /* the name of the module it was called inside (0: none) */
     uint32_t name_id;
 } cache_slot;
 
@@ -113,17 +114,19 @@ static uint64_t next_gen = 1; /* GIL-protected */
 
 static const char full_marker[] = "[cprof: name table full]";
 
-static size_t slot_of(const void *p, size_t mask) {
-    uint64_t x = (uint64_t)(uintptr_t)p >> 4;
+static size_t slot_of(const void *p, uint32_t parent, size_t mask) {
+    uint64_t x = ((uint64_t)(uintptr_t)p >> 4) ^ ((uint64_t)parent << 40);
     x *= 0x9E3779B97F4A7C15ull;
     return (size_t)(x >> 32) & mask;
 }
 
-static int cache_get(HooksObject *self, PyObject *m, uint32_t *id) {
+/* A module's name depends on where it is called: its qualified path under the module whose
+ * forward calls it (parent: that module's name id), its class called on its own. */
+static int cache_get(HooksObject *self, PyObject *m, uint32_t parent, uint32_t *id) {
     if (!self->cap) return 0;
     size_t mask = self->cap - 1;
-    for (size_t i = slot_of(m, mask); self->slots[i].key; i = (i + 1) & mask) {
-        if (self->slots[i].key == m) {
+    for (size_t i = slot_of(m, parent, mask); self->slots[i].key; i = (i + 1) & mask) {
+        if (self->slots[i].key == m && self->slots[i].parent_id == parent) {
             *id = self->slots[i].name_id;
             return 1;
         }
@@ -131,14 +134,14 @@ static int cache_get(HooksObject *self, PyObject *m, uint32_t *id) {
     return 0;
 }
 
-static int cache_put(HooksObject *self, PyObject *m, uint32_t id) {
+static int cache_put(HooksObject *self, PyObject *m, uint32_t parent, uint32_t id) {
     if ((self->n + 1) * 2 > self->cap) {
         size_t ncap = self->cap ? self->cap * 2 : 256;
         cache_slot *ns = calloc(ncap, sizeof *ns);
         if (!ns) return -1;
         for (size_t k = 0; k < self->cap; k++) {
             if (!self->slots[k].key) continue;
-            size_t i = slot_of(self->slots[k].key, ncap - 1);
+            size_t i = slot_of(self->slots[k].key, self->slots[k].parent_id, ncap - 1);
             while (ns[i].key) i = (i + 1) & (ncap - 1);
             ns[i] = self->slots[k];
         }
@@ -146,9 +149,10 @@ static int cache_put(HooksObject *self, PyObject *m, uint32_t id) {
         self->slots = ns;
         self->cap = ncap;
     }
-    size_t mask = self->cap - 1, i = slot_of(m, mask);
+    size_t mask = self->cap - 1, i = slot_of(m, parent, mask);
     while (self->slots[i].key) i = (i + 1) & mask;
     self->slots[i].key = Py_NewRef(m);
+    self->slots[i].parent_id = parent;
     self->slots[i].name_id = id;
     self->n++;
     return 0;
@@ -210,17 +214,19 @@ static PyObject *class_name(PyObject *m) {
     return PyUnicode_FromString(Py_TYPE(m)->tp_name);
 }
 
-/* The name id of module m: the cache, else the resolver with the innermost open module of this
- * thread as parent. A module keeps the first name it gets. An Exception from the resolver is
- * swallowed (counted; the class names the module); anything else (KeyboardInterrupt) stays set
- * and CPROF_NAME_INVALID is returned, so the hook raises it before pushing anything. */
+/* The name id of module m called inside the innermost open module of this thread (or on its
+ * own): the cache, else the resolver. An Exception from the resolver is swallowed (counted;
+ * the class names the module); anything else (KeyboardInterrupt) stays set and
+ * CPROF_NAME_INVALID is returned, so the hook raises it before pushing anything. */
 static uint32_t name_of(HooksObject *self, hooks_tls *s, PyObject *m) {
     uint32_t id;
-    if (CPROF_LIKELY(cache_get(self, m, &id))) return id;
+    int in_parent = s->n && s->calls[s->n - 1].gen == self->gen;
+    uint32_t parent_id = in_parent ? s->calls[s->n - 1].name_id : 0;
+    if (CPROF_LIKELY(cache_get(self, m, parent_id, &id))) return id;
     PyObject *name = NULL;
     if (self->resolver && self->resolver != Py_None) {
         PyObject *parent = Py_None, *parent_name = NULL;
-        if (s->n && s->calls[s->n - 1].gen == self->gen) {
+        if (in_parent) {
             size_t len;
             const char *p = cprof_names_get(s->calls[s->n - 1].name_id, &len);
             parent = s->calls[s->n - 1].module;
@@ -252,8 +258,8 @@ static uint32_t name_of(HooksObject *self, hooks_tls *s, PyObject *m) {
     Py_DECREF(name);
     /* the resolver ran Python code: another thread may have named m meanwhile */
     uint32_t first;
-    if (cache_get(self, m, &first)) return first;
-    if (cache_put(self, m, id) < 0) self->errors++;
+    if (cache_get(self, m, parent_id, &first)) return first;
+    if (cache_put(self, m, parent_id, id) < 0) self->errors++;
     return id;
 }
 
