@@ -53,6 +53,32 @@ def _patch_record_function(torch):
     rf.__enter__, rf.__exit__ = __enter__, __exit__
     rf._cprof_patched = True
     rf._cprof_original = (orig_enter, orig_exit)
+    orig_on_future = getattr(rf, "_call_end_callbacks_on_future", None)
+    if orig_on_future is None:
+        return
+
+    def _call_end_callbacks_on_future(self, fut):
+        # torch ends the range when fut completes (DDP, RPC), not at the with block's exit:
+        # so does cprof's, closed on the opening thread's stack from whichever thread runs
+        # the future's callbacks
+        token = self.__dict__.pop("_cprof_token", None)
+        out = orig_on_future(self, fut)
+        if token is not None:
+            ident = threading.get_ident()
+
+            def close(_done):
+                try:
+                    close_range(token, ident)
+                except _C.CprofError:  # the window (or the thread) ended first
+                    pass
+
+            try:
+                fut.add_done_callback(close)
+            except Exception:  # noqa: BLE001 - not a torch Future: closed now, as before
+                close(None)
+        return out
+
+    rf._call_end_callbacks_on_future = _call_end_callbacks_on_future
 
 
 def _patch_dist(torch):

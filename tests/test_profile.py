@@ -1383,3 +1383,23 @@ def test_event_times_are_exact_and_from_the_windows_start(tmp_path):
     first = min(e["ts"] for e in ranges_of(t) if e["name"] == "r")
     assert 0 <= evs[0].start_us < win["dur"]
     assert abs(min(e.start_us for e in evs) - (first - win["ts"])) < 0.0015
+
+
+def test_record_function_ended_by_a_future_spans_until_it_completes():
+    """record_function._call_end_callbacks_on_future (DDP, RPC): torch ends the range when the
+    future completes; cprof's ended at the with block's exit, before the work it covers."""
+    torch = pytest.importorskip("torch")
+    from torch.autograd.profiler import record_function
+    with cprof.profile(activities=CPU) as p:
+        with record_function("fut_range") as rf:
+            fut = torch.futures.Future()
+            done = rf._call_end_callbacks_on_future(fut)
+        torch.ones(3)
+        fut.set_result(None)
+        done.wait()
+        with record_function("plain"):
+            pass
+    ev = {e.name: e for e in p.events()}
+    f, o = ev["fut_range"], ev["aten::ones"]
+    assert f.time_range.start <= o.time_range.start and o.time_range.end <= f.time_range.end
+    assert "plain" in ev and not any(e.truncated for e in p.events())
