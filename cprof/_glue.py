@@ -323,11 +323,12 @@ def stack_modules(handle, with_modules, record_shapes):
 
 
 def prewarm(with_stack=False, with_modules=False, record_shapes=False, ops=False):
-    """The one-time work of a first window (attaching to libtorch, loading cprof._torch_ops,
-    importing the capture modules: ~5 ms), done before the window opens: inside it, with_stack
-    charged that time to the user's frame holding the `with` (a fake hot spot in the first
-    window's key_averages and flame graphs). Idempotent; failures are left for install() to
-    report as it always has."""
+    """The one-time work of a process's first window (attaching to libtorch, loading
+    cprof._torch_ops, importing the capture modules: ~5 ms), done before a window opens:
+    inside it, with_stack charged that time to the user's frame holding the `with` (a fake
+    hot spot in the first window's key_averages and flame graphs). Called at every start();
+    idempotent and cheap after the first. Failures are left for install() to report as it
+    always has."""
     import importlib
     try:
         importlib.import_module("cprof._compiled")  # imported now, not in the window
@@ -338,8 +339,8 @@ def prewarm(with_stack=False, with_modules=False, record_shapes=False, ops=False
         patch_torch()
         if with_modules or record_shapes or with_stack:
             importlib.import_module("cprof._modules")
-        if ops:
-            from . import _ops
+        from . import _ops
+        if ops and not _ops.disabled_by_env():  # CPROF_OPS=0 loads nothing of it
             _ops.attach()
             if _ops.capture_choice() != "itt":
                 _ops.observer()

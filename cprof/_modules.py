@@ -72,15 +72,17 @@ _installed = None  # the one handle whose capture is installed, or None
 
 class _Resolver:
     """Names a module the first time the C capture sees it called from a given place (the C
-    cache keeps the name for that place: the module whose forward calls it, or none).
+    cache keeps the name for that place: the module whose forward calls it, or none; a
+    module calling itself keeps its name, C sees to that).
 
-    Called on its own (no enclosing module on this thread) a module is named by its class; a
-    child by its parent's path and the attribute under which the parent (or, for children
-    reached through a container such as ModuleList whose own forward never runs, a descendant
-    of the parent) holds it. A child's path does not repeat the root's class: root ``MLP``,
-    children ``encoder``, ``encoder.layers.3``. A module not held by its parent is
-    ``{parent}.{Class}``. The same module called on its own and inside a wrapper gets both
-    names, each where it is called (the first call no longer names it for the window).
+    A child is named by its parent's path and the attribute under which the parent (or, for
+    children reached through a container such as ModuleList whose own forward never runs, a
+    descendant of the parent) holds it; a child shared by two parents gets each one's path.
+    A child's path does not repeat the root's class: root ``MLP``, children ``encoder``,
+    ``encoder.layers.3``. A module not held by its parent is ``{parent}.{Class}``. Called on
+    its own (no enclosing module on this thread), a module is named by its class, unless it
+    was called under a parent earlier in the window: then by that path (activation
+    checkpointing recomputes layers on their own in backward).
     """
 
     def __init__(self):
@@ -88,6 +90,7 @@ class _Resolver:
         # its own). Ids are stable: the C cache holds a reference to every named module until
         # clear(), which drops this too.
         self._prefix = {}
+        self._path = {}  # id(module) -> the last path it was given under a parent
         self.names = set()  # every module range name given: the trace lists them (cprof report)
         self._subtrees = {}  # id(parent) -> {id(descendant): path}, built on first need
         self.on_new_module = None  # called first on each call (install sets it)
@@ -97,6 +100,12 @@ class _Resolver:
             self.on_new_module()
         cls = type(module).__name__
         if parent is None:
+            # on its own: the path it was last given under a parent in this window, as when
+            # activation checkpointing recomputes a layer in backward with no module open
+            # (each layer keeps its own name: they would all be "Block"); else its class
+            known = self._path.get(id(module))
+            if known is not None:
+                return known
             self._prefix[(id(module), cls)] = ""
             self.names.add(cls)
             return cls
@@ -116,6 +125,7 @@ class _Resolver:
             path = tree.get(id(module))
             name = prefix + path if path else f"{parent_name}.{cls}"
         self._prefix[(id(module), name)] = name + "."
+        self._path[id(module)] = name
         self.names.add(name)
         return name
 

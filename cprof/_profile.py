@@ -436,7 +436,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         if self._started:
             raise _C.WindowStateError("cprof.profile: start() called twice; call stop() first")
         self._started = True
-        if self._glue is None:  # a first window's one-time work, before it opens
+        if self._glue is None:  # the process's one-time capture setup, before a window opens
             _glue.prewarm(self.with_stack, self.with_modules, self.record_shapes,
                           self.record_ops)
         try:

@@ -42,16 +42,15 @@ class ScheduleError(ValueError, AssertionError):
     torch.profiler.schedule raises, so code written against torch keeps working."""
 
 
-def _count(name, value, minimum):
+def _count(name, value, minimum, who="cprof.schedule"):
     integral_float = isinstance(value, float) and value.is_integer()
     if isinstance(value, bool) or not (isinstance(value, numbers.Integral) or integral_float):
-        raise TypeError(f"cprof.schedule: {name} must be a whole number of steps, got "
-                        f"{value!r}")
+        raise TypeError(f"{who}: {name} must be a whole number of steps, got {value!r}")
     value = int(value)
     if value < minimum:
         need = "> 0" if minimum == 1 else ">= 0"
         raise ScheduleError(
-            f"cprof.schedule: {name}={value} is invalid (need {need}); a cycle is wait + "
+            f"{who}: {name}={value} is invalid (need {need}); a cycle is wait + "
             "warmup + active steps and active must be at least 1")
     return value
 
@@ -105,9 +104,9 @@ def min_steps(wait, warmup, active, repeat, skip_first=0, skip_first_wait=0):
     wait with skip_first_wait. repeat=0 cycles until profiling ends (seed 002's
     `--profiling.repeat 0`): the steps its first trace needs, each further cycle adding
     wait + warmup + active."""
-    wait, warmup, repeat, skip_first = (_count(n, v, 0) for n, v in (
+    wait, warmup, repeat, skip_first = (_count(n, v, 0, "cprof.min_steps") for n, v in (
         ("wait", wait), ("warmup", warmup), ("repeat", repeat), ("skip_first", skip_first)))
-    active = _count("active", active, 1)  # as schedule() takes them
+    active = _count("active", active, 1, "cprof.min_steps")  # as schedule() takes them
     n = skip_first + (wait + warmup + active) * max(repeat, 1)
     return n - wait if skip_first_wait else n
 

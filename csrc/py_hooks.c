@@ -3,9 +3,10 @@
  * - "hooks": its pre/post methods are torch's global nn.Module forward hooks;
  * - "call": the ModuleCall object of py_modcall.c replaces nn.Module.__call__ and calls
  *   cprof_hooks_enter / cprof_hooks_exit (py_hooks.h) around the original.
- * A module's name (per place it is called from) comes from a pointer cache (the Python resolver of cprof/_modules.py runs once
- * per module); tensor arguments become an interned JSON fragment ("Input Dims", "Input type")
- * pasted into the range's args.
+ * A module's name comes from a pointer cache keyed by the module and the module whose forward
+ * calls it (the Python resolver of cprof/_modules.py runs once per module and place); tensor
+ * arguments become an interned JSON fragment ("Input Dims", "Input type") pasted into the
+ * range's args.
  * Threads: GIL holders only (torch calls hooks, and __call__, with the GIL held); what a thread
  * has open lives in thread-local storage, freed by a pthread key destructor when the thread
  * exits. */
@@ -223,6 +224,14 @@ static uint32_t name_of(HooksObject *self, hooks_tls *s, PyObject *m) {
     int in_parent = s->n && s->calls[s->n - 1].gen == self->gen;
     uint32_t parent_id = in_parent ? s->calls[s->n - 1].name_id : 0;
     if (CPROF_LIKELY(cache_get(self, m, parent_id, &id))) return id;
+    /* a module calling itself (recursion) keeps the name it is open under: not a new, longer
+     * one per depth */
+    for (size_t k = s->n; k-- > 0;)
+        if (s->calls[k].gen == self->gen && s->calls[k].module == m) {
+            id = s->calls[k].name_id;
+            if (cache_put(self, m, parent_id, id) < 0) self->errors++;
+            return id;
+        }
     PyObject *name = NULL;
     if (self->resolver && self->resolver != Py_None) {
         PyObject *parent = Py_None, *parent_name = NULL;

@@ -486,11 +486,14 @@ def test_snapshot_types_outlive_their_module_attributes():
     """The Snapshot / GpuSnapshot / BucketTimer types are held by the extension itself: a
     deleted module attribute cannot free a type objects are still made from."""
     import gc
-    saved = {n: getattr(_C, n) for n in ("Snapshot", "GpuSnapshot", "BucketTimer")}
+    import weakref
+    names = ("Snapshot", "GpuSnapshot", "BucketTimer")
+    refs = {n: weakref.ref(getattr(_C, n)) for n in names}  # no strong reference kept here
     try:
-        for n in saved:
+        for n in names:
             delattr(_C, n)
         gc.collect()
+        assert all(r() is not None for r in refs.values())  # the extension holds them
         _C.start()
         with cprof.range("x"):
             pass
@@ -498,5 +501,6 @@ def test_snapshot_types_outlive_their_module_attributes():
         assert type(snap).__name__ == "Snapshot" and snap.summary()
         snap.close()
     finally:
-        for n, v in saved.items():
-            setattr(_C, n, v)
+        for n, r in refs.items():
+            if r() is not None and not hasattr(_C, n):
+                setattr(_C, n, r())

@@ -1373,3 +1373,20 @@ print(json.dumps(seen))
     import json
     assert json.loads(r.stdout.strip().splitlines()[-1]) == {
         "attached": True, "observer": True, "modules": True, "pystack": True}
+
+
+def test_prewarm_loads_nothing_of_the_operator_capture_under_cprof_ops_0():
+    """CPROF_OPS=0 is the switch for an operator capture that misbehaves: the one-time setup
+    done before a window must not load cprof._torch_ops either."""
+    import json
+    import subprocess
+    from conftest import ROOT
+    pytest.importorskip("torch")
+    code = ("import json, sys, torch, cprof\n"
+            "p = cprof.profile(activities=['CPU'], with_stack=True)\n"
+            "p.start(); p.stop()\n"
+            "print(json.dumps('cprof._torch_ops' in sys.modules))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, PYTHONPATH=ROOT, CPROF_OPS="0"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) is False
