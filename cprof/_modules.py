@@ -70,6 +70,16 @@ DTYPE_NAMES = {
 _installed = None  # the one handle whose capture is installed, or None
 
 
+def _in_backward():
+    """Whether this thread runs autograd's backward (a graph task) now."""
+    torch = sys.modules.get("torch")
+    task = getattr(getattr(torch, "_C", None), "_current_graph_task_id", None)
+    try:
+        return task is not None and task() != -1
+    except Exception:  # noqa: BLE001 - an older torch: not known, so not in backward
+        return False
+
+
 class _Resolver:
     """Names a module the first time the C capture sees it called from a given place (the C
     cache keeps the name for that place: the module whose forward calls it, or none; a
@@ -80,9 +90,9 @@ class _Resolver:
     descendant of the parent) holds it; a child shared by two parents gets each one's path.
     A child's path does not repeat the root's class: root ``MLP``, children ``encoder``,
     ``encoder.layers.3``. A module not held by its parent is ``{parent}.{Class}``. Called on
-    its own (no enclosing module on this thread), a module is named by its class, unless it
-    was called under a parent earlier in the window: then by that path (activation
-    checkpointing recomputes layers on their own in backward).
+    its own (no enclosing module on this thread), a module is named by its class; in
+    autograd's backward (activation checkpointing's recompute) by the path a parent's call
+    last gave it in the window.
     """
 
     def __init__(self):
@@ -100,11 +110,13 @@ class _Resolver:
             self.on_new_module()
         cls = type(module).__name__
         if parent is None:
-            # on its own: the path it was last given under a parent in this window, as when
-            # activation checkpointing recomputes a layer in backward with no module open
-            # (each layer keeps its own name: they would all be "Block"); else its class
+            # on its own in backward (activation checkpointing recomputes a layer with no
+            # module open): the path it was last given under a parent in this window, so each
+            # layer keeps its own name (as roots they would all be "Block"); else its class,
+            # whatever was called before (C asks again at each such call of a module that has
+            # been a child)
             known = self._path.get(id(module))
-            if known is not None:
+            if known is not None and _in_backward():
                 return known
             self._prefix[(id(module), cls)] = ""
             self.names.add(cls)

@@ -108,7 +108,7 @@ typedef struct {
     uint64_t errors;        /* failures swallowed so that a hook never breaks a forward */
     uint32_t full_id;       /* name used when the name table is full */
     cache_slot *slots;      /* module -> name id, open addressing, GIL-protected */
-    size_t cap, n;
+    size_t cap, n, marks; /* marks: CHILD_MARK entries among the n */
 } HooksObject;
 
 static uint64_t next_gen = 1; /* GIL-protected */
@@ -156,6 +156,7 @@ static int cache_put(HooksObject *self, PyObject *m, uint32_t parent, uint32_t i
     self->slots[i].parent_id = parent;
     self->slots[i].name_id = id;
     self->n++;
+    self->marks += parent == UINT32_MAX; /* CHILD_MARK (defined below) */
     return 0;
 }
 
@@ -163,7 +164,7 @@ static void cache_clear(HooksObject *self) {
     cache_slot *slots = self->slots;
     size_t cap = self->cap;
     self->slots = NULL;
-    self->cap = self->n = 0;
+    self->cap = self->n = self->marks = 0;
     /* released after the table is detached: a module's finaliser may call a hook */
     for (size_t k = 0; k < cap; k++) Py_XDECREF(slots[k].key);
     free(slots);
@@ -219,11 +220,17 @@ static PyObject *class_name(PyObject *m) {
  * own): the cache, else the resolver. An Exception from the resolver is swallowed (counted;
  * the class names the module); anything else (KeyboardInterrupt) stays set and
  * CPROF_NAME_INVALID is returned, so the hook raises it before pushing anything. */
+/* The cache key of "m has been named under a parent": for such a module, a call with no
+ * module open asks the resolver every time (a layer recomputed by activation checkpointing in
+ * backward keeps its path; a forward call on its own is named by its class). */
+#define CHILD_MARK UINT32_MAX
+
 static uint32_t name_of(HooksObject *self, hooks_tls *s, PyObject *m) {
     uint32_t id;
     int in_parent = s->n && s->calls[s->n - 1].gen == self->gen;
     uint32_t parent_id = in_parent ? s->calls[s->n - 1].name_id : 0;
-    if (CPROF_LIKELY(cache_get(self, m, parent_id, &id))) return id;
+    int ask = !in_parent && cache_get(self, m, CHILD_MARK, &id);
+    if (CPROF_LIKELY(!ask && cache_get(self, m, parent_id, &id))) return id;
     /* a module calling itself (recursion) keeps the name it is open under: not a new, longer
      * one per depth */
     for (size_t k = s->n; k-- > 0;)
@@ -265,10 +272,14 @@ static uint32_t name_of(HooksObject *self, hooks_tls *s, PyObject *m) {
     }
     id = intern_str(self, name);
     Py_DECREF(name);
+    if (ask) return id; /* answered per call, not cached */
     /* the resolver ran Python code: another thread may have named m meanwhile */
     uint32_t first;
     if (cache_get(self, m, parent_id, &first)) return first;
     if (cache_put(self, m, parent_id, id) < 0) self->errors++;
+    if (in_parent && !cache_get(self, m, CHILD_MARK, &first) &&
+        cache_put(self, m, CHILD_MARK, id) < 0)
+        self->errors++;
     return id;
 }
 
@@ -682,7 +693,7 @@ static PyObject *hooks_get_errors(HooksObject *self, void *c) {
 
 static PyObject *hooks_get_cached(HooksObject *self, void *c) {
     (void)c;
-    return PyLong_FromSize_t(self->n);
+    return PyLong_FromSize_t(self->n - self->marks); /* names cached, per module and place */
 }
 
 static PyObject *hooks_get_record_shapes(HooksObject *self, void *c) {
