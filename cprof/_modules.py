@@ -132,9 +132,13 @@ class _Resolver:
                 break
         if name is None:
             tree = self._subtrees.get(id(parent))
-            if tree is None:
+            fresh = tree is None
+            if fresh:
                 tree = self._subtrees[id(parent)] = self._subtree(parent)
             path = tree.get(id(module))
+            if path is None and not fresh:  # a module put into the tree since it was read
+                tree = self._subtrees[id(parent)] = self._subtree(parent)
+                path = tree.get(id(module))
             name = prefix + path if path else f"{parent_name}.{cls}"
         self._prefix[(id(module), name)] = name + "."
         self._path[id(module)] = name

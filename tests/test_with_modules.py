@@ -987,3 +987,26 @@ def test_checkpointed_layers_and_recursion_keep_their_names(tmp_path, mode):
         assert count[f"layers.{i}"] == 2 and count[f"layers.{i}.attn"] == 2, count
     assert count["Rec"] == 21 and count["lin"] == 21, count
     assert count["Block"] == 1 and count["attn"] == 1, count  # the call on its own
+
+
+def test_a_module_put_into_a_container_mid_window_gets_its_path(tmp_path, mode):
+    """A module replaced inside a ModuleList of a ModuleList (reached through containers whose
+    forward never runs) was named "{parent}.{Class}": the parent's tree was read once."""
+    class Deep(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.ModuleList([nn.ModuleList([nn.Linear(4, 4)])])
+
+        def forward(self, x):
+            return self.l[0][0](x)
+
+    model = Deep()
+    x = torch.ones(1, 4)
+
+    def run():
+        model(x)
+        model.l[0][0] = nn.Linear(4, 4)
+        model(x)
+
+    trace, _ = profiled(tmp_path, run, mode)
+    assert [e["name"] for e in ranges_of(trace)] == ["Deep", "l.0.0", "Deep", "l.0.0"]
