@@ -579,6 +579,13 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             self.current_action = action
             try:
                 self._run_transitions(prev, self.current_action)
+            except BaseException:
+                if self._window is None and action is not ProfilerAction.NONE:
+                    # the window this step was to open did not open (strict and CUPTI held
+                    # elsewhere, say): no action is under way, so stop() does not try to
+                    # open it again on the way out, and the next step tries afresh
+                    self.current_action = ProfilerAction.NONE
+                raise
             finally:
                 self._enter_step()
         finally:

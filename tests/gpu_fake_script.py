@@ -263,6 +263,22 @@ with warnings.catch_warnings(record=True) as caught:
         got["after_failed_start"] = str(q.trace_path)
         got["held_end"] = fake.fake_cupti_subscribers()
         result["release"] = got
+    elif scenario == "busy_schedule":  # a schedule's window cannot open (strict): said once
+        fake.fake_cupti_set_other_subscriber(b"CUPTI for Nsight Systems")
+        try:
+            with cprof.profile(activities=["CPU", "CUDA"],
+                               schedule=cprof.schedule(wait=1, warmup=1, active=1)) as p:
+                for _ in range(4):
+                    p.step()
+            result["raised"] = None
+        except Exception as err:  # noqa: BLE001 - recorded for the test
+            result["raised"] = type(err).__name__
+        result["step_num"] = p.step_num
+        fake.fake_cupti_set_other_subscriber(None)
+        with cprof.profile(activities=["CPU"]) as q:
+            with cprof.range("after"):
+                pass
+        result["after"] = [e.name for e in q.events()]
     elif scenario == "names_full":  # more distinct kernel names than CPROF_NAMES_LIMIT
         with cprof.ProfilerContext(output_dir=out_dir, profile_name="names", verbose=False,
                                    with_stack=False) as p:

@@ -763,3 +763,14 @@ def test_a_stop_that_cupti_will_not_undo_is_said_and_the_next_window_works(tmp_p
     assert len(events(after, "kernel")) > 0, res["failed_start"]
     assert "another profiler" not in json.dumps(after["cprof"])
     assert res["held_end"] == 0
+
+
+def test_a_schedules_window_that_cannot_open_raises_once_and_leaves_nothing(tmp_path, fake_so):
+    """strict (the default) and CUPTI held by Nsight: the step that opens the window raises
+    CuptiBusyError, and the with block's exit does not try to open it again (it used to, and
+    warned that stopping failed); the next profile works."""
+    res = run("busy_schedule", tmp_path, fake_so)
+    assert res["raised"] == "CuptiBusyError" and res["step_num"] == 1
+    assert not [w for w in res["warnings"] if "stopping after an exception failed" in w], \
+        res["warnings"]
+    assert res["after"] == ["after"]
