@@ -229,6 +229,21 @@ def _write_text(path, text):
         raise OSError(err.errno, err.strerror, str(path)) from None
 
 
+def _only_tables(doc, sections):
+    """The JSON report with only the tables --tables names (the trace facts, diagnoses and
+    totals kept), as the other formats print only those tables."""
+    if not sections:
+        return doc
+    names = {k for k, _, _ in TABLES}
+
+    def one(report):
+        return {k: v for k, v in report.items() if k not in names or k in sections}
+
+    if "reports" in doc:  # several ranks or files
+        return dict(doc, reports=[one(r) for r in doc["reports"]])
+    return one(doc)
+
+
 def _clobbers_trace(args, files):
     """Why the report's -o / --html must not be written where asked (a trace it reads, or a
     name the next report or merge would take for a trace), or None."""
@@ -268,7 +283,7 @@ def cmd_report(args):
         return _fail("report", err)
     doc = combine(reports)
     if args.format == "json":
-        text = json.dumps(doc, indent=1) + "\n"
+        text = json.dumps(_only_tables(doc, sections), indent=1) + "\n"
     else:
         text = render(doc, args.format, sections)
     try:

@@ -163,7 +163,7 @@ def _add_options(p):
                         "when this machine can record it")
     p.add_argument("-o", "--output-dir", metavar="DIR",
                    help="trace directory (default $CPROF_PROFILER_DIR, else "
-                        "/tmp/cprof_profiles)")
+                        "$CPROF_TORCH_PROFILER_DIR, else /tmp/cprof_profiles)")
     p.add_argument("--name", metavar="NAME",
                    help="trace file name prefix (default: the script's stem or the module name)")
     p.add_argument("--delay", metavar="SECONDS", type=float,
@@ -1301,7 +1301,8 @@ def _configure(argv):
                              ) from None
         if opts.output_dir is not None and not opts.output_dir.strip():
             raise _Usage("--output-dir is empty; pass a directory (or leave the option out "
-                         "for $CPROF_PROFILER_DIR, else /tmp/cprof_profiles)")
+                         "for $CPROF_PROFILER_DIR, else $CPROF_TORCH_PROFILER_DIR, else "
+                         "/tmp/cprof_profiles)")
         if kind == "module":
             _set_sys_path(kind, target)  # find_spec must search where the program will
         opts.default_name = _check_program(kind, target)

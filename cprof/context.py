@@ -13,8 +13,8 @@ from . import _lifecycle
 from ._dist import rank_info
 from ._profile import normalize_activities as _normalize
 from ._profile import profile
-from ._window import (WriteResult, check_buffer_size_mb, check_output_dir, flag, is_flag,
-                      is_stream)
+from ._window import (WriteResult, check_buffer_size_mb, check_gpu_buffer_mb, check_output_dir,
+                      flag, is_flag, is_stream)
 from ._ranges import _async_gen_wrapper
 
 VALID_ACTIVITIES = ("CPU", "GPU", "MEM")
@@ -215,7 +215,8 @@ class ProfilerContext:
         if profile_name is None:
             profile_name = f"profile_{int(time.time())}"
         check_profile_name(profile_name)
-        buffer_size_mb = check_buffer_size_mb(buffer_size_mb, "cprof")
+        buffer_size_mb = check_buffer_size_mb(buffer_size_mb, "cprof.ProfilerContext")
+        gpu_buffer_mb = check_gpu_buffer_mb(gpu_buffer_mb, "cprof.ProfilerContext")
         self.profile_name = profile_name
         self.buffer_size_mb = buffer_size_mb
         self._prof = profile(activities=self.activities, with_stack=self.with_stack,

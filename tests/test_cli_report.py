@@ -866,3 +866,13 @@ def test_output_into_a_reader_that_stops_early_ends_quietly():
         os.close(w)
     assert p.stderr == "", p.stderr
     assert p.returncode == 141
+
+
+def test_json_report_keeps_only_the_tables_asked_for(gpu_trace):
+    """--tables applies to --format json as to the other formats (it printed every table)."""
+    full = json.loads(cprof("report", gpu_trace, "--format", "json").stdout)
+    some = json.loads(cprof("report", gpu_trace, "--format", "json", "--tables",
+                            "kernels,steps").stdout)
+    assert "kernels" in some and "steps" in some
+    assert "cuda_api" in full and "cuda_api" not in some and "gaps" not in some
+    assert some["trace"] == full["trace"] and some["diagnoses"] == full["diagnoses"]
