@@ -18,6 +18,15 @@
 #define RESTORE_EXC(v) PyErr_Restore(v##_t, v##_v, v##_tb)
 #endif
 
+/* Appends item to list and drops the caller's reference to it; item NULL means its building
+ * failed (an exception is set). 0, or -1 with an exception set. */
+static inline int cprof_py_list_take(PyObject *list, PyObject *item) {
+    if (!item) return -1;
+    int rc = PyList_Append(list, item);
+    Py_DECREF(item);
+    return rc;
+}
+
 /* py_tracer.c: the with_stack Python-function tracer (PyEval_SetProfile / sys.monitoring). */
 int cprof_py_tracer_add(PyObject *m);
 /* py_monitoring.c (3.12+): takes a free sys.monitoring tool id (PROFILER_ID first; all in use:

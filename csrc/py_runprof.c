@@ -471,8 +471,7 @@ static PyObject *mod_rs_buckets(PyObject *module, PyObject *args) {
                                        PyUnicode_DecodeUTF8(s, (Py_ssize_t)len, "replace"),
                                        (unsigned long long)rows[i].total_ns,
                                        (unsigned long long)rows[i].steps);
-        if (!item || PyList_Append(list, item) < 0) Py_CLEAR(list);
-        Py_XDECREF(item);
+        if (cprof_py_list_take(list, item) < 0) Py_CLEAR(list);
     }
     free(rows);
     return list;

@@ -125,12 +125,10 @@ static PyObject *gpu_snapshot_records(GpuSnapshotObject *self, PyObject *unused)
                 "bytes",
                 (unsigned long long)((r->kind == CPROF_GPU_MEMCPY || r->kind == CPROF_GPU_MEMSET)
                                          ? r->u.m.bytes : 0));
-            if (!item || PyList_Append(list, item) < 0) {
-                Py_XDECREF(item);
+            if (cprof_py_list_take(list, item) < 0) {
                 Py_DECREF(list);
                 return NULL;
             }
-            Py_DECREF(item);
         }
     }
     return list;
@@ -382,12 +380,10 @@ static PyObject *snapshot_threads(SnapshotObject *self, PyObject *unused) {
                                        (unsigned long long)t->ident, "ranges",
                                        (unsigned long long)t->nrecords, "dropped",
                                        (unsigned long long)t->dropped);
-        if (!item || PyList_Append(list, item) < 0) {
-            Py_XDECREF(item);
+        if (cprof_py_list_take(list, item) < 0) {
             Py_DECREF(list);
             return NULL;
         }
-        Py_DECREF(item);
     }
     return list;
 }
@@ -465,11 +461,7 @@ static PyObject *snapshot_records(SnapshotObject *self, PyObject *pargs, PyObjec
                     (int)r->cat, (unsigned long long)r->begin_ns, (unsigned long long)r->end_ns,
                     (int)r->depth, (int)((r->flags & CPROF_REC_TRUNCATED) != 0), frag, seq, fwd,
                     (int)((r->flags & CPROF_REC_MODULE) != 0));
-                if (!item || PyList_Append(list, item) < 0) {
-                    Py_XDECREF(item);
-                    goto fail;
-                }
-                Py_DECREF(item);
+                if (cprof_py_list_take(list, item) < 0) goto fail;
             }
         }
     }
@@ -501,8 +493,7 @@ static PyObject *snapshot_summary(SnapshotObject *self, PyObject *unused) {
             "self_ns", (unsigned long long)rows[i].self_ns, "min_ns",
             (unsigned long long)rows[i].min_ns, "max_ns", (unsigned long long)rows[i].max_ns)
                               : NULL;
-        if (!item || PyList_Append(list, item) < 0) Py_CLEAR(list);
-        Py_XDECREF(item);
+        if (cprof_py_list_take(list, item) < 0) Py_CLEAR(list);
     }
     free(rows);
     return list;
