@@ -472,19 +472,17 @@ def save_instead(ctx, err):
     (the process ends, a profile_function call returns): writes it into the temporary
     directory, else the current one (never the output directory again). Returns (path or
     None, why the first write failed, ["dir (why)" for each directory that refused it])."""
-    why = (err.strerror or str(err)) if isinstance(err, OSError) else str(err or "")
-    why = why[len("cprof: "):] if why.startswith("cprof: ") else why
-    why = why.split("; the trace is kept in memory")[0]
+    def clean(e):  # an error's text without cprof's prefix and its "call save()" advice
+        m = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        m = m[len("cprof: "):] if m.startswith("cprof: ") else m
+        return m.split("; the trace is kept in memory")[0]
+
+    why = clean(err) if err is not None else ""
     failures = []
     window = getattr(ctx, "_window", None)
     if window is None or window.snapshot is None:
         return None, why, ["(nothing left to write)"]
     import tempfile
-
-    def clean(e):
-        m = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        m = m[len("cprof: "):] if m.startswith("cprof: ") else m
-        return m.split("; the trace is kept in memory")[0]
 
     try:
         tried = {os.path.realpath(ctx._out_dir())}  # never the directory that refused it
