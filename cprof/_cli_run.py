@@ -101,8 +101,9 @@ What the program sees and what comes back
     if it had been imported before: record_function ranges, NVTX ranges, torch.compile's
     regions (so graph breaks show in `cprof report`) and, with --record-shapes, module calls.
   - The window closes when the program's main code returns (or raises). Threads it leaves
-    running and its atexit handlers run after that, unprofiled. os._exit() and SIGKILL leave
-    no trace.
+    running and its atexit handlers run after that, unprofiled. os._exit() or os.exec*()
+    inside the window writes the trace first (partial, "the program ended with os._exit");
+    SIGKILL leaves no trace.
   - One cprof window per process: a program that opens its own ProfilerContext /
     cprof.profile while cprof run's window is open gets cprof.WindowStateError. If its window
     is open when cprof run's would open (--delay, --capture-range), cprof run reports it and
@@ -551,6 +552,15 @@ class _Session:
         if exc_type is not None:
             out.info("the trace is partial: the program ended with "
                      f"{getattr(exc_type, '__name__', exc_type)} while the window was open")
+
+    def _lifecycle_end(self, reason):
+        """The program called os._exit or exec (or the interpreter is exiting) with the
+        window open (cprof/_lifecycle.py): closed and written now, partial, end reason."""
+        self.finished.set()  # the timer stops; nothing opens the window any more
+        self.opened.set()
+        with self.lock:  # a close --duration's timer has begun finishes first
+            self.close(f"{reason} called by the program" if reason in ("os._exit", "exec")
+                       else reason, reason)
 
     # -- timers --
     def start_timer(self):
@@ -1069,6 +1079,9 @@ class _Run:
             self.exit_code = 1
             return
         session = self.session = _Session(ctx, opts, out)
+        # the program's os._exit / exec (or an exit with the window open) closes the window
+        # through the session, so cprof run's lock, messages and fallback write apply
+        ctx._prof._lifecycle_owner = session
         if (threading.current_thread() is threading.main_thread()
                 and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
                 and _C.signal_default(signal.SIGTERM)):  # no C handler either

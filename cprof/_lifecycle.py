@@ -24,7 +24,14 @@ ends its window, marked partial, on the way out:
 - Interpreter exit with the window still open (start() never stopped, __enter__ without a
   with-block, sys.exit or an uncaught exception outside any with-block): an atexit hook ends
   it with end "exit", or the name of the uncaught exception that ended the program
-  (KeyboardInterrupt for Ctrl-C). os._exit and SIGKILL leave no trace.
+  (KeyboardInterrupt for Ctrl-C).
+- os._exit (a program skipping its teardown, from any thread) and os.exec* (the process image
+  replaced) while a window is open: the windows are ended first, end "os._exit" / "exec",
+  then the call goes on. While windows are open (only then) os._exit, os.execv and
+  os.execve are wrappers; os.execl / execle / execlp / execlpe / execvp / execvpe go through
+  the last two. A forked child's call passes straight through (its parent writes), and so
+  does one from code cprof runs inside its own stop or step (an on_trace_ready: the window
+  is already stopped and that code has it). SIGKILL leaves no trace.
 - fork: the child has no window (csrc/events.c forgets it at fork); here its tracer and
   module capture are removed and a SIGTERM handler of ours goes back to the default; the
   profiler's step / stop / exit and the window's write in the child do nothing (profilers
@@ -47,6 +54,7 @@ _last_exc_at_open = None
 _handler_installed = False
 _atexit_registered = False
 _critical = 0          # > 0 while some thread is inside cprof's start / step / stop
+_critical_threads = {}  # thread ident -> how deep it is inside those
 _term_pending = 0      # the ending signal held back while cprof was busy (0: none)
 _terminating = False
 forks = 0              # forks this process descends from (os.fork children): cheaper than getpid
@@ -91,11 +99,14 @@ def opened(key, owner):
         atexit.register(_at_exit)
         _atexit_registered = True
     _install_sigterm()
+    _install_process_end_hooks()
 
 
 def closed(key):
     """key stopped (also when its stop failed)."""
     _running[:] = [r for r in _running if r[0] is not key]
+    if not _running:
+        _remove_process_end_hooks()
     if not _critical and not _terminating:
         _sync_sigterm()
 
@@ -110,11 +121,19 @@ def enter_critical():
     so the window is never ended half-opened or half-closed."""
     global _critical
     _critical += 1
+    ident = threading.get_ident()
+    _critical_threads[ident] = _critical_threads.get(ident, 0) + 1
 
 
 def leave_critical():
     global _critical, _term_pending
     _critical -= 1
+    ident = threading.get_ident()
+    depth = _critical_threads.get(ident, 0) - 1
+    if depth > 0:
+        _critical_threads[ident] = depth
+    else:
+        _critical_threads.pop(ident, None)
     if _critical or _terminating:
         return
     if _term_pending:
@@ -215,6 +234,61 @@ def end_open_windows():
     return len(owners)
 
 
+# ---- os._exit and exec: the process ends, or is replaced, with no atexit ----
+
+_os_originals = {}     # name -> the os function our wrapper replaced (while windows are open)
+_PROCESS_END_CALLS = {"_exit": "os._exit", "execv": "exec", "execve": "exec"}
+_CRITICAL_WAIT_S = 5.0  # how long os._exit waits for another thread's start / step / stop
+
+
+def _process_end_hook(name, original, reason):
+    def hook(*args, **kwargs):
+        _end_before_process_end(reason)
+        return original(*args, **kwargs)
+    hook.__name__ = hook.__qualname__ = name
+    hook.__doc__ = original.__doc__
+    hook._cprof_original = original
+    return hook
+
+
+def _install_process_end_hooks():
+    if _os_originals:
+        return
+    for name, reason in _PROCESS_END_CALLS.items():
+        original = getattr(os, name, None)
+        if original is not None:
+            _os_originals[name] = original
+            setattr(os, name, _process_end_hook(name, original, reason))
+
+
+def _remove_process_end_hooks():
+    """Back to os's own functions; one that someone wrapped since (theirs calls ours) stays
+    wrapped, ours then passing straight through."""
+    for name, original in _os_originals.items():
+        if getattr(getattr(os, name, None), "_cprof_original", None) is original:
+            setattr(os, name, original)
+    _os_originals.clear()
+
+
+def _end_before_process_end(reason):
+    """os._exit / exec with windows open: they are ended and written first (never raises:
+    the program's call goes on whatever happens here)."""
+    if _pid != os.getpid() or not _running or _terminating:
+        return  # a forked child (its parent writes), or nothing open
+    if threading.get_ident() in _critical_threads:
+        # called by user code cprof runs inside its own stop or step (on_trace_ready): the
+        # window is already stopped and that code has its data
+        debug("cprof: %s from inside cprof's stop / step: passed through", reason)
+        return
+    if _critical:  # another thread is opening, stepping or closing: let it finish
+        import time
+        deadline = time.monotonic() + _CRITICAL_WAIT_S
+        while _critical and time.monotonic() < deadline:
+            time.sleep(0.001)
+    for _, owner in reversed(list(_running)):
+        _end(owner, reason)
+
+
 # ---- exit ----
 
 def _end(owner, reason):
@@ -244,6 +318,8 @@ def _after_fork_child():
     _running.clear()
     _pid = None
     _term_pending = 0  # (_critical stays: the child leaves the sections it is inside)
+    for ident in [i for i in _critical_threads if i != threading.get_ident()]:
+        del _critical_threads[ident]  # the parent's other threads are not in the child
     if _handler_installed:
         _handler_installed = False
         _restore_defaults()  # workers end as without cprof

@@ -203,6 +203,27 @@ def test_exit_code_and_partial_trace(tmp_path, args, code, end, opts):
         assert "failing" in names(t)  # the range the exception left, ended at the window's end
 
 
+@pytest.mark.parametrize("args, code, end, opts", [
+    (("os_exit", "7"), 7, "os._exit", ()),
+    (("os_exit", "0"), 0, "os._exit", ("--with-stack",)),
+    (("exec",), 0, "exec", ()),
+])
+def test_os_exit_and_exec_write_the_trace_first(tmp_path, args, code, end, opts):
+    """Neither runs atexit: the program used to end with no trace and no word (decision
+    116). The trace is written, said, and the program's own ending goes on."""
+    ran = cprof_run("-o", tmp_path, *opts, BASIC, *args)
+    assert ran.returncode == code, ran.stderr
+    t = load_trace(written(ran))
+    assert t["cprof"]["partial"] is True and t["cprof"]["end"] == end
+    assert t["cprof"]["cprof_run"]["closed_by"] == f"{end} called by the program"
+    assert names(t)[0] == "work"
+    if args[0] == "os_exit":
+        assert names(t) == ["work", "exiting"]
+    else:
+        assert ran.stdout.endswith("replaced\n")
+    assert f"the program ended with {end} while the window was open" in ran.stderr
+
+
 @pytest.mark.parametrize("sig, code, end, opts", [
     # the status python gives: it ends by the signal (-2 / -15 to a parent), after the trace
     (signal.SIGINT, -signal.SIGINT, "KeyboardInterrupt", ()),

@@ -247,6 +247,81 @@ def test_window_open_at_exit_is_written_partial(mode, status, end, tmp_path):
                 or "cprof:" in ln], err
 
 
+# ---------------------------------------------------------------- os._exit and exec (dec. 116)
+
+def _cprof_lines(err):
+    return [ln for ln in err.splitlines() if "cprof" in ln and "Warning" in ln]
+
+
+@pytest.mark.parametrize("mode,status,end", [
+    ("ctx_os_exit", 3, "os._exit"),
+    ("profile_os_exit", 0, "os._exit"),
+    ("thread_os_exit", 4, "os._exit"),    # from a watchdog thread, main asleep in a range
+    ("ctx_execv", 0, "exec"),
+    ("ctx_execlp", 0, "exec"),            # os.execlp reaches os.execv through PATH
+])
+def test_os_exit_and_exec_write_the_window_first(mode, status, end, tmp_path):
+    """os._exit and exec run no atexit: the window used to vanish with the process. It is
+    written first, partial, and the call goes on with the program's status."""
+    code, out, err = _run("process_end_child.py", mode, tmp_path / "out")
+    assert code == status, err
+    t = _only_trace(tmp_path / "out")
+    assert t["cprof"]["partial"] is True and t["cprof"]["end"] == end
+    names = [e["name"] for e in ranges_of(t)]
+    assert "work" in names, names
+    if mode == "thread_os_exit":
+        assert "sleeping" in names  # the main thread's open range, ended with the window
+    if end == "exec":
+        assert out.strip() == "replaced"  # the new image ran
+    assert not _cprof_lines(err), err
+
+
+def test_os_exit_from_on_trace_ready_passes_through_quietly(tmp_path):
+    """The window is already stopped when on_trace_ready runs: its os._exit ends the process
+    with what the handler wrote, and no warning."""
+    code, out, err = _run("process_end_child.py", "on_trace_ready_os_exit", tmp_path / "out")
+    assert code == 5, err
+    t = _only_trace(tmp_path / "out")
+    assert t["cprof"].get("end") == "normal" and not t["cprof"].get("partial"), t["cprof"]
+    assert not _cprof_lines(err), err
+
+
+def test_forked_childs_os_exit_writes_nothing(tmp_path):
+    code, out, err = _run("process_end_child.py", "fork_child_os_exit", tmp_path / "out")
+    assert code == 0, err
+    assert "child=9" in out
+    t = _only_trace(tmp_path / "out")  # the parent's, complete
+    assert not t["cprof"].get("partial"), t["cprof"]
+    assert [e["name"] for e in ranges_of(t)] == ["work"]
+
+
+def test_a_wrapper_of_ours_stays_and_ours_passes_through(tmp_path):
+    """A library that wrapped os._exit during the window keeps its wrapper; after the window
+    ours calls through with nothing to write."""
+    code, out, err = _run("process_end_child.py", "wrapped_then_closed", tmp_path / "out")
+    assert code == 6, err
+    assert out.split() == ["kept=True", "theirs"]
+    t = _only_trace(tmp_path / "out")
+    assert not t["cprof"].get("partial"), t["cprof"]
+
+
+def test_os_functions_are_replaced_only_while_a_window_is_open(tmp_path):
+    originals = (os._exit, os.execv, os.execve)
+    with cprof.ProfilerContext(output_dir=str(tmp_path), profile_name="w", verbose=False,
+                               activities=CPU):
+        assert all(getattr(f, "_cprof_original", None) is o
+                   for f, o in zip((os._exit, os.execv, os.execve), originals))
+        assert os._exit.__name__ == "_exit"
+    assert (os._exit, os.execv, os.execve) == originals
+    p = cprof.profile(activities=CPU)
+    p.start()
+    try:
+        assert os._exit is not originals[0]
+    finally:
+        p.stop()
+    assert (os._exit, os.execv, os.execve) == originals
+
+
 def test_stop_in_finally_during_keyboard_interrupt_marks_partial(tmp_path):
     p = cprof.profile(activities=CPU)
     p.start()

@@ -1,7 +1,8 @@
 """Test program for tests/test_cli_run.py: what `cprof run` must pass through.
 
 argv[1] selects the ending: ok (default), exit N, raise, sigint / sigterm (print "ready",
-then sleep inside a range until the test sends the signal), sysexit-msg."""
+then sleep inside a range until the test sends the signal), sysexit-msg, os_exit N (inside
+a range), exec (the process replaced by `python -c "print('replaced')"`)."""
 import os
 import sys
 import time
@@ -29,6 +30,11 @@ if mode in ("sigint", "sigterm"):
         print("ready", flush=True)
         time.sleep(30)
     print("not interrupted")
+if mode == "os_exit":
+    with cprof.range("exiting"):
+        os._exit(int(sys.argv[2]))
+if mode == "exec":
+    os.execv(sys.executable, [sys.executable, "-c", "print('replaced')"])
 if mode == "chdir":
     os.chdir("/")
 print("done")
