@@ -2,7 +2,6 @@
 
 Signal, exit and fork cases run a child process (tests/reliability_scripts/) and check its exit
 status, what it printed and the trace it left; re-entrancy runs in this process."""
-import gzip
 import json
 import os
 import signal
@@ -10,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 
 import pytest
 
