@@ -455,14 +455,10 @@ static PyObject *mod_rs_buckets(PyObject *module, PyObject *args) {
     unsigned int owner, lo, hi;
     double kvlo, kvhi;
     if (!PyArg_ParseTuple(args, "IIIdd", &owner, &lo, &hi, &kvlo, &kvhi)) return NULL;
-    size_t cap = 4096, n = 0;
-    cprof_bucket_total *rows = malloc(cap * sizeof *rows);
-    if (!rows) return PyErr_NoMemory();
-    int rc = cprof_rs_buckets(owner, lo, hi, kvlo, kvhi, rows, cap, &n);
-    if (rc) {
-        free(rows);
-        return cprof_py_raise(module, rc, "buckets");
-    }
+    size_t n = 0;
+    cprof_bucket_total *rows = NULL;
+    int rc = cprof_rs_buckets(owner, lo, hi, kvlo, kvhi, &rows, &n);
+    if (rc) return cprof_py_raise(module, rc, "buckets");
     PyObject *list = PyList_New(0);
     for (size_t i = 0; list && i < n; i++) {
         size_t len;

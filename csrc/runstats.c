@@ -15,6 +15,8 @@ typedef struct {
     uint32_t run;
     uint8_t done;       /* step_end was called */
     uint8_t unmeasured; /* a timer of it could not be resolved: in no statistic */
+    uint8_t aborted;    /* it raised (or failed to start): in no statistic, and the regions
+                         * still pending for it are dropped when they resolve */
     uint64_t latency_ns; /* UINT64_MAX while pending */
     int64_t tokens;
     double kv_len;
@@ -52,21 +54,25 @@ int cprof_rs_step_begin(uint32_t owner, uint32_t run, uint64_t *step) {
     if (!owner) return CPROF_E_ARG;
     if (nsteps == steps_cap && grow((void **)&steps, &steps_cap, sizeof *steps))
         return CPROF_E_NOMEM;
-    steps[nsteps] = (step_rec){owner, run, 0, 0, UINT64_MAX, 0, NAN};
+    steps[nsteps] =
+        (step_rec){.owner = owner, .run = run, .latency_ns = UINT64_MAX, .kv_len = NAN};
     live_steps++;
     *step = nsteps++;
     return CPROF_OK;
 }
 
+/* The step keeps its index (never given to the next step): its timer regions resolve later
+ * (CUDA events, or any timer until the step's run ends) and must find it aborted, not be filed
+ * under a successor. */
 void cprof_rs_step_abort(uint64_t step) {
-    if (step + 1 != nsteps) return; /* only the last step can be taken back */
+    if (step >= nsteps) return;
+    steps[step].aborted = 1;
+    steps[step].done = 0;
     while (nbuckets && buckets[nbuckets - 1].step == step) nbuckets--;
-    if (steps[step].owner) live_steps--;
-    nsteps--;
 }
 
 int cprof_rs_step_end(uint64_t step, uint64_t latency_ns, int64_t tokens, double kv_len) {
-    if (step >= nsteps || steps[step].done) return CPROF_E_STATE;
+    if (step >= nsteps || steps[step].done || steps[step].aborted) return CPROF_E_STATE;
     steps[step].done = 1;
     if (latency_ns != UINT64_MAX) steps[step].latency_ns = latency_ns;
     steps[step].tokens = tokens;
@@ -79,7 +85,7 @@ void cprof_rs_set_latency(uint64_t step, uint64_t latency_ns) {
 }
 
 int cprof_rs_step_unmeasured(uint64_t step) {
-    if (step >= nsteps || steps[step].unmeasured) return 0;
+    if (step >= nsteps || steps[step].unmeasured || steps[step].aborted) return 0;
     steps[step].unmeasured = 1;
     return 1;
 }
@@ -89,7 +95,7 @@ void cprof_rs_set_kv(uint64_t step, double kv_len) {
 }
 
 void cprof_rs_add_bucket(uint64_t step, uint8_t domain, uint32_t bucket_id, uint64_t ns) {
-    if (step >= nsteps) return;
+    if (step >= nsteps || steps[step].aborted) return;
     if (nbuckets == buckets_cap && grow((void **)&buckets, &buckets_cap, sizeof *buckets))
         return;
     buckets[nbuckets++] = (bucket_rec){step, ns, bucket_id, domain};
@@ -165,31 +171,88 @@ int cprof_rs_stats(uint32_t owner, uint32_t run_lo, uint32_t run_hi, double kv_l
     return CPROF_OK;
 }
 
+/* One row per distinct (domain, bucket): rows grow by doubling, found through an open-addressing
+ * index of row numbers (power-of-two size, kept under half full). */
+typedef struct {
+    cprof_bucket_total *rows;
+    uint64_t *last_step; /* per row: the last step counted, so steps counts each step once */
+    size_t n, cap;
+    uint32_t *index; /* row + 1; 0 empty */
+    size_t index_size;
+} bucket_table;
+
+static size_t bucket_hash(uint8_t domain, uint32_t bucket, size_t mask) {
+    uint64_t h = ((uint64_t)bucket << 8 | domain) * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h >> 32) & mask;
+}
+
+static int table_grow(bucket_table *t) {
+    size_t ncap = t->cap ? t->cap * 2 : 64;
+    cprof_bucket_total *nr = realloc(t->rows, ncap * sizeof *nr);
+    if (!nr) return CPROF_E_NOMEM;
+    t->rows = nr;
+    uint64_t *nl = realloc(t->last_step, ncap * sizeof *nl);
+    if (!nl) return CPROF_E_NOMEM;
+    t->last_step = nl;
+    t->cap = ncap;
+    uint32_t *ni = calloc(ncap * 2, sizeof *ni); /* at most half full */
+    if (!ni) return CPROF_E_NOMEM;
+    free(t->index);
+    t->index = ni;
+    t->index_size = ncap * 2;
+    for (size_t r = 0; r < t->n; r++) {
+        size_t k = bucket_hash(t->rows[r].domain, t->rows[r].bucket_id, t->index_size - 1);
+        while (ni[k]) k = (k + 1) & (t->index_size - 1);
+        ni[k] = (uint32_t)r + 1;
+    }
+    return CPROF_OK;
+}
+
+/* The row of (domain, bucket), added if new; NULL when out of memory. */
+static size_t *table_row(bucket_table *t, uint8_t domain, uint32_t bucket, size_t *row) {
+    if (t->n == t->cap && table_grow(t) != CPROF_OK) return NULL;
+    size_t mask = t->index_size - 1, k = bucket_hash(domain, bucket, mask);
+    while (t->index[k]) {
+        size_t r = t->index[k] - 1;
+        if (t->rows[r].domain == domain && t->rows[r].bucket_id == bucket) {
+            *row = r;
+            return row;
+        }
+        k = (k + 1) & mask;
+    }
+    *row = t->n++;
+    t->index[k] = (uint32_t)*row + 1;
+    t->rows[*row] = (cprof_bucket_total){domain, bucket, 0, 0};
+    t->last_step[*row] = UINT64_MAX;
+    return row;
+}
+
 int cprof_rs_buckets(uint32_t owner, uint32_t run_lo, uint32_t run_hi, double kv_lo, double kv_hi,
-                     cprof_bucket_total *rows, size_t cap, size_t *n) {
+                     cprof_bucket_total **rows, size_t *n) {
+    *rows = NULL;
     *n = 0;
-    size_t count = 0;
-    uint64_t *last_step = malloc((cap ? cap : 1) * sizeof *last_step);
-    if (!last_step) return CPROF_E_NOMEM;
+    bucket_table t = {0};
+    if (table_grow(&t) != CPROF_OK) goto nomem;
     for (uint64_t i = 0; i < nbuckets; i++) {
         const bucket_rec *b = &buckets[i];
         if (b->step >= nsteps || !selected(&steps[b->step], owner, run_lo, run_hi, kv_lo, kv_hi))
             continue;
-        size_t k = 0;
-        while (k < count && (rows[k].domain != b->domain || rows[k].bucket_id != b->bucket)) k++;
-        if (k == count) {
-            if (count == cap) continue; /* more distinct buckets than rows: caller sized it */
-            rows[k] = (cprof_bucket_total){b->domain, b->bucket, 0, 0};
-            last_step[k] = UINT64_MAX;
-            count++;
-        }
-        rows[k].total_ns += b->ns;
-        if (last_step[k] != b->step) {
-            rows[k].steps++;
-            last_step[k] = b->step;
+        size_t k;
+        if (!table_row(&t, b->domain, b->bucket, &k)) goto nomem;
+        t.rows[k].total_ns += b->ns;
+        if (t.last_step[k] != b->step) {
+            t.rows[k].steps++;
+            t.last_step[k] = b->step;
         }
     }
-    free(last_step);
-    *n = count;
+    free(t.last_step);
+    free(t.index);
+    *rows = t.rows;
+    *n = t.n;
     return CPROF_OK;
+nomem:
+    free(t.rows);
+    free(t.last_step);
+    free(t.index);
+    return CPROF_E_NOMEM;
 }

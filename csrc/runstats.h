@@ -73,7 +73,8 @@ void cprof_rs_set_tokens(uint64_t step, int64_t tokens);
 void cprof_rs_set_latency(uint64_t step, uint64_t latency_ns);
 /* Sets a step's KV length later (a device tensor reduced at run end, one copy per run). */
 void cprof_rs_set_kv(uint64_t step, double kv_len);
-/* Drops step (the last one begun) and its bucket times: it raised, or was not completed. */
+/* Drops step and its bucket times, those filed already and those its pending timer regions
+ * resolve to later: it raised, or was not completed. Its index is not reused. */
 void cprof_rs_step_abort(uint64_t step);
 /* Leaves step out of every statistic (its latency or a bucket time could not be measured):
  * 1 if it was counted until now, 0 if already left out or unknown. */
@@ -88,8 +89,9 @@ int cprof_rs_release(uint32_t owner, int may_compact);
  * between the two nearest ranks of the sorted latencies (numpy's default). */
 int cprof_rs_stats(uint32_t owner, uint32_t run_lo, uint32_t run_hi, double kv_lo, double kv_hi,
                    cprof_step_stats *out);
-/* Per-bucket totals over the same step selection: fills up to cap (domain, bucket, total_ns,
- * steps_with_it) rows, returns the number of rows in *n. */
+/* Per-bucket totals over the same step selection: *rows is set to a malloc'ed array (the
+ * caller frees it) of one (domain, bucket, total_ns, steps_with_it) row per distinct bucket,
+ * every one of them, in first-seen order; *n their number. */
 typedef struct cprof_bucket_total {
     uint8_t domain;
     uint32_t bucket_id;
@@ -97,6 +99,6 @@ typedef struct cprof_bucket_total {
     uint64_t steps;
 } cprof_bucket_total;
 int cprof_rs_buckets(uint32_t owner, uint32_t run_lo, uint32_t run_hi, double kv_lo, double kv_hi,
-                     cprof_bucket_total *rows, size_t cap, size_t *n);
+                     cprof_bucket_total **rows, size_t *n);
 
 #endif /* CPROF_RUNSTATS_H */

@@ -1156,6 +1156,50 @@ def test_steps_that_raise_are_counted_not_silently_dropped(tmp_path):
     assert "2 step(s) raised inside step_timing_ctx" in md
 
 
+@pytest.mark.parametrize("raise_inside_bucket", [True, False])
+def test_a_step_that_raised_leaves_its_bucket_times_out_of_the_next_step(tmp_path,
+                                                                         raise_inside_bucket):
+    """The raised step's regions resolve at the run's end: they used to be filed under the
+    next step, which was given the same index (one 100 ms failure made a 1 ms bucket 50 ms)."""
+    prof = make(tmp_path, warmup_runs=0, engine_profiling=True)
+    prof.begin_run()
+    for i in range(3):
+        try:
+            with prof.step_timing_ctx():
+                with cprof.cpu_bucket_timer("decode"):
+                    time.sleep(0.001)
+                    if i == 1:
+                        time.sleep(0.1)
+                        if raise_inside_bucket:
+                            raise RuntimeError("boom")
+                if i == 1:
+                    raise RuntimeError("boom")
+        except RuntimeError:
+            pass
+    prof.end_run()
+    s = prof.summary()
+    assert s["stats"]["steps"] == 2 and s["meta"]["steps_discarded"] == 1
+    assert 0.9 < s["buckets_engine_avg_ms"]["decode"] < 50, s["buckets_engine_avg_ms"]
+    assert s["stats"]["max_ms"] < 50
+
+
+def test_thousands_of_distinct_buckets_are_all_kept(tmp_path):
+    """Every distinct bucket is a row (there was a silent cap of 4,096: the rest vanished
+    from the rows and from others)."""
+    prof = make(tmp_path, warmup_runs=0, engine_profiling=True)
+    prof.begin_run()
+    with prof.step_timing_ctx():
+        for i in range(5000):
+            with cprof.cpu_bucket_timer(f"layer{i}.moe"):
+                if i == 4500:
+                    time.sleep(0.02)
+    prof.end_run()
+    rows = prof.summary()["buckets_engine_avg_ms"]
+    assert len([k for k in rows if k.startswith("layer")]) == 5000
+    assert rows["layer4500.moe"] >= 20
+    assert rows["others"] >= 20
+
+
 def test_tokens_reported_after_a_step_that_raised_are_discarded_with_it(tmp_path):
     """set_step_tokens right after a step goes to the step that just ended; when that step
     raised (discarded), its tokens go with it, not onto the step before it."""
