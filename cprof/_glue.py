@@ -237,6 +237,7 @@ class _Installed:
         self.ops = None  # the operator capture's note when it is off or unavailable
         self.async_why = "not installed"  # None when torch's async ranges are captured
         self.stack_why = None  # why with_stack could not start (another profiler's hook)
+        self.stack_too_deep = 0  # Python calls the tracer could not record: nested too deep
 
     def module_names(self):
         """Names given to module ranges so far (with_modules / record_shapes)."""
@@ -273,6 +274,7 @@ class _Installed:
             p = self.parts[-1]
             try:
                 p.remove()
+                self.stack_too_deep += (getattr(p, "counts", None) or {}).get("overflows", 0)
             except Exception as err:  # removal must not lose the window's data
                 warnings.warn(f"cprof: removing a capture hook failed: {err}", RuntimeWarning,
                               stacklevel=2)
@@ -286,7 +288,7 @@ class _Tracer:
         _pystack.start(c_calls=c_calls, min_duration_us=min_duration_us)
 
     def remove(self):
-        self._pystack.stop()
+        self.counts = self._pystack.stop()
 
 
 _ops_warned = set()

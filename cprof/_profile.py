@@ -856,6 +856,13 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                 self._window.notes["with_stack_unavailable"] = g.stack_why
             g.remove()
             self._glue = None
+            if g.stack_too_deep and self._window is not None:
+                self._window.dropped_extra["python_calls_too_deep"] = g.stack_too_deep
+                warnings.warn(
+                    f"cprof: with_stack: {g.stack_too_deep:,} Python calls were not recorded: "
+                    "they ran deeper than 65,535 nested ranges on one thread (deep recursion); ranges opened at that depth "
+                    "show under the deepest recorded call. The trace's metadata counts them "
+                    "(dropped.python_calls_too_deep)", RuntimeWarning, stacklevel=4)
 
     def _release_last(self):
         w, self._last = self._last, None

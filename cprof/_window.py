@@ -219,6 +219,7 @@ class Window:
         self.mem_heap = False
         self.mem_events = None  # torch's allocation reports (profile_memory): mem_events_stop bytes
         self.notes = {}
+        self.dropped_extra = {}  # losses counted in Python, added to the metadata's "dropped"
         self.snapshot = None
         self.start_time = None
         self.partial = False
@@ -524,6 +525,8 @@ class Window:
                                "gpu_flush_error": u["flush_error"],
                                "gpu_buffers_undecoded": u["buffers_undecoded"],
                                "gpu_drop_count_errors": u["drop_count_errors"]}
+        if self.dropped_extra:
+            meta["dropped"] = dict(meta.get("dropped", {}), **self.dropped_extra)
         if extra:
             meta.update(extra)
         return meta, rank, world, backend

@@ -146,6 +146,30 @@ def test_recursion_depths():
         assert inside(r, top)
 
 
+def _recurse(n):
+    return 0 if n == 0 else _recurse(n - 1) + 1
+
+
+def test_calls_past_the_depth_limit_are_counted_and_warned_about(tmp_path):
+    """Past 65,535 nested ranges on one thread the tracer cannot record a call: it used to
+    count that only internally, so the trace looked complete."""
+    depth = 70_000
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(depth + 1_000)
+    try:
+        with pytest.warns(RuntimeWarning, match=r"4,4\d\d Python calls were not recorded"):
+            with cprof.ProfilerContext(output_dir=str(tmp_path), profile_name="deep",
+                                       activities=["CPU"], verbose=False, with_stack=True) as c:
+                _recurse(depth)
+    finally:
+        sys.setrecursionlimit(limit)
+    t = load_trace(c.trace_path)
+    recorded = sum(1 for e in t["traceEvents"]
+                   if e.get("ph") == "X" and e["name"].endswith(": _recurse"))
+    assert recorded + t["cprof"]["dropped"]["python_calls_too_deep"] == depth + 1
+    assert t["cprof"]["dropped"]["cpu_ranges"] == 0
+
+
 def test_trace_file_has_python_function_events(tmp_path):
     _C.start()
     _pystack.start()
