@@ -860,9 +860,10 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                 self._window.dropped_extra["python_calls_too_deep"] = g.stack_too_deep
                 warnings.warn(
                     f"cprof: with_stack: {g.stack_too_deep:,} Python calls were not recorded: "
-                    "they ran deeper than 65,535 nested ranges on one thread (deep recursion); ranges opened at that depth "
-                    "show under the deepest recorded call. The trace's metadata counts them "
-                    "(dropped.python_calls_too_deep)", RuntimeWarning, stacklevel=4)
+                    "they ran deeper than 65,535 nested ranges on one thread (deep recursion); "
+                    "ranges opened at that depth show under the deepest recorded call. The "
+                    "trace's metadata counts them (dropped.python_calls_too_deep)",
+                    RuntimeWarning, stacklevel=4)
 
     def _release_last(self):
         w, self._last = self._last, None
@@ -878,6 +879,14 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             w.release()
 
     # -- results --
+    def _recording_only(self):
+        """A window records and no finished one is held (released when it opened): torch's
+        events() and key_averages() give an empty list then, as a loop logging them every
+        few steps expects."""
+        return (self._window is not None
+                and (self._last is None or self._last.snapshot is None)
+                and (self._unsaved is None or self._unsaved.snapshot is None))
+
     def _data(self, what):
         if self._last is not None and self._last.snapshot is not None:
             return self._last
@@ -931,10 +940,12 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
     def events(self):
         """Every event of the last finished window: CPU ranges and GPU activity, as
         cprof.ProfilerEvent objects (name, category, device_type, thread, start_us, end_us,
-        duration_us, ...)."""
+        duration_us, ...). Empty while a window records (as torch's)."""
         from ._results import EventList, events_of
         if self.acc_events and self._acc:
             out = EventList(self._acc)
+        elif self._recording_only():
+            out = EventList([])
         else:
             out = events_of(self._data("list events"))
         out.source = self  # EventList.export_chrome_trace / export_stacks write its window
@@ -947,10 +958,13 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         group_by_input_shape (record_shapes) and group_by_stack_n (with_stack) split the rows
         by input shapes and by the innermost Python frames, as torch.profiler's do.
         group_by_overload_name is accepted: cprof's operator names carry no overload (torch's
-        ITT hooks pass "aten::add", not its overload), so rows are the same either way."""
+        ITT hooks pass "aten::add", not its overload), so rows are the same either way.
+        Empty while a window records (as torch's)."""
         from ._results import EventList, key_averages
         if self.acc_events and self._acc:
             return EventList(self._acc).key_averages(group_by_input_shape, group_by_stack_n)
+        if self._recording_only():
+            return EventList([]).key_averages(group_by_input_shape, group_by_stack_n)
         return key_averages(self._data("average"), group_by_input_shape=group_by_input_shape,
                             group_by_stack_n=group_by_stack_n)
 
@@ -1198,6 +1212,8 @@ class _AutogradView:
 
     @property
     def function_events(self):
+        if self._prof._recording_only():
+            return None  # torch's autograd profile has none until its window finished
         try:
             return self._prof.events()
         except _C.WindowStateError:

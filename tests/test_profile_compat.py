@@ -504,3 +504,38 @@ def test_snapshot_types_outlive_their_module_attributes():
         for n, r in refs.items():
             if r() is not None and not hasattr(_C, n):
                 setattr(_C, n, r())
+
+
+def test_results_while_recording_are_empty_as_torchs(tmp_path):
+    """A loop logging key_averages() every few steps: torch gives an empty list while a
+    window warms up or records; cprof raised WindowStateError there."""
+    torch = pytest.importorskip("torch")
+    import torch.profiler as tp
+
+    def actions_and_lengths(mod):
+        p = mod.profile(activities=[mod.ProfilerActivity.CPU],
+                        schedule=mod.schedule(wait=1, warmup=1, active=1, repeat=1))
+        seen = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with p:
+                for _ in range(5):
+                    torch.ones(3).add_(1)
+                    try:
+                        seen.append((p.current_action.name, len(p.events()),
+                                     len(p.key_averages()) > 0))
+                    except AssertionError:  # torch's, and NoResultsError: no window yet
+                        seen.append((p.current_action.name, "no window yet"))
+                    p.step()
+        return seen, len(p.key_averages()) > 0
+
+    ours, theirs = actions_and_lengths(cprof), actions_and_lengths(tp)
+    assert ours == theirs
+    assert ("WARMUP", 0, False) in ours[0] and ("RECORD_AND_SAVE", 0, False) in ours[0]
+    assert ours[1]  # the finished window's rows after the loop
+    with cprof.profile(activities=CPU) as p:
+        torch.ones(3).add_(1)
+        assert len(p.events()) == 0 and len(p.key_averages()) == 0
+        with pytest.raises(cprof.WindowStateError, match="still recording"):
+            p.export_chrome_trace(str(tmp_path / "t.json"))  # exports still need a window
+    assert len(p.events()) > 0
