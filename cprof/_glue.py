@@ -282,10 +282,11 @@ class _Installed:
 
 
 class _Tracer:
-    def __init__(self, c_calls, min_duration_us):
+    def __init__(self, c_calls, min_duration_us, c_calls_as_ops=True):
         from . import _pystack
         self._pystack = _pystack
-        _pystack.start(c_calls=c_calls, min_duration_us=min_duration_us)
+        _pystack.start(c_calls=c_calls, min_duration_us=min_duration_us,
+                       c_calls_as_ops=c_calls_as_ops)
 
     def remove(self):
         self.counts = self._pystack.stop()
@@ -378,7 +379,12 @@ def install(with_stack=False, with_modules=False, record_shapes=False, c_calls=T
                 handle.parts.append(_modules.install(record_shapes=record_shapes))
         if with_stack:
             try:
-                handle.parts.append(_Tracer(c_calls, min_duration_us))
+                # torch's operators captured as cpu_op: C calls are python_function, as
+                # torch.profiler writes them (decision 125); else they are how torch's ops
+                # show at all (torch._C._nn.linear as a cpu_op)
+                ops_captured = any(hasattr(p, "ops_note") for p in handle.parts)
+                handle.parts.append(_Tracer(c_calls, min_duration_us,
+                                            c_calls_as_ops=not ops_captured))
             except _C.CprofError as err:
                 # another profiler holds the hook (cProfile on 3.11): the window records the
                 # rest, and says so in the trace and once here, rather than failing the program

@@ -58,9 +58,12 @@ def strip_prefixes():
     return [p if p.endswith(os.sep) else p + os.sep for p in sorted(paths, reverse=True)]
 
 
-def start(c_calls=False, min_duration_us=0.0):
+def start(c_calls=False, min_duration_us=0.0, c_calls_as_ops=True):
     """Starts the tracer in the open window. c_calls: also record builtin / C function calls
-    (torch ops as ``torch._C._nn.linear``, ``builtins.len``) as cpu_op ranges.
+    (torch ops as ``torch._C._nn.linear``, ``builtins.len``) as cpu_op ranges, or as
+    python_function ranges (torch.profiler's category for them) with c_calls_as_ops=False:
+    where torch's operators are captured as cpu_op already, C calls such as builtins.isinstance
+    would otherwise fill operator views (TensorBoard's, HTA's) and parent the aten ops.
     min_duration_us: ranges shorter than this many microseconds are dropped (a range that has
     a kept child is kept). cprof's own code, and what it calls, is not recorded (see above).
     Raises WindowStateError without an open window or when already running, CprofError when
@@ -77,7 +80,8 @@ def start(c_calls=False, min_duration_us=0.0):
     min_ns = int(round(min_duration_us * 1000))
     if _MONITORING:
         _C.tracer_start(c_calls=bool(c_calls), min_duration_ns=min_ns, own_prefix=_OWN_PREFIX,
-                        strip_prefixes=strip_prefixes(), running_frames=record_running_frames)
+                        strip_prefixes=strip_prefixes(), running_frames=record_running_frames,
+                        c_calls_as_ops=bool(c_calls_as_ops))
         return
     # the threading hook first (a thread it reaches before the tracer runs just removes it),
     # so the tracer does not record this bookkeeping
@@ -85,7 +89,8 @@ def start(c_calls=False, min_duration_us=0.0):
     threading.setprofile(_C._tracer_thread_hook)
     try:
         _C.tracer_start(c_calls=bool(c_calls), min_duration_ns=min_ns, own_prefix=_OWN_PREFIX,
-                        strip_prefixes=strip_prefixes(), running_frames=record_running_frames)
+                        strip_prefixes=strip_prefixes(), running_frames=record_running_frames,
+                        c_calls_as_ops=bool(c_calls_as_ops))
     except BaseException:
         threading.setprofile(saved)
         raise

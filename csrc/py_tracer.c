@@ -71,6 +71,8 @@
 static struct {
     int active;
     int c_calls;
+    uint8_t c_cat;         /* C calls' category: cpu_op, or python_function (torch's spelling)
+                            * when the window captures torch's operators itself */
     int running;           /* record the user frames running at a thread's first event */
     uint64_t min_ns;
     uint64_t gen;          /* session number: shadow stacks of another session are stale */
@@ -610,7 +612,7 @@ CPROF_INLINE void c_enter(PyObject *callable, PyCodeObject *caller, PyFrameObjec
     }
     uint32_t id;
     if (lookup(key, callable, 0, &id) < 0 || id == ID_SKIP) return;
-    record(sh, key, id, CPROF_CAT_CPU_OP);
+    record(sh, key, id, tr.c_cat);
 }
 
 static CPROF_NOINLINE void exit_not_on_top(shadow_t *sh, const void *code) {
@@ -839,13 +841,13 @@ static void own_prefix_set(char *p) {
 
 static PyObject *tracer_start(PyObject *module, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"c_calls", "min_duration_ns", "own_prefix", "strip_prefixes",
-                             "running_frames", NULL};
-    int c_calls = 0, running = 1;
+                             "running_frames", "c_calls_as_ops", NULL};
+    int c_calls = 0, running = 1, as_ops = 1;
     long long min_ns = 0;
     const char *own = NULL;
     PyObject *strip_obj = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|pLzOp", kwlist, &c_calls, &min_ns, &own,
-                                     &strip_obj, &running))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|pLzOpp", kwlist, &c_calls, &min_ns, &own,
+                                     &strip_obj, &running, &as_ops))
         return NULL;
     if (min_ns < 0) {
         PyErr_SetString(PyExc_ValueError, "min_duration_ns must be >= 0");
@@ -869,6 +871,7 @@ static PyObject *tracer_start(PyObject *module, PyObject *args, PyObject *kwds) 
     own_prefix_set(own_copy); /* the cache is empty: nothing was resolved with an older one */
     /* the session is live before events are enabled: they may fire at once */
     tr.c_calls = c_calls;
+    tr.c_cat = as_ops ? CPROF_CAT_CPU_OP : CPROF_CAT_PYTHON_FUNCTION;
     tr.running = running;
     tr.min_ns = (uint64_t)min_ns;
     tr.gen++;
@@ -936,7 +939,8 @@ static PyObject *tracer_active(PyObject *module, PyObject *unused) {
 static PyMethodDef tracer_methods[] = {
     {"tracer_start", (PyCFunction)(void (*)(void))tracer_start, METH_VARARGS | METH_KEYWORDS,
      "tracer_start(c_calls=False, min_duration_ns=0, own_prefix=None, strip_prefixes=None, "
-     "running_frames=True): records Python calls (and C calls) as ranges in the open window, "
+     "running_frames=True, c_calls_as_ops=True): records Python calls (and C calls: cpu_op "
+     "ranges, or python_function ones with c_calls_as_ops=False) as ranges in the open window, "
      "and the user frames already running (running_frames); code under own_prefix (cprof's "
      "own) and what it calls are not recorded."},
     {"tracer_stop", (PyCFunction)tracer_stop, METH_NOARGS,

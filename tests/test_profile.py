@@ -886,12 +886,31 @@ def test_group_by_stack_n_splits_rows_by_python_frames():
             p.key_averages(group_by_stack_n=bad)
 
 
-def test_pybind11_functions_are_named_by_module_not_by_record_type():
+def test_pybind11_functions_are_named_by_module_not_by_record_type(tmp_path):
     with cprof.profile(activities=CPU, with_stack=True) as p:
         torch._C._get_tracing_state()
-    names = [e.name for e in p.events() if e.category == "cpu_op"]
+    p.export_chrome_trace(str(tmp_path / "t.json"))
+    c_calls = [e for e in load_trace(tmp_path / "t.json")["traceEvents"]
+               if e.get("name") == "torch._C._get_tracing_state"]
+    # torch's operators are captured here: C calls are python_function, as torch writes
+    # them, out of operator tables (decision 125)
+    assert [e["cat"] for e in c_calls] == ["python_function"]
+    names = [e.name for e in p.events()]
     assert "torch._C._get_tracing_state" in names
-    assert not [n for n in names if "pybind11" in n]
+    assert not [n for n in names if n.startswith("pybind11")]
+
+
+def test_c_calls_are_operators_only_where_torchs_are_not_captured(tmp_path):
+    """ProfilerContext records torch's operators only with record_ops: without them, C calls
+    such as torch._C._nn.linear are how torch's ops show, as cpu_op ranges."""
+    for record_ops, cat in ((False, "cpu_op"), (True, "python_function")):
+        out = tmp_path / str(record_ops)
+        with cprof.ProfilerContext(output_dir=str(out), profile_name="c", activities=["CPU"],
+                                   verbose=False, with_stack=True, record_ops=record_ops) as c:
+            torch._C._get_tracing_state()
+        cats = [e["cat"] for e in load_trace(c.trace_path)["traceEvents"]
+                if e.get("name") == "torch._C._get_tracing_state"]
+        assert cats == [cat], (record_ops, cats)
 
 
 # ---- annotations in user code ----
