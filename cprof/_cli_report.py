@@ -19,7 +19,7 @@ import os
 import sys
 
 from . import _C
-from ._diagnose import diagnose, rank_table
+from ._diagnose import diagnose, rank_table, skipped_text
 from ._report_format import TABLES, render
 from ._window import is_stream, write_target
 
@@ -188,7 +188,18 @@ def analyse(path, top=20, short_gap_us=10.0, small_copy_bytes=65536, step_name=N
                          "nothing to report; profile a window with work in it")
     for report in reports:
         report["diagnoses"] = diagnose(report)
+        rank = report.get("trace", {}).get("rank")
+        _warn_skipped("report", f"{path} (rank {rank})" if len(reports) > 1 and rank is not None
+                      else path, report)
     return reports
+
+
+def _warn_skipped(cmd, path, report):
+    """A warning on stderr for the events the reader left out (also a diagnosis in the
+    report): seen even with -o, --tables or --format json."""
+    text = skipped_text(report)
+    if text:
+        print(f"cprof {cmd}: warning: {path}: {text}", file=sys.stderr)
 
 
 def combine(reports):
@@ -326,8 +337,9 @@ def cmd_merge(args):
     except OSError as err:
         return _fail("merge", f"{err.filename or out}: {err.strerror or err}")
     reports = [json.loads(t) for t in texts]
-    for r in reports:
+    for f, r in zip(files, reports):
         r["diagnoses"] = diagnose(r)
+        _warn_skipped("merge", f, r)
     rows, diags = rank_table(reports)
     ranks = [r["trace"].get("rank") for r in reports]
     known = [r for r in ranks if r is not None]

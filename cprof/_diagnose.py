@@ -40,6 +40,22 @@ def _d(id_, title, severity, summary, **evidence):
             "evidence": evidence}
 
 
+SKIP_REASONS = (("no_ts", 'without "ts"'), ("no_dur", 'complete ("X") without "dur"'),
+                ("negative_dur", 'with a negative "dur"'),
+                ("bad_name", 'complete ("X") whose "name" is missing or not a string'))
+
+
+def skipped_text(r):
+    """How many events the reader left out of the figures and why (the trace's "skipped"
+    counts), in words; None when it left none out."""
+    sk = r.get("trace", {}).get("skipped") or {}
+    if not sk.get("total"):
+        return None
+    why = "; ".join(f"{sk[k]:,} {words}" for k, words in SKIP_REASONS if sk.get(k))
+    return (f"{sk['total']:,} event{'s' if sk['total'] != 1 else ''} skipped ({why}): no "
+            "figure of this report counts them")
+
+
 def diagnose(r):
     """The diagnoses of one trace's report, most severe first."""
     out = []
@@ -52,6 +68,15 @@ def diagnose(r):
                           f"{k}: {v}" for k, v in dropped.items()) + "): totals below are "
                       "lower bounds. Raise buffer_size_mb (CPU ranges) or gpu_buffer_mb (CUPTI's "
                       "buffers), or shorten the window.", **dropped))
+    skipped = skipped_text(r)
+    if skipped:
+        sk = tr["skipped"]
+        out.append(_d("skipped_events", "Events the report could not use", "high",
+                      f"{skipped[0].upper()}{skipped[1:]}. The trace is damaged or was written "
+                      "by a tool that leaves these fields out; totals, busy time and the window "
+                      "may be lower than the program's.",
+                      **{k: sk[k] for k in ("total",) + tuple(k for k, _ in SKIP_REASONS)
+                         if sk.get(k)}))
     if tr.get("partial"):
         out.append(_d("partial", "The trace is partial", "medium",
                       f"Collection ended early ({tr.get('end', 'unknown')}); the last step may "

@@ -585,6 +585,20 @@ static void add_info(const cprof_trace *t, const char *path, cJSON *root) {
     if (in->end_reason) add_str(tr, "end", t, in->end_reason);
     cJSON_AddNumberToObject(tr, "events", (double)cprof_trace_nevents(t));
     cJSON_AddNumberToObject(tr, "json_bytes", (double)in->text_bytes);
+    /* events the reader could not place or weigh (trace_read.h, cprof_tskip): left out of
+     * every figure, counted here so that the report says so */
+    static const char *const skip_names[CPROF_TSKIP_COUNT] = {"total", "no_ts", "no_dur",
+                                                              "negative_dur", "bad_name"};
+    uint64_t skipped[CPROF_TSKIP_COUNT] = {0};
+    const cprof_tev *ev = cprof_trace_events(t);
+    for (size_t i = 0, n = cprof_trace_nevents(t); i < n; i++)
+        if (ev[i].skip && ev[i].skip < CPROF_TSKIP_COUNT) {
+            skipped[ev[i].skip]++;
+            skipped[0]++;
+        }
+    cJSON *sk = cJSON_AddObjectToObject(tr, "skipped");
+    for (int k = 0; k < CPROF_TSKIP_COUNT && sk; k++)
+        cJSON_AddNumberToObject(sk, skip_names[k], (double)skipped[k]);
     if (in->base_time_ns != CPROF_TEV_NONE) { /* exact: a double keeps only 53 bits */
         char num[32];
         snprintf(num, sizeof num, "%lld", (long long)in->base_time_ns);

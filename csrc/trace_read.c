@@ -272,7 +272,7 @@ static int event(cprof_js *ps, cprof_trace *t) {
     e->device = e->stream = e->sort_index = -1;
     e->occupancy = CPROF_TEV_NO_OCC;
     e->raw_off = (uint64_t)(ev0 - ps->base);
-    const char *args_at = NULL;
+    int have_ts = 0, have_name = 0, neg_dur = 0;
     if (cprof_js_open(ps, '}')) {
         for (;;) {
             const char *k;
@@ -298,6 +298,7 @@ static int event(cprof_js *ps, cprof_trace *t) {
                     size_t n;
                     rc = cprof_js_str(ps, &s, &n);
                     if (!rc) rc = intern(t, s, n, dst);
+                    have_name |= k[0] == 'n';
                 } else {
                     rc = cprof_js_skip(ps, 1);
                 }
@@ -316,8 +317,10 @@ static int event(cprof_js *ps, cprof_trace *t) {
                         if (k[0] == 't') {
                             e->ts_ns = m;
                             e->ts_at = (cprof_tspan){(uint32_t)(v0 - ev0), (uint32_t)(ps->p - v0)};
+                            have_ts = 1;
                         } else {
-                            e->dur_ns = m < 0 ? 0 : m;
+                            e->dur_ns = m < 0 ? -1 : m;
+                            neg_dur = m < 0;
                         }
                     }
                 }
@@ -333,7 +336,6 @@ static int event(cprof_js *ps, cprof_trace *t) {
                     rc = cprof_js_skip(ps, 1);
                 }
             } else if (KEY(k, kn, "args")) {
-                args_at = ps->p;
                 rc = args_object(ps, e);
             } else {
                 rc = cprof_js_skip(ps, 1);
@@ -344,7 +346,15 @@ static int event(cprof_js *ps, cprof_trace *t) {
             if (!more) break;
         }
     }
-    (void)args_at;
+    if (e->ph && strchr("XBEiIC", e->ph)) { /* what the analysis would have to guess */
+        int x = e->ph == 'X';
+        e->skip = !have_ts               ? CPROF_TSKIP_NO_TS
+                  : x && neg_dur         ? CPROF_TSKIP_NEG_DUR
+                  : x && e->dur_ns < 0   ? CPROF_TSKIP_NO_DUR
+                  : x && !have_name      ? CPROF_TSKIP_BAD_NAME
+                                         : CPROF_TSKIP_NONE;
+        if (e->skip) e->ph = 0;
+    }
     size_t len = (size_t)(ps->p - ev0);
     if (len > UINT32_MAX) return cprof_js_fail(ps, ev0, "an event longer than 4 GB");
     e->raw_len = (uint32_t)len;

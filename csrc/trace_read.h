@@ -57,8 +57,21 @@ typedef struct cprof_tev {
     uint8_t kind;               /* enum cprof_tkind */
     uint8_t occupancy;          /* kernels: args["est. achieved occupancy %"] (0-100, rounded);
                                  * CPROF_TEV_NO_OCC when absent or out of range */
-    uint8_t pad;
+    uint8_t skip;               /* enum cprof_tskip: why the analysis leaves the event out */
 } cprof_tev;
+
+/* A timed event the analysis cannot place or weigh: the reader keeps it (its raw text, for
+ * cprof merge) with ph 0, so every figure leaves it out, and the report counts it by reason
+ * ("skipped" in the trace facts, and a warning): a guess (ts 0, dur 0, name "") would change
+ * a figure silently. */
+enum cprof_tskip {
+    CPROF_TSKIP_NONE = 0,
+    CPROF_TSKIP_NO_TS,      /* a timed event ('X', 'B', 'E', 'i', 'I', 'C') without "ts" */
+    CPROF_TSKIP_NO_DUR,     /* a complete event ('X') without "dur" */
+    CPROF_TSKIP_NEG_DUR,    /* a complete event with a negative "dur" */
+    CPROF_TSKIP_BAD_NAME,   /* a complete event whose "name" is absent or not a string */
+    CPROF_TSKIP_COUNT
+};
 
 typedef struct cprof_trace cprof_trace;
 

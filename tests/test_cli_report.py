@@ -758,6 +758,26 @@ def test_merged_file_with_several_windows_per_rank_reports_each_rank_once(tmp_pa
         assert all(s["kernels"] == 2 for s in x["steps"])
 
 
+def test_skipped_events_are_a_warning_and_a_diagnosis(tmp_path):
+    """Audit finding 1: events the report cannot place are counted in every format: a warning
+    on stderr, a high diagnosis with its counts, and trace.skipped in JSON."""
+    p = tmp_path / "t.trace.json"
+    ev = [{"ph": "X", "cat": "kernel", "name": "kA", "ts": 10, "dur": 5, "pid": 0, "tid": 7},
+          {"ph": "X", "cat": "kernel", "name": "kB", "dur": 5, "pid": 0, "tid": 7},
+          {"ph": "X", "cat": "kernel", "name": "kC", "ts": 30, "dur": -5, "pid": 0, "tid": 7}]
+    p.write_text(json.dumps({"traceEvents": ev}))
+    r = cprof("report", p, "--format", "json")
+    assert 'warning' in r.stderr and '2 events skipped (1 without "ts"; 1 with a negative ' \
+        '"dur")' in r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["trace"]["skipped"]["total"] == 2
+    d = [d for d in doc["diagnoses"] if d["id"] == "skipped_events"]
+    assert d and d[0]["severity"] == "high"
+    assert d[0]["evidence"] == {"total": 2, "no_ts": 1, "negative_dur": 1}
+    text = cprof("report", p, "--tables", "kernels").stdout
+    assert "Events the report could not use: 2 events skipped" in text
+
+
 # ---- memory over the window ----
 
 def _memory_trace(path, values_by_step, steps_us=1000, name="CPU memory", ph="C",

@@ -352,7 +352,8 @@ def test_huge_exponents_do_not_crash_and_give_finite_json():
                      b'"args":{"correlation":1e400,"bytes":-1e400}}]}')
     assert r["trace"]["events"] == 2
     assert r["kernels"][0]["total_us"] == 100
-    assert r["ranges"][0]["cpu_us"] == 0  # a negative dur is clamped to 0
+    # a negative dur is left out and counted, never clamped to 0
+    assert r["ranges"] == [] and r["trace"]["skipped"]["negative_dur"] == 1
 
 
 def _report_in_child(data, timeout=5):
@@ -684,9 +685,9 @@ def test_long_mantissa_with_exponent():
 def test_events_missing_fields_and_unknown_categories():
     evs = [
         {}, {"ph": "X"}, {"name": "x"}, {"ph": "X", "cat": "kernel"},
-        {"ph": "X", "cat": "kernel", "name": "no_dur", "ts": 1},      # no dur: not counted
-        {"ph": "X", "cat": "kernel", "ts": 3, "dur": 4},                # no name
-        {"ph": "X", "cat": "kernel", "name": "nots", "dur": 2},          # no ts: ts 0
+        {"ph": "X", "cat": "kernel", "name": "no_dur", "ts": 1},      # no dur: skipped
+        {"ph": "X", "cat": "kernel", "ts": 3, "dur": 4},                # no name: skipped
+        {"ph": "X", "cat": "kernel", "name": "nots", "dur": 2},          # no ts: skipped
         {"ph": "X", "cat": "my_own_category", "name": "zzz", "ts": 0, "dur": 100},
         {"ph": "X", "cat": "", "name": "empty_cat", "ts": 0, "dur": 100},
         {"ph": "X", "name": "no_cat", "ts": 0, "dur": 100},
@@ -702,9 +703,55 @@ def test_events_missing_fields_and_unknown_categories():
     r = report_events(evs)
     assert r["trace"]["events"] == len(evs)
     rows = {k["name"]: k["instances"] for k in r["kernels"]}
-    assert rows == {"": 2, "nots": 1, "k": 3}
+    assert rows == {"k": 3}
     assert r["window"] == {"start_us": 0, "end_us": 100, "dur_us": 100}
     assert r["cuda_api"] == [] and r["memory"] == [] and r["ranges"] == []
+    # what the analysis would have had to guess is left out, and counted
+    assert r["trace"]["skipped"] == {"total": 6, "no_ts": 3, "no_dur": 1, "negative_dur": 0,
+                                     "bad_name": 2}
+
+
+def _two_kernels(**kb):
+    """kA [1000, 1100) and kB [1200, 1400) with kB's fields replaced (None: removed)."""
+    ka = {"ph": "X", "cat": "kernel", "name": "kA", "ts": 1000, "dur": 100, "pid": 0, "tid": 7}
+    b = dict(ka, name="kB", ts=1200, dur=200)
+    for k, v in kb.items():
+        if v is None:
+            b.pop(k)
+        else:
+            b[k] = v
+    return [ka, b]
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"ts": None}, "no_ts"), ({"dur": -500}, "negative_dur"), ({"dur": None}, "no_dur"),
+    ({"name": 123}, "bad_name"), ({"name": None}, "bad_name")])
+def test_an_event_the_report_cannot_place_is_skipped_and_counted(change, reason):
+    """Audit finding 1/2: a kernel without "ts" was placed at 0 (the window grew to 1400 us),
+    a negative dur became 0, no dur dropped it and a numeric name listed it under "", all
+    silently. Now it is left out of every figure and counted by reason."""
+    r = report_events(_two_kernels(**change))
+    assert {k["name"]: k["instances"] for k in r["kernels"]} == {"kA": 1}
+    assert r["window"] == {"start_us": 1000, "end_us": 1100, "dur_us": 100}
+    assert r["devices"][0]["busy_us"] == 100
+    sk = r["trace"]["skipped"]
+    assert sk["total"] == 1 and sk[reason] == 1
+    intact = report_events(_two_kernels())
+    assert intact["trace"]["skipped"]["total"] == 0
+    assert intact["devices"][0]["busy_us"] == 300
+
+
+def test_a_skipped_event_is_still_merged_byte_for_byte(tmp_path):
+    """The reader keeps a skipped event's text, so `cprof merge` loses nothing."""
+    p = tmp_path / "a.trace.json"
+    p.write_text(json.dumps({"traceEvents": _two_kernels(ts=None)}))
+    out = tmp_path / "m.trace.json"
+    r = subprocess.run([sys.executable, "-m", "cprof", "merge", str(p), "-o", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "1 event skipped" in r.stderr
+    names = [e.get("name") for e in json.loads(out.read_text())["traceEvents"]]
+    assert "kB" in names
 
 
 def test_null_pid_tid_is_tolerated():
