@@ -51,8 +51,8 @@ static PyObject *report_result(PyObject *m, cprof_trace *t, const cprof_report_o
                                const char *path, int split_ranks) {
     const cprof_trace_info *in = cprof_trace_get_info(t);
     size_t n = 1;
-    if (split_ranks && in->nmerged) /* one report per rank, not per merged input */
-        for (size_t k = n = 0; k < in->nmerged; k++) n += cprof_trace_merged_first_of_rank(t, k);
+    if (split_ranks && in->nmerged) /* one report per input, or per rank (older merges) */
+        for (size_t k = n = 0; k < in->nmerged; k++) n += cprof_trace_merged_view_starts(t, k);
     char **json = calloc(n, sizeof *json);
     if (!json) {
         cprof_trace_free(t);
@@ -60,9 +60,9 @@ static PyObject *report_result(PyObject *m, cprof_trace *t, const cprof_report_o
     }
     int rc = CPROF_OK;
     Py_BEGIN_ALLOW_THREADS
-    if (split_ranks && in->nmerged) { /* a merged file: one report per rank, never mixed */
+    if (split_ranks && in->nmerged) { /* a merged file: one report per input, never mixed */
         for (size_t k = 0, q = 0; k < in->nmerged && !rc; k++) {
-            if (!cprof_trace_merged_first_of_rank(t, k)) continue;
+            if (!cprof_trace_merged_view_starts(t, k)) continue;
             cprof_trace *v = NULL;
             rc = cprof_trace_rank_view(t, k, &v);
             if (!rc) rc = cprof_report_build(v, o, path, &json[q++]);

@@ -149,6 +149,16 @@ static void label_unnamed(cprof_buf *b, const pid_seen *ps, int64_t rank, label 
     }
 }
 
+/* How many "process P" labels label_unnamed writes after input t's events. */
+static uint64_t unnamed_pids(pid_seen *ps, const cprof_trace *t) {
+    const cprof_tev *ev = cprof_trace_events(t);
+    ps->n = 0;
+    for (size_t k = 0, ne = cprof_trace_nevents(t); k < ne; k++) note_pid(ps, t, &ev[k]);
+    uint64_t c = 0;
+    for (size_t i = 0; i < ps->n; i++) c += !ps->named[i];
+    return c;
+}
+
 typedef struct patch {
     cprof_tspan at;
     int what; /* 0 pid, 1 ts, 2 id */
@@ -209,6 +219,8 @@ int cprof_trace_merge(cprof_trace *const *traces, const int64_t *ranks,
         cprof_buf_puts(&b, ",\n");
     }
     cprof_buf_puts(&b, "  \"cprof\": {\"merged\": [");
+    uint64_t first = 0; /* where input i's events start in traceEvents: a report of the
+                         * merged file analyses each input apart (trace_read.h) */
     for (size_t i = 0; i < n; i++) {
         const cprof_trace_info *in = cprof_trace_get_info(traces[i]);
         cprof_buf_puts(&b, i ? ", {\"rank\": " : "{\"rank\": ");
@@ -217,6 +229,9 @@ int cprof_trace_merge(cprof_trace *const *traces, const int64_t *ranks,
         cprof_buf_i64(&b, wrap_mad(ranks[i], PID_STRIDE, 0));
         cprof_buf_puts(&b, ", \"events\": ");
         cprof_buf_u64(&b, cprof_trace_nevents(traces[i]));
+        cprof_buf_puts(&b, ", \"first_event\": ");
+        cprof_buf_u64(&b, first);
+        first += cprof_trace_nevents(traces[i]) + unnamed_pids(seen, traces[i]);
         cprof_buf_puts(&b, ", \"partial\": ");
         cprof_buf_puts(&b, in->partial == 1 ? "true" : "false");
         if (ranked && !ranked[i]) cprof_buf_puts(&b, ", \"ranked\": false");

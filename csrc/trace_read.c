@@ -463,6 +463,7 @@ static int merged_member(cprof_js *ps, cprof_trace *t, const char *k, size_t kn)
     cprof_js_ws(ps);
     if (KEY(k, kn, "rank")) return int_value(ps, &m->rank);
     if (KEY(k, kn, "pid_offset")) return int_value(ps, &m->pid_offset);
+    if (KEY(k, kn, "first_event")) return int_value(ps, &m->first_event);
     if (KEY(k, kn, "partial") && ps->p < ps->end && (*ps->p == 't' || *ps->p == 'f')) {
         m->partial = *ps->p == 't';
         return m->partial ? cprof_js_literal(ps, "true", 4) : cprof_js_literal(ps, "false", 5);
@@ -498,7 +499,7 @@ static int merged_item(cprof_js *ps, cprof_trace *t) {
         t->capmerged = cap;
     }
     t->merged[t->info.nmerged++] =
-        (cprof_merged_input){CPROF_TEV_NONE, CPROF_TEV_NONE, 0, 1, 0, {0, 0}};
+        (cprof_merged_input){CPROF_TEV_NONE, CPROF_TEV_NONE, 0, 1, 0, {0, 0}, CPROF_TEV_NONE};
     int rc = object_members(ps, t, merged_member, "reading cprof.merged");
     if (rc) return rc;
     cprof_merged_input *m = &t->merged[t->info.nmerged - 1];
@@ -775,8 +776,20 @@ void cprof_trace_free(cprof_trace *t) {
     free(t);
 }
 
-int cprof_trace_merged_first_of_rank(const cprof_trace *t, size_t k) {
+/* Does cprof.merged say where each input's events lie (first_event, in order, in range)? */
+static int merged_windows_known(const cprof_trace *t) {
+    int64_t prev = 0;
+    for (size_t j = 0; j < t->info.nmerged; j++) {
+        int64_t f = t->merged[j].first_event;
+        if (f == CPROF_TEV_NONE || f < prev || (uint64_t)f > t->nev) return 0;
+        prev = f;
+    }
+    return t->info.nmerged > 0;
+}
+
+int cprof_trace_merged_view_starts(const cprof_trace *t, size_t k) {
     if (k >= t->info.nmerged) return 0;
+    if (merged_windows_known(t)) return 1;
     for (size_t j = 0; j < k; j++)
         if (t->merged[j].rank == t->merged[k].rank) return 0;
     return 1;
@@ -811,6 +824,10 @@ int cprof_trace_rank_view(const cprof_trace *t, size_t k, cprof_trace **out) {
     v->info.dropped = (cprof_tspan){0, 0};
     v->info.ndropped_windows = 0;
     v->info.dropped_windows = NULL;
+    /* input k's events: [first, end) of traceEvents, or its rank's pid range throughout */
+    int own = merged_windows_known(t);
+    size_t first = own ? (size_t)m->first_event : 0, end = t->nev;
+    if (own && k + 1 < t->info.nmerged) end = (size_t)t->merged[k + 1].first_event;
     cprof_tspan *drops = malloc(t->info.nmerged * sizeof *drops);
     if (!drops) {
         free(v);
@@ -818,7 +835,8 @@ int cprof_trace_rank_view(const cprof_trace *t, size_t k, cprof_trace **out) {
     }
     for (size_t i = 0; i < t->info.nmerged; i++) {
         const cprof_merged_input *w = &t->merged[i];
-        if (w->rank != m->rank || w->ranked != m->ranked || (!m->ranked && i != k)) continue;
+        if (w->rank != m->rank || w->ranked != m->ranked || ((own || !m->ranked) && i != k))
+            continue;
         if (w->end_reason && (!v->info.end_reason || (w->partial && !v->info.partial)))
             v->info.end_reason = w->end_reason; /* a partial window's reason first */
         if (w->partial) v->info.partial = 1;
@@ -829,7 +847,7 @@ int cprof_trace_rank_view(const cprof_trace *t, size_t k, cprof_trace **out) {
     v->nev = v->capev = 0;
     size_t n = 0;
     for (int pass = 0; pass < 2; pass++) {
-        for (size_t i = 0; i < t->nev; i++) {
+        for (size_t i = first; i < end; i++) {
             const cprof_tev *e = &t->ev[i];
             int in;
             if (e->pid == CPROF_TEV_NONE) {

@@ -127,6 +127,8 @@ typedef struct cprof_merged_input {
     int ranked; /* 0: the input had no rank of its own ("ranked": false; labelled "trace i") */
     uint32_t end_reason;  /* the input's cprof.end (string id; 0: none) */
     cprof_tspan dropped;  /* the input's raw cprof.dropped object (len 0: none) */
+    int64_t first_event;  /* index in traceEvents of the input's first event (merges since
+                           * decision 118); CPROF_TEV_NONE: not said */
 } cprof_merged_input;
 
 /* Top-level facts. Absent numbers are CPROF_TEV_NONE; absent spans have len 0. */
@@ -146,17 +148,20 @@ typedef struct cprof_trace_info {
     size_t nmerged;             /* inputs listed in cprof.merged (a `cprof merge` output) */
 } cprof_trace_info;
 const cprof_trace_info *cprof_trace_get_info(const cprof_trace *t);
-/* The events of input k's rank (k < info.nmerged) of a merged trace, as a trace of their own
- * whose info carries that rank, its inputs' partial flag (any), end reason (a partial
- * input's first) and dropped counts (dropped_windows), and the number of distinct ranks as
- * world size: the analysis of a merged file runs per rank, so correlation ids and device
- * numbers, which repeat across ranks, are never mixed. Inputs of the same rank (its windows)
- * share a pid range, so their views are the same: take one per rank
- * (cprof_trace_merged_first_of_rank). The view shares t's strings and text: free it
- * (cprof_trace_free) before t. */
+/* The events of input k (k < info.nmerged) of a merged trace, as a trace of their own whose
+ * info carries its rank, the number of distinct ranks as world size, and its partial flag,
+ * end reason and dropped counts (dropped_windows): the analysis of a merged file runs per
+ * input, as if the inputs had been named, so correlation ids and device numbers, which
+ * repeat across ranks and windows, are never mixed, and the time between two windows of a
+ * rank is no GPU idle time. Inputs are told apart by where their events lie (cprof.merged's
+ * first_event). A merge written before that field shares one pid range among the inputs of
+ * a rank (its windows): then the view is the rank's, with every window's flags, the same
+ * for each of its inputs; take one per rank (cprof_trace_merged_view_starts). The view
+ * shares t's strings and text: free it (cprof_trace_free) before t. */
 int cprof_trace_rank_view(const cprof_trace *t, size_t k, cprof_trace **out);
-/* 1 when input k is the first input of its rank in cprof.merged, else 0. */
-int cprof_trace_merged_first_of_rank(const cprof_trace *t, size_t k);
+/* 1 when input k's view is one of its own (k < info.nmerged): every input of a merge that
+ * says where each input's events lie, else the first input of each rank; 0 otherwise. */
+int cprof_trace_merged_view_starts(const cprof_trace *t, size_t k);
 
 /* ---- trace_analyse.c ---- */
 typedef struct cprof_report_opts {

@@ -460,8 +460,8 @@ def test_merge_puts_ranks_on_one_timeline(tmp_path):
 
 def test_merge_keeps_each_inputs_drops_and_end(tmp_path):
     """What an input lost (cprof.dropped) and how its window ended (cprof.end) survive the
-    merge: a report on the merged file warns about the drops rank by rank as one on the inputs
-    does; a rank's windows have their drops summed (an error code is kept, not summed)."""
+    merge: a report on the merged file warns about the drops input by input as one on the
+    inputs does (a rank's windows are analysed apart, each with its own drops)."""
     d = tmp_path / "job"
     d.mkdir()
     metas = {"job-rank0.trace.json.gz": (0, {"partial": True, "end": "KeyboardInterrupt",
@@ -484,18 +484,21 @@ def test_merge_keeps_each_inputs_drops_and_end(tmp_path):
     entries = load_trace(out)["cprof"]["merged"]
     assert sorted(e["end"] for e in entries) == ["KeyboardInterrupt", "normal", "normal"]
     rep = json.loads(cprof("report", out, "--format", "json").stdout)
-    r0, r1 = rep["reports"]
+    r0, r1a, r1b = rep["reports"]
     for key in ("dropped", "end", "partial"):
         assert r0["trace"][key] == single[key], key
     assert r0["trace"]["end"] == "KeyboardInterrupt" and r0["trace"]["partial"] is True
-    # job-rank1-1 sorts before job-rank1: its error code is the first one
-    assert r1["trace"]["dropped"] == {"cpu_ranges": 7, "gpu_cupti": 2, "gpu_flush_error": -9}
-    assert r1["trace"]["end"] == "normal" and r1["trace"]["partial"] is False
-    for r in (r0, r1):
+    # inputs in file order: job-rank1-1 sorts before job-rank1
+    assert r1a["trace"]["dropped"] == {"cpu_ranges": 4, "gpu_cupti": 2, "gpu_flush_error": -9}
+    assert r1b["trace"]["dropped"] == {"cpu_ranges": 3, "gpu_flush_error": -5}
+    for r in (r1a, r1b):
+        assert r["trace"]["rank"] == 1
+        assert r["trace"]["end"] == "normal" and r["trace"]["partial"] is False
+    for r in (r0, r1a, r1b):
         assert "dropped" in {x["id"] for x in r["diagnoses"]}
     assert "partial" in {x["id"] for x in r0["diagnoses"]}
     text = cprof("report", out).stdout
-    assert text.count("Records were dropped") == 2
+    assert text.count("Records were dropped") == 3
 
 
 def test_report_of_several_ranks_flags_the_straggler(tmp_path):
@@ -736,9 +739,12 @@ def test_byte_columns_use_si_units_like_gb_per_s():
     assert _fmt_bytes(999) == "999 B" and _fmt_bytes(1_500) == "1.5 KB"
 
 
-def test_merged_file_with_several_windows_per_rank_reports_each_rank_once(tmp_path):
-    """A schedule with repeat=2 on two ranks: four inputs, two ranks. The merged file's report
-    has one report per rank (both windows in it), world size 2."""
+def test_merged_file_with_several_windows_per_rank_reports_as_its_inputs(tmp_path):
+    """A schedule with repeat=2 on two ranks: four inputs, two ranks, correlation ids
+    repeating in each window. Audit finding 3: the merged file's report analysed a rank's
+    windows as one, so the 10 ms between them was GPU idle "waiting on the host" and the
+    launches of one window joined the kernels of the other (step GPU time doubled). Now each
+    input is analysed apart and the report equals the one of the inputs' directory."""
     d = tmp_path / "traces"
     d.mkdir()
     for rank in range(2):
@@ -749,13 +755,33 @@ def test_merged_file_with_several_windows_per_rank_reports_each_rank_once(tmp_pa
     r = cprof("merge", d, "-o", out)
     assert "same rank" in r.stderr
     doc = json.loads(cprof("report", out, "--format", "json").stdout)
-    assert [x["trace"]["rank"] for x in doc["reports"]] == [0, 1]
+    assert [x["trace"]["rank"] for x in doc["reports"]] == [0, 0, 1, 1]
     assert all(x["trace"]["world_size"] == 2 for x in doc["reports"])
-    assert [(x["rank"], x["traces"], x["steps"]) for x in doc["ranks"]] == [(0, 1, 12),
-                                                                           (1, 1, 12)]
+    assert [(x["rank"], x["traces"], x["steps"]) for x in doc["ranks"]] == [(0, 2, 12),
+                                                                           (1, 2, 12)]
+    inputs = json.loads(cprof("report", d, "--format", "json").stdout)
+
+    def figures(doc):
+        return [(x["trace"]["rank"], x["window"]["dur_us"], x["kernels_total"]["instances"],
+                 [(v["busy_us"], v["idle"]) for v in x["devices"]],
+                 [(g["dur_us"], g["kind"]) for g in x["gaps"]],
+                 [(s["gpu_us"], s["kernels"]) for s in x["steps"]]) for x in doc["reports"]]
+
+    assert figures(doc) == figures(inputs)
     for x in doc["reports"]:
-        assert x["kernels_total"]["instances"] == 24  # 2 windows x 6 steps x 2 kernels
+        assert x["kernels_total"]["instances"] == 12  # 6 steps x 2 kernels
         assert all(s["kernels"] == 2 for s in x["steps"])
+        assert max(g["dur_us"] for g in x["gaps"]) < 1000
+    assert [(x["rank"], x["gpu_busy_pct"]) for x in doc["ranks"]] == \
+        [(x["rank"], x["gpu_busy_pct"]) for x in inputs["ranks"]]
+    # a merge written before first_event: the rank's windows are analysed together
+    old = json.loads(out.read_text())
+    for e in old["cprof"]["merged"]:
+        del e["first_event"]
+    out.write_text(json.dumps(old))
+    doc = json.loads(cprof("report", out, "--format", "json").stdout)
+    assert [x["trace"]["rank"] for x in doc["reports"]] == [0, 1]
+    assert [x["kernels_total"]["instances"] for x in doc["reports"]] == [24, 24]
 
 
 def test_skipped_events_are_a_warning_and_a_diagnosis(tmp_path):

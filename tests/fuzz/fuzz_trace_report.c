@@ -56,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     report(t, &other);
     /* a merged trace (cprof.merged listed): each rank's view, as `cprof report` builds them */
     for (size_t k = 0; k < cprof_trace_get_info(t)->nmerged && k < 8; k++) {
-        if (!cprof_trace_merged_first_of_rank(t, k)) continue;
+        if (!cprof_trace_merged_view_starts(t, k)) continue;
         cprof_trace *v = NULL;
         int vrc = cprof_trace_rank_view(t, k, &v);
         CHECK(vrc == 0 || vrc == CPROF_E_NOMEM, "cprof_trace_rank_view failed");
