@@ -35,6 +35,15 @@ def _fmt_bytes(n):
     return f"{n:.1f} GB"
 
 
+HOST_DEVICE = ("HtoD", "DtoH")
+
+
+def small_copy_limit(r):
+    """The small-copy threshold the report was built with (--small-copy-bytes), in words."""
+    n = (r.get("options") or {}).get("small_copy_bytes", 65536)
+    return f"{int(n):,} bytes" if n < 1000 else f"{int(n):,} bytes ({_fmt_bytes(n)})"
+
+
 def _d(id_, title, severity, summary, **evidence):
     return {"id": id_, "title": title, "severity": severity, "summary": summary,
             "evidence": evidence}
@@ -136,14 +145,20 @@ def diagnose(r):
             "tensors (pin_memory=True in the DataLoader, tensor.pin_memory()) and copy with "
             "non_blocking=True.", pageable_copies=n,
             kinds=",".join(m["kind"] for m in pageable)))
-    small = [m for m in r.get("memory", []) if m.get("small") and m["kind"] != "memset"]
+    # host-device copies only: the advice (batch them, keep the data on the GPU) is about
+    # those; a small device-to-device copy has its data on the GPU already
+    small = [m for m in r.get("memory", []) if m.get("small") and m["kind"] in HOST_DEVICE]
     nsmall = sum(m["small"] for m in small)
     if nsmall >= SMALL_COPIES:
+        limit = small_copy_limit(r)
         out.append(_d(
             "small_copies", "Many small host-device copies", "medium",
-            f"{nsmall:,} copies move less than 64 KB each; each costs a launch and a "
+            f"{nsmall:,} host-device copies ("
+            + ", ".join(f"{m['kind']}: {m['small']:,}" for m in small)
+            + f") move less than {limit} each; each costs a launch and a "
             "synchronisation point. Batch them into one tensor, or keep the data on the GPU.",
-            small_copies=nsmall))
+            small_copies=nsmall, kinds=",".join(m["kind"] for m in small),
+            small_copy_bytes=(r.get("options") or {}).get("small_copy_bytes", 65536)))
     comp = r.get("compiled", {})
     if comp.get("nested"):
         out.append(_d(

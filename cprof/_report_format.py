@@ -3,7 +3,7 @@ in C (csrc/trace_analyse.c, trace_gaps.c); this only lays out its small tables."
 import csv
 import io
 
-from ._diagnose import _fmt_bytes, _fmt_us
+from ._diagnose import _fmt_bytes, _fmt_us, small_copy_limit
 
 # (key, title, columns): columns are (field, header, kind) with kind f3 (3 decimals), int,
 # pct, str, bytes
@@ -22,7 +22,7 @@ TABLES = [
     ("memory", "GPU Memory Operations", [
         ("kind", "Kind", "str"), ("count", "Count", "int"), ("bytes", "Total", "bytes"),
         ("total_us", "Time (us)", "f3"), ("gbps", "GB/s", "f3"),
-        ("pageable", "Pageable", "int"), ("small", "Small (<64KB)", "int")]),
+        ("pageable", "Pageable", "int"), ("small", "Small", "int")]),
     ("memory_track", "Memory Over the Window", [
         ("series", "Series", "str"), ("samples", "Samples", "int"),
         ("start_bytes", "Start", "bytes"), ("peak_bytes", "Peak", "bytes"),
@@ -182,6 +182,9 @@ def _one(report, fmt, sections):
     for key, title, cols in TABLES:
         if sections and key not in sections:
             continue
+        if key == "memory":  # the threshold this report used (--small-copy-bytes)
+            limit = small_copy_limit(report).split(" (")[-1].rstrip(")")
+            cols = [(f, f"Small (< {limit})" if f == "small" else h, k) for f, h, k in cols]
         rows = _rows(report, key)
         if table:
             out += ["", f"** {title} ({key}):", "",

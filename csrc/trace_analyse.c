@@ -636,6 +636,9 @@ int cprof_report_build(const cprof_trace *t, const cprof_report_opts *opts, cons
     if (!root) return CPROF_E_NOMEM;
     cJSON_AddStringToObject(root, "schema", "cprof.report/1");
     add_info(t, path, root);
+    cJSON *opt = cJSON_AddObjectToObject(root, "options"); /* the thresholds the words quote */
+    cJSON_AddNumberToObject(opt, "short_gap_us", us(o.short_gap_ns));
+    cJSON_AddNumberToObject(opt, "small_copy_bytes", (double)o.small_copy_bytes);
 
     /* the window: every timed event (metadata events carry ts 0 and do not count) */
     int64_t w0 = INT64_MAX, w1 = INT64_MIN;

@@ -784,6 +784,34 @@ def test_merged_file_with_several_windows_per_rank_reports_as_its_inputs(tmp_pat
     assert [x["kernels_total"]["instances"] for x in doc["reports"]] == [24, 24]
 
 
+def _copies_trace(path, kinds, nbytes=4096):
+    ev = [{"ph": "X", "cat": "gpu_memcpy", "name": f"Memcpy {k} (Device -> Device)", "pid": 0,
+           "tid": 7, "ts": 10 * i, "dur": 5, "args": {"device": 0, "stream": 7,
+                                                       "bytes": nbytes}}
+          for i, k in enumerate(kinds)]
+    path.write_text(json.dumps({"traceEvents": ev}))
+
+
+def test_small_copies_count_host_device_copies_and_quote_the_threshold(tmp_path):
+    """Audit finding 4: 12 small DtoD copies were "many small host-device copies" (keep the
+    data on the GPU: it is there already), and the words said 64 KB whatever
+    --small-copy-bytes was."""
+    p = tmp_path / "dtod.trace.json"
+    _copies_trace(p, ["DtoD"] * 12)
+    doc = json.loads(cprof("report", p, "--format", "json").stdout)
+    assert doc["memory"][0]["small"] == 12
+    assert "small_copies" not in {d["id"] for d in doc["diagnoses"]}
+    p = tmp_path / "mixed.trace.json"
+    _copies_trace(p, ["HtoD"] * 7 + ["DtoH"] * 4 + ["DtoD"] * 5)
+    doc = json.loads(cprof("report", p, "--format", "json", "--small-copy-bytes", "8192").stdout)
+    (d,) = [d for d in doc["diagnoses"] if d["id"] == "small_copies"]
+    assert d["evidence"]["small_copies"] == 11 and d["evidence"]["small_copy_bytes"] == 8192
+    assert "(HtoD: 7, DtoH: 4)" in d["summary"] and "less than 8,192 bytes" in d["summary"]
+    assert "64 KB" not in d["summary"]
+    text = cprof("report", p, "--small-copy-bytes", "8192", "--tables", "memory").stdout
+    assert "Small (< 8.2 KB)" in text and "64" not in text.split("GPU Memory")[1]
+
+
 def test_skipped_events_are_a_warning_and_a_diagnosis(tmp_path):
     """Audit finding 1: events the report cannot place are counted in every format: a warning
     on stderr, a high diagnosis with its counts, and trace.skipped in JSON."""
