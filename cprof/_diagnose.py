@@ -97,8 +97,10 @@ def diagnose(r):
     for dev in r.get("devices", []):
         idle = dev["idle"]
         itot = max(idle["total_us"], 1e-9)
-        host_share = (idle["host_us"] + idle["short_us"]) / itot
-        host_us = idle["host_us"] + idle["short_us"]
+        # the gaps where the next op's launch had not returned: what the words call waiting
+        # for the CPU (short gaps had their work queued; unknown ones have no launch)
+        host_us = idle["host_us"]
+        host_share = host_us / itot
         launch_us = launches.get("calls", 0) * launches.get("avg_us", 0.0)
         if (dev["util_pct"] < LAUNCH_UTIL_PCT and 0 < avg_kernel < LAUNCH_KERNEL_US
                 and host_share >= LAUNCH_HOST_SHARE
@@ -182,7 +184,9 @@ def diagnose(r):
                     f"GPU {dev['device']} is busy {dev['util_pct']:.1f}% of the window; idle "
                     f"{_fmt_us(dev['idle']['total_us'])}: waiting on the host "
                     f"{_fmt_us(dev['idle']['host_us'])}, after syncs "
-                    f"{_fmt_us(dev['idle']['sync_us'])}. The largest gap is "
+                    f"{_fmt_us(dev['idle']['sync_us'])}, cause unknown (no launch in the "
+                    f"trace to judge by) {_fmt_us(dev['idle'].get('unknown_us', 0.0))}. "
+                    "The largest gap is "
                     f"{_fmt_us(g['dur_us'])} while the CPU ran {cpu!r}.",
                     device=dev["device"], util_pct=dev["util_pct"],
                     largest_gap_us=g["dur_us"], cpu_during_gap=cpu))

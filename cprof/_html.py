@@ -18,7 +18,8 @@ SEV_ORDER = {"high": 0, "medium": 1, "info": 2}
 IDLE_KINDS = (("host", "#e15759", "host: no work queued while the CPU was busy"),
               ("sync", "#f28e2b", "sync: the CPU waited on the device"),
               ("short", "#edc948", "short: gaps too short to attribute"),
-              ("other", "#bab0ac", "other"))
+              ("other", "#bab0ac", "other: work was queued (waiting on dependencies)"),
+              ("unknown", "#d7d7d7", "unknown: no launch in the trace to judge by"))
 BLUE, ORANGE, RED = "#4e79a7", "#f28e2b", "#e15759"
 STRAGGLER = ' <span class="badge sev-high">straggler</span>'
 

@@ -22,8 +22,11 @@ typedef struct gap {
     int64_t before, after; /* event indices, -1: none */
 } gap;
 
-enum { GAP_HOST, GAP_SYNC, GAP_SHORT, GAP_OTHER, GAP_KINDS };
-static const char *const gap_kind_names[GAP_KINDS] = {"host", "sync", "short", "other"};
+/* unknown: no evidence either way (the next op's launch is not in the trace, or no op
+ * follows: the gap after the last one) */
+enum { GAP_HOST, GAP_SYNC, GAP_SHORT, GAP_OTHER, GAP_UNKNOWN, GAP_KINDS };
+static const char *const gap_kind_names[GAP_KINDS] = {"host", "sync", "short", "other",
+                                                      "unknown"};
 
 /* The device and stream of a GPU op: args first, else Kineto's pid (device) / tid (stream);
  * string tids (no stream number) are stream 0. */
@@ -308,17 +311,18 @@ int cprof_gaps_report(const cprof_trace *t, const cprof_report_opts *o, int64_t 
                 }
             }
             if (cs > prev_end) { /* the idle gap before this segment, classified */
-                gap g = {prev_end, cs, dev, GAP_HOST, prev_last, first};
+                gap g = {prev_end, cs, dev, GAP_OTHER, prev_last, first};
                 int64_t launch = corr_get(&cm, ev[first].correlation);
-                if (cs - prev_end < o->short_gap_ns && prev_last >= 0) g.kind = GAP_SHORT;
-                else if (sync_overlaps(sy, pmax, nsync, prev_end, cs)) g.kind = GAP_SYNC;
-                /* waiting on the host: the next op's launch call had not returned when the
-                 * GPU ran dry (it began after, or was still running then) */
-                else if (prev_last < 0 || launch < 0 ||
-                         ev[launch].ts_ns + (ev[launch].dur_ns > 0 ? ev[launch].dur_ns : 0) >
-                             prev_end)
+                /* evidence first, whatever the length: a CPU-side wait; the next op's launch
+                 * call had not returned when the GPU ran dry (it began after, or was still
+                 * running then): waiting on the host. Then a short gap between two ops; then
+                 * no launch to judge by: unknown; else the work was queued: other */
+                if (sync_overlaps(sy, pmax, nsync, prev_end, cs)) g.kind = GAP_SYNC;
+                else if (launch >= 0 && ev[launch].ts_ns + (ev[launch].dur_ns > 0
+                                                                ? ev[launch].dur_ns : 0) > prev_end)
                     g.kind = GAP_HOST;
-                else g.kind = GAP_OTHER;
+                else if (cs - prev_end < o->short_gap_ns && prev_last >= 0) g.kind = GAP_SHORT;
+                else if (launch < 0) g.kind = GAP_UNKNOWN;
                 idle[g.kind] += cs - prev_end;
                 keep_largest(top, &ntop, top_cap, &g);
             }
@@ -340,8 +344,8 @@ int cprof_gaps_report(const cprof_trace *t, const cprof_report_opts *o, int64_t 
             prev_end = ce;
             prev_last = seg_last;
         }
-        if (win1 > prev_end) { /* after the last GPU work: the CPU had nothing queued */
-            gap g = {prev_end, win1, dev, GAP_HOST, prev_last, -1};
+        if (win1 > prev_end) { /* after the last GPU work: no launch follows to judge by */
+            gap g = {prev_end, win1, dev, GAP_UNKNOWN, prev_last, -1};
             if (sync_overlaps(sy, pmax, nsync, prev_end, win1)) g.kind = GAP_SYNC;
             idle[g.kind] += win1 - prev_end;
             keep_largest(top, &ntop, top_cap, &g);
@@ -362,7 +366,8 @@ int cprof_gaps_report(const cprof_trace *t, const cprof_report_opts *o, int64_t 
             cJSON_AddNumberToObject(so, "ops", (double)streams[si].ops);
         }
         cJSON *id = cJSON_AddObjectToObject(d, "idle");
-        int64_t itotal = idle[0] + idle[1] + idle[2] + idle[3];
+        int64_t itotal = 0;
+        for (int q = 0; q < GAP_KINDS; q++) itotal += idle[q];
         cJSON_AddNumberToObject(id, "total_us", us(itotal));
         for (int q = 0; q < GAP_KINDS; q++) {
             char key[16];

@@ -130,7 +130,8 @@ def test_utilisation_and_idle_breakdown(report):
     idle = dev["idle"]
     assert idle["total_us"] == pytest.approx(win - 151, abs=1e-3)
     assert idle["total_us"] == pytest.approx(
-        idle["host_us"] + idle["sync_us"] + idle["short_us"] + idle["other_us"], abs=1e-3)
+        idle["host_us"] + idle["sync_us"] + idle["short_us"] + idle["other_us"]
+        + idle["unknown_us"], abs=1e-3)
     assert idle["sync_us"] == 105   # [220, 325): the CPU waited in cudaStreamSynchronize
     assert idle["short_us"] == 1    # [340, 341] inside the graph
     tl = dev["timeline"]
@@ -195,6 +196,46 @@ def test_launch_bound_when_launches_outlast_the_kernels(tmp_path):
     assert "launch_bound" in ids, [d["id"] for d in doc["diagnoses"]]
     (dev,) = doc["devices"]
     assert dev["idle"]["other_us"] == 0 and dev["idle"]["host_us"] > 500
+
+
+def test_short_gaps_waiting_on_the_host_are_host_in_table_and_diagnosis(tmp_path):
+    """Audit finding 5: 10 µs launches, 3 µs kernels, 7 µs gaps: the table filed the gaps as
+    "short" (under 10 µs) while the diagnosis said 100% of the idle time waits on the host.
+    A gap whose next launch had not returned is host whatever its length; one whose work was
+    queued and that is short stays short; and the two agree."""
+    doc = _launch_trace(tmp_path / "lb.json",
+                        [(10 * i, 10, 10 * i + 10, 3) for i in range(200)])
+    (dev,) = doc["devices"]
+    idle = dev["idle"]
+    assert idle["short_us"] == 0 and idle["host_us"] == pytest.approx(idle["total_us"])
+    (d,) = [d for d in doc["diagnoses"] if d["id"] == "launch_bound"]
+    assert d["evidence"]["idle_waiting_on_host_pct"] == 100.0
+    # queued work (launches long returned) with 2 µs gaps: short, not waiting on the host
+    doc = _launch_trace(tmp_path / "q.json", [(i, 1, 1000 + 5 * i, 3) for i in range(100)])
+    idle = doc["devices"][0]["idle"]
+    assert idle["host_us"] == 1000  # before the first kernel: its launch was running
+    assert idle["short_us"] == pytest.approx(198)
+
+
+def test_gaps_without_a_launch_to_judge_by_are_unknown(tmp_path):
+    """Audit finding 6: a trace without launch calls had all its idle time "waiting on the
+    host", and so did the gap after the last GPU op; there is no evidence for that."""
+    ev = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": ts, "dur": 100,
+           "args": {"device": 0, "stream": 7, "correlation": c}}
+          for c, ts in enumerate((1000, 1200, 1300), 1)]
+    ev.append({"ph": "X", "cat": "cpu_op", "name": "work", "pid": 1, "tid": 1, "ts": 1000,
+               "dur": 900})
+    p = tmp_path / "nolaunch.trace.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    doc = json.loads(cprof("report", p, "--format", "json").stdout)
+    idle = doc["devices"][0]["idle"]
+    assert idle["host_us"] == 0
+    assert idle["unknown_us"] == pytest.approx(600)  # [1100, 1200) and [1400, 1900)
+    assert {g["kind"] for g in doc["gaps"]} == {"unknown"}
+    (d,) = [d for d in doc["diagnoses"] if d["id"] == "gpu_idle"]
+    assert "waiting on the host 0.0 µs" in d["summary"] and "unknown" in d["summary"]
+    text = cprof("report", p, "--tables", "devices").stdout
+    assert "Unknown (us)" in text
 
 
 def test_an_idle_gpu_during_data_loading_is_not_launch_bound(tmp_path):

@@ -1231,7 +1231,8 @@ def test_differential_against_python_reference(seed):
             assert st[s]["ops"] == ops
             assert st[s]["busy_us"] <= d["busy_us"] + TOL
         idle = d["idle"]
-        parts = sum(idle[k] for k in ("host_us", "sync_us", "short_us", "other_us"))
+        parts = sum(idle[k] for k in ("host_us", "sync_us", "short_us", "other_us",
+                                      "unknown_us"))
         assert close(parts, idle["total_us"])
         assert close(idle["total_us"], wdur - d["busy_us"]), (idle, wdur, d["busy_us"])
         tl = d["timeline"]
