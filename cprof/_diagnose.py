@@ -178,7 +178,10 @@ def diagnose(r):
                         key=lambda g: g["dur_us"], default=None)
                 if g is None:
                     continue
-                cpu = g["cpu"][0]["name"] if g.get("cpu") else "nothing recorded"
+                # the event covering most of the gap (of those covering as much, the
+                # innermost), not the shortest: siblings are not nested
+                cpu = (min(g["cpu"], key=lambda c: (-c["overlap_us"], c["dur_us"]))["name"]
+                       if g.get("cpu") else "nothing recorded")
                 out.append(_d(
                     "gpu_idle", f"GPU {dev['device']} is idle most of the window", "medium",
                     f"GPU {dev['device']} is busy {dev['util_pct']:.1f}% of the window; idle "

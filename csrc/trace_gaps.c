@@ -160,6 +160,13 @@ static int cmp_cand(const void *a, const void *b) {
     return (x->dur > y->dur) - (x->dur < y->dur);
 }
 
+/* most of the gap first; of those covering as much, the innermost (shortest) */
+static int cmp_cand_cover(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->overlap != y->overlap) return x->overlap < y->overlap ? 1 : -1;
+    return cmp_cand(a, b);
+}
+
 static int is_cpu_activity(const cprof_tev *e) {
     switch (e->kind) {
     case CPROF_TK_CPU_OP:
@@ -172,7 +179,8 @@ static int is_cpu_activity(const cprof_tev *e) {
     }
 }
 
-/* The innermost CPU events covering at least a tenth of the gap (at most 4, shortest first). */
+/* The CPU events covering most of the gap (at least a tenth of it; at most 4, the innermost
+ * first): the one covering most is always among them, whatever runs shorter beside it. */
 static void gap_cpu(const cprof_trace *t, const gap *g, cJSON *o) {
     cJSON *arr = cJSON_AddArrayToObject(o, "cpu");
     const cprof_tev *ev = cprof_trace_events(t);
@@ -197,8 +205,10 @@ static void gap_cpu(const cprof_trace *t, const gap *g, cJSON *o) {
         }
         c[nc++] = (cand){en - s, e->dur_ns, (uint32_t)i};
     }
+    qsort(c, nc, sizeof *c, cmp_cand_cover);
+    if (nc > 4) nc = 4;
     qsort(c, nc, sizeof *c, cmp_cand);
-    for (size_t i = 0; i < nc && i < 4; i++) {
+    for (size_t i = 0; i < nc; i++) {
         cJSON *r = add_obj(arr);
         if (!r) break;
         add_name(r, "name", t, c[i].idx);

@@ -238,6 +238,21 @@ def test_gaps_without_a_launch_to_judge_by_are_unknown(tmp_path):
     assert "Unknown (us)" in text
 
 
+def test_gpu_idle_names_the_cpu_event_covering_most_of_the_gap(tmp_path):
+    """Audit finding 7: in the 700 µs gap [1300, 2000), step 1 covers 600 µs and step 2
+    100 µs; the diagnosis named step 2 (the shortest, first of the innermost-first list).
+    Four short events beside a long one no longer push the long one off the list."""
+    doc = _launch_trace(tmp_path / "g.json", [(990, 5, 1000, 100), (1190, 5, 1200, 100),
+                                              (1995, 5, 2000, 50)],
+                        cpu=[("step1", 900, 1000), ("step2", 1900, 200)]
+                        + [(f"tiny{i}", 1300 + 80 * i, 75) for i in range(4)])
+    (d,) = [d for d in doc["diagnoses"] if d["id"] == "gpu_idle"]
+    assert d["evidence"]["cpu_during_gap"] == "step1"
+    gap = max(doc["gaps"], key=lambda g: g["dur_us"])
+    assert "step1" in [c["name"] for c in gap["cpu"]]
+    assert [c["dur_us"] for c in gap["cpu"]] == sorted(c["dur_us"] for c in gap["cpu"])
+
+
 def test_an_idle_gpu_during_data_loading_is_not_launch_bound(tmp_path):
     """The GPU idles 2 ms while the CPU loads data (no launch in flight): an idle GPU with the
     loader in its largest gap, not launch-bound (CUDA graphs would not help)."""
