@@ -596,11 +596,29 @@ def _atomic_write(path, data):
     os.replace(tmp, path)
 
 
-def write_memory_snapshot(memory, path):
+def write_memory_snapshot(memory, path, exclusive=False):
     """Writes memory["snapshot"] as a pickle at path (for pytorch.org/memory_viz) and
-    memory["text"] beside it as .txt. Returns the pickle's path."""
-    _atomic_write(path, pickle.dumps(memory["snapshot"], protocol=pickle.HIGHEST_PROTOCOL))
-    if memory.get("text"):
-        stem = path[:-len(".pickle")] if path.endswith(".pickle") else path
-        _atomic_write(stem + ".txt", memory["text"].encode())
+    memory["text"] beside it as .txt. Returns the pickle's path. exclusive: neither file may
+    exist (FileExistsError, nothing written): both names are claimed (O_EXCL) before either
+    is written, so two writers never replace each other's files."""
+    stem = path[:-len(".pickle")] if path.endswith(".pickle") else path
+    txt = stem + ".txt" if memory.get("text") else None
+    claimed = []
+    try:
+        if exclusive:
+            for p in (path, txt):
+                if p is not None:
+                    os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+                    claimed.append(p)
+        _atomic_write(path, pickle.dumps(memory["snapshot"], protocol=pickle.HIGHEST_PROTOCOL))
+        if txt is not None:
+            _atomic_write(txt, memory["text"].encode())
+    except BaseException:
+        for p in claimed:  # an empty claim is not left behind (a written pickle is kept)
+            try:
+                if os.path.getsize(p) == 0:
+                    os.unlink(p)
+            except OSError:
+                pass
+        raise
     return path

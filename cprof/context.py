@@ -131,8 +131,9 @@ class ProfilerContext:
     Runs on cprof.profile (no schedule): ``with_stack`` records Python calls (and C calls
     such as torch ops) in C, ``record_shapes`` records nn.Module calls with their input
     shapes (``with_modules`` records them without shapes), ``MEM`` tracks memory and, with
-    CUDA, writes ``{name}-rank{R}-memory-{ts}.pickle`` (pytorch.org/memory_viz) and a
-    ``.txt`` summary beside the trace. ``ranks`` limits profiling to those ranks.
+    CUDA, writes ``{name}-rank{R}-memory-{ts}.pickle`` (pytorch.org/memory_viz; ``-N``
+    added as its trace's, never overwritten; paths in ``memory_paths``) and a ``.txt``
+    summary beside the trace. ``ranks`` limits profiling to those ranks.
     ``record_ops`` (with CPU) records torch's operators (``aten::addmm``, autograd nodes) as
     ``cpu_op`` ranges and links kernels to them, as torch.profiler does; it needs cprof
     imported before torch. ``buffer_size_mb`` caps the CPU range buffers and
@@ -312,11 +313,16 @@ class ProfilerContext:
         self._window = p._last
         done = p._last.snapshot.last_write
         if done is not None:  # the interrupt came out of a write that had finished
-            self._written(WriteResult(*done[:4]))
+            self._say_memory()
+            self._write_memory(self._written(WriteResult(*done[:4])))
             return
         try:
-            self._write_memory()
-            self._write()
+            self._say_memory()
+            result = None
+            try:
+                result = self._write()
+            finally:  # the snapshot is not lost with the trace
+                self._write_memory(result)
         except BaseException as again:  # noqa: BLE001 - err is the exception raised
             warnings.warn(f"cprof: the interrupted window's trace was not written ({again!r}); "
                           "call save(path) to write it", RuntimeWarning, stacklevel=3)
@@ -335,10 +341,12 @@ class ProfilerContext:
         try:
             self._prof.__exit__(exc_type, exc, tb)
             self._window = self._prof._last
-            self._write_memory()
+            self._say_memory()
             try:
-                self._write()
+                # the trace first: the snapshot takes its -N (see _write_memory)
+                self._write_memory(self._write())
             except _C.TraceWriteError as err:
+                self._write_memory(None)
                 if self._save_unreachable:  # no one can call save(): written elsewhere
                     self._write_instead(err)
                     return False
@@ -388,23 +396,60 @@ class ProfilerContext:
                           stacklevel=3)
         return path
 
-    def _write_memory(self):
+    def _say_memory(self):
         mem = self._prof.memory
         if not mem:
             return
         self.memory_summary = mem.get("summary")
         if self.verbose and self.memory_summary:
             _say("cprof: memory: " + memory_line(self.memory_summary))
-        if mem.get("snapshot") is None:
-            return
-        rank, _, _ = rank_info()  # always ranked, as seed 000 names it (one process: rank0)
-        path = os.path.join(self._out_dir(),
-                            f"{self.profile_name}-rank{rank}-memory-{int(time.time())}.pickle")
+
+    def _trace_index(self, result):
+        """N when this window's trace was written as {stem}-N{suffix} in the output directory
+        (a name taken), else 0 (the name itself, no trace, or a trace written elsewhere)."""
+        if result is None:
+            return 0
+        stem, suffix = self._stem_suffix()
+        path = os.fspath(result.path)
         try:
-            _glue.write_memory_snapshot(mem, path)
-        except OSError as err:
-            warnings.warn(f"cprof: the memory snapshot could not be written to {path}: {err}",
-                          RuntimeWarning, stacklevel=3)
+            if os.path.realpath(os.path.dirname(path)) != os.path.realpath(self._out_dir()):
+                return 0
+        except OSError:
+            return 0
+        base, first = os.path.basename(path), os.path.basename(stem)
+        if not (base.startswith(first + "-") and base.endswith(suffix)):
+            return 0
+        n = base[len(first) + 1: len(base) - len(suffix)]
+        return int(n) if n.isdigit() else 0
+
+    def _write_memory(self, result):
+        """Writes the window's CUDA memory snapshot (if any) beside its trace (result: the
+        trace's WriteResult, None if it was not written): {name}-rank{R}-memory-{ts}.pickle,
+        with the trace's -N when the trace got one ({...}-{ts}-N.pickle), and the next free
+        -N when that is taken: a snapshot is never overwritten (decision 120)."""
+        mem = self._prof.memory
+        if not mem or mem.get("snapshot") is None or mem.get("written"):
+            return
+        mem["written"] = True  # once per window, whatever path ends it (exit, salvage)
+        rank, _, _ = rank_info()  # always ranked, as seed 000 names it (one process: rank0)
+        base = os.path.join(self._out_dir(),
+                            f"{self.profile_name}-rank{rank}-memory-{int(time.time())}")
+        n = self._trace_index(result)
+        for i in range(n, n + 10000):
+            path = f"{base}-{i}.pickle" if i else f"{base}.pickle"
+            try:
+                _glue.write_memory_snapshot(mem, path, exclusive=True)
+                break
+            except FileExistsError:
+                continue
+            except OSError as err:
+                warnings.warn(f"cprof: the memory snapshot could not be written to {path}: "
+                              f"{err}", RuntimeWarning, stacklevel=3)
+                return
+        else:
+            warnings.warn(f"cprof: the memory snapshot was not written: {base}.pickle and "
+                          f"{base}-{n + 1}...-{n + 9999}.pickle all exist", RuntimeWarning,
+                          stacklevel=3)
             return
         self.memory_paths.append(path)
         if self.verbose:

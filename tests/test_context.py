@@ -502,6 +502,88 @@ def test_mem_without_cuda_says_there_is_no_snapshot(outdir, capsys):
     assert p.memory_paths == [] and p.memory_summary["cuda"].startswith("not tracked")
 
 
+def _fake_cuda_memory(monkeypatch):
+    """torch.cuda's memory-history calls stubbed (no GPU here): each window's snapshot and
+    summary say which window they came from. Returns the window counter."""
+    import torch
+
+    import cprof._profile
+    calls = [0]
+
+    def snapshot():
+        calls[0] += 1
+        return {"segments": [], "device_traces": [], "window": calls[0]}
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot", snapshot)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: 0)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda *a: 0)
+    monkeypatch.setattr(torch.cuda, "memory_summary", lambda *a, **k: f"window {calls[0]}")
+    monkeypatch.setattr(cprof._profile, "gpu_unavailable_reason", lambda: "test: CPU only")
+    return calls
+
+
+def test_memory_snapshots_of_same_named_windows_are_never_overwritten(tmp_path, monkeypatch):
+    """Several MEM windows with one name in one second (a profile_function in a loop, a reused
+    context): each keeps its snapshot, named with its trace's -N (they used to share one
+    {name}-rank0-memory-{ts}.pickle, the last window's)."""
+    import pickle
+    import re
+    _fake_cuda_memory(monkeypatch)
+
+    @cprof.profile_function(activities=["CPU", "MEM"], output_dir=tmp_path, verbose=False)
+    def step():
+        return 1
+
+    for _ in range(3):
+        step()
+    ctx = cprof.ProfilerContext(activities=["CPU", "MEM"], output_dir=tmp_path,
+                                profile_name="step", with_stack=False, verbose=False)
+    traces, snaps = [], []
+    for _ in range(2):  # a reused context, after the function's three windows
+        with ctx:
+            pass
+        traces.append(ctx.trace_path.name)
+        snaps.append(os.path.basename(ctx.memory_paths[-1]))
+    assert traces == ["step-3.trace.json.gz", "step-4.trace.json.gz"]
+    assert len(ctx.memory_paths) == 2
+    pickles = sorted(f for f in os.listdir(tmp_path) if f.endswith(".pickle"))
+    assert len(pickles) == 5
+    seen = {}
+    for f in pickles:
+        m = re.fullmatch(r"step-rank0-memory-\d+(?:-(\d+))?\.pickle", f)
+        assert m, f
+        with open(tmp_path / f, "rb") as fh:
+            seen[int(m.group(1) or 0)] = pickle.load(fh)["window"]
+        txt = (tmp_path / f).with_suffix(".txt").read_text()
+        assert txt == f"window {seen[int(m.group(1) or 0)]}"
+    # the snapshot of the trace step-N is the one of the same window, named with -N
+    assert seen == {0: 1, 1: 2, 2: 3, 3: 4, 4: 5}
+    assert [re.search(r"-(\d+)\.pickle$", s).group(1) for s in snaps] == ["3", "4"]
+
+
+def test_memory_snapshot_takes_next_free_name(tmp_path, monkeypatch):
+    """A snapshot name already taken (a file left by another run) is never replaced: the next
+    -N is used, and the first window keeps the seed's {name}-rank0-memory-{ts}.pickle."""
+    _fake_cuda_memory(monkeypatch)
+    monkeypatch.setattr(time, "time", lambda: 1700000000.5)
+    taken = tmp_path / "m-rank0-memory-1700000000.txt"
+    taken.write_text("someone else's")
+    with cprof.ProfilerContext(activities=["CPU", "MEM"], output_dir=tmp_path,
+                               profile_name="m", with_stack=False, verbose=False) as p:
+        pass
+    assert p.trace_path.name == "m.trace.json.gz"
+    assert [os.path.basename(x) for x in p.memory_paths] == ["m-rank0-memory-1700000000-1.pickle"]
+    assert taken.read_text() == "someone else's"
+    assert not (tmp_path / "m-rank0-memory-1700000000.pickle").exists()
+    with cprof.ProfilerContext(activities=["CPU", "MEM"], output_dir=tmp_path / "o",
+                               profile_name="m", with_stack=False, verbose=False) as p:
+        pass
+    assert [os.path.basename(x) for x in p.memory_paths] == ["m-rank0-memory-1700000000.pickle"]
+
+
 def test_profile_function_suspended_calls_keep_their_own_ranges(outdir):
     """Coroutines and generators run interleaved with other code: each call's range is its own
     (closed by token), whoever runs in between, and a generator may finish on another thread."""
