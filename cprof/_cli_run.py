@@ -18,8 +18,9 @@ Options
                       them. Default: CPU, plus GPU when this machine can record it (see
                       ``cprof features``), so a CPU-only machine gets no warning. Asking for
                       GPU where it cannot be recorded warns and records CPU. MEM: a CPU
-                      memory counter track (resident set, malloc'd bytes), its peaks, and
-                      CUPTI memory records; CUDA memory history and the memory_viz snapshot
+                      memory counter track (resident set, malloc'd bytes), its peaks,
+                      CUPTI memory records and torch's allocation events (from the
+                      program's import of torch on); CUDA memory history and the memory_viz snapshot
                       need torch imported when the window opens, so only with --delay or
                       --capture-range opening it after the program imported torch.
   -o, --output-dir D  where the trace goes; default $CPROF_PROFILER_DIR, else
@@ -929,8 +930,33 @@ def _catch_up_torch(session, torch):
             _glue.stack_modules(prof._glue, prof.with_modules, prof.record_shapes)
         _catch_up_ops(prof._glue, prof.record_ops, prof.record_shapes)
         _catch_up_compiled(prof._glue, prof.with_stack)
+        _catch_up_async(prof._glue)
+        _catch_up_memory_events(prof)
     finally:
         session.lock.release()
+
+
+def _catch_up_async(glue):
+    """Collectives' gloo: / nccl: ranges from now on in the open window, as a window opened
+    with torch imported records them (_glue.install: _ops.install_async)."""
+    if glue.async_why is None:  # captured already
+        return
+    from . import _ops
+    part, glue.async_why = _ops.install_async()
+    if part is not None:
+        glue.parts.append(part)
+
+
+def _catch_up_memory_events(prof):
+    """torch's allocation reports ("[memory]" events) from now on in the open window, when it
+    tracks memory: what memory_begin does with torch imported (_glue._events_begin), on this,
+    the importing thread. (CUDA memory history is not started here: torch.cuda.is_available()
+    inside `import torch` would fix the visible devices before the program sets them.)"""
+    if not prof.profile_memory or getattr(prof, "_mem_events", None):
+        return
+    from . import _glue
+    if getattr(prof, "_mem_events_why", None) == _glue.NO_TORCH:
+        _glue._events_begin(prof)
 
 
 def _catch_up_compiled(glue, with_stack):

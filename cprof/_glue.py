@@ -263,8 +263,10 @@ class _Installed:
                 break
         if note is not None:
             note = dict(note, async_ranges=self.async_why is None)
+            if note.get("reason"):
+                note["reason"] = late_torch(note["reason"])
             if self.async_why is not None and sys.modules.get("torch") is not None:
-                note["async_ranges_reason"] = self.async_why
+                note["async_ranges_reason"] = late_torch(self.async_why)
         return note
 
     def remove(self):
@@ -476,13 +478,25 @@ def _sampler_end(prof, summary):
 MEMORY_EVENTS_CAP = 4_000_000
 
 
+# why a capture that needs torch is off at the window's start; said as it is at the end only
+# if torch is still not imported (late_torch() otherwise)
+NO_TORCH = "torch is not imported"
+
+
+def late_torch(why):
+    """why, or what it has become when torch was imported after the window opened."""
+    if why == NO_TORCH and sys.modules.get("torch") is not None:
+        return "torch was imported after the window opened"
+    return why
+
+
 def _events_begin(prof):
     """torch's allocation reports ("[memory]" events, as torch.profiler's profile_memory):
     cprof's reporter in the thread's profiler-state slot (csrc/torch_ops.cpp) feeds
     csrc/mem_events.c until memory_end."""
     prof._mem_events = None
     if sys.modules.get("torch") is None:
-        prof._mem_events_why = "torch is not imported"
+        prof._mem_events_why = NO_TORCH
         return
     from . import _ops
     if _C.mem_events_active():  # left by a window that was never stopped (lost profiler)
@@ -500,7 +514,7 @@ def _events_end(prof, summary):
     if not getattr(prof, "_mem_events", None):
         why = getattr(prof, "_mem_events_why", None)
         if why:
-            summary["allocation_events"] = f"not recorded: {why}"
+            summary["allocation_events"] = f"not recorded: {late_torch(why)}"
         return None
     prof._mem_events = None
     from . import _ops

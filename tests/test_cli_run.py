@@ -553,8 +553,58 @@ def test_torchrun_two_ranks(tmp_path):
         assert t["distributedInfo"]["world_size"] == 2
         # the program destroyed its group before cprof run wrote at exit: still named
         assert t["distributedInfo"]["backend"] == "gloo"
-        assert names(t) == [f"on_rank{rank}"]
+        # the collectives' ranges too, though torch was imported after the window opened
+        assert [n for n in names(t) if not n.startswith("gloo:")] == [f"on_rank{rank}"]
+        assert {"gloo:all_reduce", "gloo:barrier"} <= set(names(t))
     assert time.monotonic() - start < 60
+
+
+def test_collectives_and_allocations_of_a_program_that_imports_torch_itself(tmp_path):
+    """cprof run opens its window before the program imports torch: the collectives' gloo:
+    ranges and torch's allocation events (MEM) are put on when torch arrives, as a window
+    opened after `import torch` records them (they used to be missing, and the trace said
+    "torch is not imported")."""
+    pytest.importorskip("torch")
+    script = tmp_path / "coll.py"
+    script.write_text(
+        "import os, sys, tempfile\n"
+        "import torch, torch.distributed as dist\n"
+        "store = dist.FileStore(os.path.join(tempfile.mkdtemp(), 'store'), 1)\n"
+        "dist.init_process_group('gloo', store=store, rank=0, world_size=1)\n"
+        "for _ in range(3):\n"
+        "    t = torch.ones(1000)\n"
+        "    dist.all_reduce(t)\n"
+        "dist.destroy_process_group()\n")
+    for extra in ((), ("--record-ops",)):
+        ran = cprof_run("-o", tmp_path, "--name", "coll", "--activities", "CPU,MEM", *extra,
+                        script)
+        assert ran.returncode == 0, ran.stderr
+        t = load_trace(written(ran))
+        assert names(t).count("gloo:all_reduce") == 3, names(t)
+        assert sum(e.get("name") == "[memory]" for e in t["traceEvents"]) >= 3
+        assert isinstance(t["cprof"]["memory"]["allocation_events"], int)
+        if extra:
+            ops = t["cprof"]["ops"]
+            assert ops["async_ranges"] is True and "async_ranges_reason" not in ops, ops
+
+
+def test_late_torch_is_not_said_to_be_missing(tmp_path):
+    """A ProfilerContext opened before the program imports torch (no cprof run to catch up):
+    the trace says torch came after the window opened, not that it is not imported."""
+    pytest.importorskip("torch")
+    out = tmp_path / "o"
+    code = ("import sys, cprof\n"
+            "with cprof.ProfilerContext(activities=['CPU', 'MEM'], output_dir=sys.argv[1],\n"
+            "        profile_name='late', with_stack=False, record_ops=True, verbose=False):\n"
+            "    import torch\n"
+            "    torch.ones(10)\n")
+    ran = subprocess.run([sys.executable, "-W", "ignore", "-c", code, str(out)], env=_env(),
+                         capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    meta = load_trace(out / "late.trace.json.gz")["cprof"]
+    late = "torch was imported after the window opened"
+    assert meta["memory"]["allocation_events"] == f"not recorded: {late}"
+    assert meta["ops"]["reason"] == late and meta["ops"]["async_ranges_reason"] == late
 
 
 def test_compiled_regions_of_a_program_that_imports_torch_itself(tmp_path):
