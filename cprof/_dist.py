@@ -2,6 +2,7 @@
 environment variables (set before any process group exists), else 0 / 1.
 Never imports torch itself: if the program has not imported torch.distributed, it is not used."""
 import os
+import re
 import sys
 
 
@@ -100,3 +101,41 @@ def rank_info():
         world = rank + 1
     # the group this job had (destroyed by now): its backend, in a multi-rank job only
     return rank, world, _remembered["backend"] if world > 1 else None
+
+
+def shared_stamp():
+    """The part after "profile_" of the default profile_name that every rank of one job
+    finds without talking to the others, or None (one process, or nothing shared is known:
+    each process then stamps its own time). Several ranks under torchrun (TORCHELASTIC_RUN_ID
+    set): all on this node (LOCAL_WORLD_SIZE == the world size), the torchrun agent's start
+    time (the workers' parent process, in unix seconds); across nodes, the rendezvous id
+    (--rdzv-id), unless it is torchrun's default "none". Decision 122."""
+    _, world, _ = rank_info()
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "").strip()
+    if world <= 1 or not run_id:
+        return None
+    local = os.environ.get("LOCAL_WORLD_SIZE", "").strip()
+    if local.isdigit() and int(local) == world:
+        start = _parent_start()
+        if start is not None:
+            return str(start)
+    if run_id == "none":
+        return None
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)[:64]
+
+
+def _parent_start():
+    """This process's parent's start time in whole unix seconds (Linux /proc: boot time plus
+    its start in clock ticks, whole numbers only, so every child reads the same), or None."""
+    ppid = os.getppid()
+    if ppid <= 1:  # orphaned: the launcher is gone
+        return None
+    try:
+        with open(f"/proc/{ppid}/stat") as f:
+            stat = f.read()
+        ticks = int(stat[stat.rindex(")") + 2:].split()[19])  # field 22, starttime
+        with open("/proc/stat") as f:
+            btime = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        return btime + ticks // os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None

@@ -34,7 +34,8 @@ def add_profiler_args(parser):
         help="trace directory (default: $CPROF_PROFILER_DIR, else $CPROF_TORCH_PROFILER_DIR, "
              "else /tmp/cprof_profiles; read when the profiler is made)")
     add("--profile-name", type=str, default=None,
-        help="trace file name prefix (default: profile_<unix seconds>)")
+        help="trace file name prefix (default: profile_<unix seconds>; under torchrun the "
+             "same in every rank: see docs/usage.md)")
     add("--profile-activities", nargs="+", type=_activity, choices=list(VALID_ACTIVITIES),
         default=["CPU", "GPU"], metavar="{CPU,GPU,MEM}",
         help="what to record: CPU, GPU (or CUDA), MEM (default: CPU GPU)")

@@ -10,7 +10,7 @@ import warnings
 from . import _C
 from . import _glue
 from . import _lifecycle
-from ._dist import rank_info
+from ._dist import rank_info, shared_stamp
 from ._profile import normalize_activities as _normalize
 from ._profile import profile
 from ._window import (WriteResult, check_buffer_size_mb, check_gpu_buffer_mb, check_output_dir,
@@ -213,8 +213,8 @@ class ProfilerContext:
                             f"{output_dir!r}")
         self.output_dir = OutputDir(os.path.expanduser(os.fsdecode(output_dir))
                                     if output_dir is not None else default_output_dir())
-        if profile_name is None:
-            profile_name = f"profile_{int(time.time())}"
+        if profile_name is None:  # shared by a torchrun job's ranks where it can be
+            profile_name = f"profile_{shared_stamp() or int(time.time())}"
         check_profile_name(profile_name)
         buffer_size_mb = check_buffer_size_mb(buffer_size_mb, "cprof.ProfilerContext")
         gpu_buffer_mb = check_gpu_buffer_mb(gpu_buffer_mb, "cprof.ProfilerContext")

@@ -71,6 +71,62 @@ def test_default_name_is_timestamp(outdir):
     assert p.profile_name.startswith("profile_") and before <= stamp <= int(time.time())
 
 
+def test_default_name_is_shared_by_the_ranks_of_a_torchrun_job(tmp_path):
+    """Each rank used to stamp its own second, so ranks that reached the profiler in different
+    seconds wrote profile_<a>-rank0 and profile_<b>-rank1. Under torchrun on one node the
+    stamp is the agent's (their parent's) start: two "ranks" started 1.1 s apart agree."""
+    import subprocess
+    import sys
+    code = ("import time, sys, cprof\n"
+            "time.sleep(float(sys.argv[1]))\n"
+            "print(cprof.ProfilerContext(activities=['CPU'], output_dir=sys.argv[2])"
+            ".profile_name)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHELASTIC")}
+    env.update(PYTHONPATH=os.pathsep.join(sys.path), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
+               TORCHELASTIC_RUN_ID="none")
+    launched = int(time.time())
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(1.1 * r), str(tmp_path)],
+                              env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                              stdout=subprocess.PIPE, text=True) for r in (0, 1)]
+    names = [p.communicate(timeout=60)[0].strip() for p in procs]
+    assert names[0] == names[1], names
+    assert names[0].startswith("profile_") and int(names[0][len("profile_"):]) <= launched
+
+
+def test_default_name_rule(tmp_path, monkeypatch):
+    from cprof import _dist
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(k, raising=False)
+
+    def name(**env):
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        try:
+            return cprof.ProfilerContext(activities=["CPU"], output_dir=tmp_path).profile_name
+        finally:
+            for k in env:
+                monkeypatch.delenv(k)
+
+    now = int(time.time())
+    # one node under torchrun: the agent's (the parent's) start
+    parent = _dist._parent_start()
+    assert parent is not None and parent <= now
+    assert name(WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", RANK="1",
+                TORCHELASTIC_RUN_ID="abc") == f"profile_{parent}"
+    # several nodes: the rendezvous id (made a file name), which every node was given
+    assert name(WORLD_SIZE="4", LOCAL_WORLD_SIZE="2", RANK="3",
+                TORCHELASTIC_RUN_ID="job/42") == "profile_job_42"
+    # nothing shared: each process's own time, as in one process or without torchrun
+    for env in (dict(WORLD_SIZE="4", LOCAL_WORLD_SIZE="2", RANK="3", TORCHELASTIC_RUN_ID="none"),
+                dict(WORLD_SIZE="2", RANK="1"),
+                dict(TORCHELASTIC_RUN_ID="abc", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")):
+        stamp = int(name(**env)[len("profile_"):])
+        assert now <= stamp <= int(time.time()), env
+    monkeypatch.setattr(_dist, "_parent_start", lambda: None)  # not Linux, or orphaned
+    assert name(WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", RANK="1",
+                TORCHELASTIC_RUN_ID="abc") == "profile_abc"
+
+
 def test_same_name_never_overwrites(outdir):
     paths = []
     for i in range(3):
