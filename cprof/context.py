@@ -564,11 +564,13 @@ class _CallWindow:
     plain pop closes the innermost range of the thread it runs on, which, after a yield or an
     await, can be another call's or on another thread)."""
 
-    __slots__ = ("enabled", "marker", "name", "suspends", "kwargs", "ctx", "token", "ident")
+    __slots__ = ("enabled", "marker", "name", "suspends", "kwargs", "ctx", "token", "ident",
+                 "joined", "host")
 
     def __init__(self, enabled, marker, name, suspends, kwargs):
         self.enabled, self.marker, self.name, self.suspends = enabled, marker, name, suspends
         self.kwargs, self.ctx, self.token, self.ident = kwargs, None, None, None
+        self.joined, self.host = 0, None  # calls in this call's window / the call whose it is
 
     def __enter__(self):
         if not self.enabled:
@@ -578,6 +580,8 @@ class _CallWindow:
             # a failed write cannot be left for save(): the caller never sees ctx, and the
             # function's result must not be lost to it
             ctx._save_unreachable = True
+            with _calls_lock:  # before the window is open: a call that finds it open counts
+                _calls["opener"] = self
             try:
                 ctx.__enter__()
                 self.ctx = ctx
@@ -585,6 +589,17 @@ class _CallWindow:
                 if not _C.active():
                     raise
                 # another thread opened a window since the check above: a range in it
+            finally:
+                if self.ctx is None:
+                    with _calls_lock:
+                        if _calls["opener"] is self:
+                            _calls["opener"] = None
+        if self.ctx is None:  # a range in an open window: if a call's, counted in it
+            with _calls_lock:
+                host = _calls["opener"]
+                if host is not None and host.ctx is not None:
+                    host.joined += 1
+                    self.host = host
         if self.suspends:
             self.token = _C.open_range(self.name, _C.CAT_USER_ANNOTATION, True)
             self.ident = threading.get_ident()
@@ -604,11 +619,34 @@ class _CallWindow:
             else:
                 self.marker.__exit__(exc_type, exc, tb)
         finally:
+            if self.host is not None:
+                with _calls_lock:
+                    self.host.joined -= 1
             if self.ctx is not None:
+                with _calls_lock:
+                    running = self.joined
+                    if _calls["opener"] is self:
+                        _calls["opener"] = None
+                if running:
+                    # concurrent calls (threads, asyncio tasks) ran in this call's window:
+                    # their ranges end with it, marked "cprof truncated" in the trace
+                    warnings.warn(
+                        f"cprof.profile_function({self.name!r}): the window of one call closed "
+                        "while other calls that started during it were still running (threads "
+                        "or asyncio tasks); their ranges are cut at the window's end (marked "
+                        "'cprof truncated') and the rest of them is not recorded. Profile the "
+                        "code that makes the concurrent calls with one ProfilerContext to "
+                        "record them whole", RuntimeWarning, stacklevel=3)
                 if exc_type is GeneratorExit:  # a generator closed before its end: normal
                     exc_type = exc = tb = None
                 self.ctx.__exit__(exc_type, exc, tb)
         return False
+
+
+# the profile_function call whose window is open (the others are ranges in it): it warns when
+# it closes its window under calls still running in it (concurrent ones; decision 123)
+_calls_lock = threading.Lock()
+_calls = {"opener": None}
 
 
 def profile_function(
@@ -627,7 +665,8 @@ def profile_function(
     instead of opening a second one. ``async def`` functions are profiled until their result
     is ready, generator functions until they are exhausted or closed (the window spans the
     consumer's code between items too). Used bare (``@profile_function``), it takes the
-    defaults."""
+    defaults. Concurrent calls (threads, asyncio tasks) are ranges in the first call's window
+    and are cut when it closes, with a RuntimeWarning."""
     if callable(enabled) and not isinstance(enabled, bool):
         # @cprof.profile_function without parentheses: the function came as `enabled`
         return profile_function()(enabled)

@@ -640,6 +640,60 @@ def test_memory_snapshot_takes_next_free_name(tmp_path, monkeypatch):
     assert [os.path.basename(x) for x in p.memory_paths] == ["m-rank0-memory-1700000000.pickle"]
 
 
+def test_profile_function_concurrent_calls_cut_by_the_first_are_warned(outdir):
+    """Concurrent calls of one profile_function (asyncio.gather, threads) are ranges in the
+    first call's window, which closes when that call returns: the later calls' ranges are cut
+    there. That used to be silent; it warns now (and their ranges say 'cprof truncated').
+    Nested and recursive calls, which end inside the window, do not warn."""
+    import asyncio
+    import threading
+
+    @cprof.profile_function(activities=["CPU"], output_dir=outdir, with_stack=False,
+                           verbose=False)
+    async def request(delay):
+        await asyncio.sleep(delay)
+
+    async def main():
+        await asyncio.gather(request(0.02), request(0.2))
+
+    with pytest.warns(RuntimeWarning, match="'request'.*still running"):
+        asyncio.run(main())
+    got = sorted((e for e in ranges_of(load_trace(outdir / "request.trace.json.gz"))
+                  if e["name"] == "request"), key=lambda e: e["ts"])
+    assert len(got) == 2
+    assert "cprof truncated" not in got[0].get("args", {})
+    assert got[1]["args"]["cprof truncated"]
+
+    started, release = threading.Event(), threading.Event()
+
+    @cprof.profile_function(activities=["CPU"], output_dir=outdir, with_stack=False,
+                           verbose=False)
+    def handle(first):
+        if first:
+            started.set()
+            release.wait(5)
+        else:
+            release.set()
+            time.sleep(0.2)
+
+    with pytest.warns(RuntimeWarning, match="'handle'.*still running"):
+        t = threading.Thread(target=handle, args=(True,))
+        t.start()
+        started.wait(5)
+        handle(False)
+        t.join()
+
+    @cprof.profile_function(activities=["CPU"], output_dir=outdir, with_stack=False,
+                           verbose=False)
+    def fact(n):
+        return 1 if n <= 1 else n * fact(n - 1)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert fact(5) == 120
+        assert fact(3) == 6
+
+
 def test_profile_function_suspended_calls_keep_their_own_ranges(outdir):
     """Coroutines and generators run interleaved with other code: each call's range is its own
     (closed by token), whoever runs in between, and a generator may finish on another thread."""
