@@ -382,7 +382,7 @@ def install(with_stack=False, with_modules=False, record_shapes=False, c_calls=T
         if with_stack:
             try:
                 # torch's operators captured as cpu_op: C calls are python_function, as
-                # torch.profiler writes them (decision 125); else they are how torch's ops
+                # torch.profiler writes them (decision 124); else they are how torch's ops
                 # show at all (torch._C._nn.linear as a cpu_op)
                 ops_captured = any(hasattr(p, "ops_note") for p in handle.parts)
                 handle.parts.append(_Tracer(c_calls, min_duration_us,

@@ -607,7 +607,7 @@ def test_with_modules_links_gpu_work_to_the_innermost_module_with_ops_recorded(t
     res = run("modules_link", tmp_path, fake_so)
     assert "aten::add" in res["ops"]
     t = load_trace(res["trace"])
-    # with torch's operators recorded, C calls are python_function ranges (decision 125)
+    # with torch's operators recorded, C calls are python_function ranges (decision 124)
     assert "time.sleep" not in " ".join(res["ops"])
     assert [e for e in events(t, "python_function") if e["name"].endswith("sleep")]
     mods = {e["name"]: e for e in events(t, "user_annotation")}

@@ -893,7 +893,7 @@ def test_pybind11_functions_are_named_by_module_not_by_record_type(tmp_path):
     c_calls = [e for e in load_trace(tmp_path / "t.json")["traceEvents"]
                if e.get("name") == "torch._C._get_tracing_state"]
     # torch's operators are captured here: C calls are python_function, as torch writes
-    # them, out of operator tables (decision 125)
+    # them, out of operator tables (decision 124)
     assert [e["cat"] for e in c_calls] == ["python_function"]
     names = [e.name for e in p.events()]
     assert "torch._C._get_tracing_state" in names

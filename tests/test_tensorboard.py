@@ -210,7 +210,7 @@ def test_tensorboard_module_view_matches_torch_profilers(stacked, tmp_path):
     by_name = {s.name: s for s in prof.module_stats}
     ref_net = next(s for s in ref_prof.module_stats if s.name.startswith("Net"))
     assert by_name["Net"].host_duration > 0
-    assert by_name["Net"].operators == ref_net.operators  # C calls are no operators (dec. 125)
+    assert by_name["Net"].operators == ref_net.operators  # C calls are no operators (dec. 124)
     # the view's timeline: one Net per active step, its children in call order
     step = ("Net", [("layers.0", [("layers.0.fc", []), ("layers.0.act", [])]),
                     ("layers.1", [("layers.1.fc", []), ("layers.1.act", [])]), ("head", [])])
@@ -233,7 +233,7 @@ def test_tensorboard_overview_and_operator_views(stacked):
     linears = [e for e in xs(trace, "cpu_op") if e["name"] == "aten::linear"]
     assert ops["aten::linear"]["calls"] == len(linears) == 6
     # torch's operators are captured, so C calls are python_function as torch writes them:
-    # no builtins.isinstance or torch._C._nn.linear rows in the Operator view (decision 125)
+    # no builtins.isinstance or torch._C._nn.linear rows in the Operator view (decision 124)
     assert not [n for n in ops if n.startswith(("builtins.", "torch._C.", "list."))], list(ops)
     assert [e for e in xs(trace, "python_function") if e["name"] == "torch._C._nn.linear"]
     assert not [ln for ln in log if "intersect" in ln]  # ranges nest on every thread
