@@ -28,6 +28,7 @@ typedef struct tstate {
     uint64_t rf_tid;           /* torch's RecordFunction thread id, once an op told it */
     uint32_t name_id;
     _Atomic int dead;          /* set by the thread-exit destructor; freed at the next stop */
+    _Atomic uint64_t dead_ns;  /* when it exited (0: unknown): its open ranges end there */
     uint64_t window_id;        /* the window the chunks below belong to */
     cprof_chunk *head, *tail;
     uint64_t nrecords, dropped;
@@ -166,7 +167,9 @@ static void on_thread_exit(void *p) {
     /* Runs without the GIL after the thread's last Python code: only flag it. Under the
      * registry lock, which the reaper holds too, so the flag and the free that follows are
      * ordered for any checker (Helgrind does not model C11 atomics). */
+    uint64_t now = cprof_clock_now_ns();
     pthread_mutex_lock(&registry_lock);
+    atomic_store_explicit(&((tstate *)p)->dead_ns, now, memory_order_relaxed);
     atomic_store_explicit(&((tstate *)p)->dead, 1, memory_order_release);
     pthread_mutex_unlock(&registry_lock);
 }
@@ -894,7 +897,7 @@ static uint64_t truncate_open(cprof_record **stack, uint32_t depth, uint64_t now
     for (uint32_t i = 0; i < depth; i++) {
         cprof_record *r = stack[i];
         if (!r) continue;
-        r->end_ns = now;
+        r->end_ns = now < r->begin_ns ? r->begin_ns : now;
         r->flags |= CPROF_REC_TRUNCATED;
         stack[i] = NULL;
         n++;
@@ -946,11 +949,14 @@ int cprof_events_stop(cprof_snapshot **out) {
         d->chunks = t->head;
         snap->nrecords += t->nrecords;
         snap->dropped += t->dropped;
-        /* ranges still open: close them at stop time and forget their slots, which now
-         * belong to the snapshot */
-        snap->truncated += truncate_open(t->stack, t->depth, now);
-        snap->truncated += truncate_open(t->tstack, t->tdepth, now);
-        snap->truncated += truncate_open(t->ostack, t->odepth, now);
+        /* ranges still open: close them at stop time (at its exit for a thread that has
+         * ended: it ran nothing after) and forget their slots, which now belong to the
+         * snapshot */
+        uint64_t died = atomic_load_explicit(&t->dead_ns, memory_order_relaxed);
+        uint64_t end = died && died < now ? died : now;
+        snap->truncated += truncate_open(t->stack, t->depth, end);
+        snap->truncated += truncate_open(t->tstack, t->tdepth, end);
+        snap->truncated += truncate_open(t->ostack, t->odepth, end);
         t->head = t->tail = NULL;
         t->nrecords = t->dropped = 0;
         oplock_release(t);

@@ -327,6 +327,27 @@ def test_thread_names_from_threading(tmp_path):
     assert "data-loader" in names
 
 
+def test_a_range_left_open_by_an_exited_thread_ends_at_its_exit(tmp_path):
+    """It was drawn on the dead thread's track until the window's end."""
+    import time
+
+    def leak():
+        cprof.push("leaked")  # never popped; the thread then exits
+
+    C.start()
+    t = threading.Thread(target=leak)
+    t.start()
+    t.join()
+    time.sleep(0.3)  # the thread is gone for these 300 ms
+    with cprof.range("main"):
+        pass
+    snap = C.stop()
+    path, *_ = snap.write(str(tmp_path / "dead"), ".trace.json", gzip=0)
+    (leaked,) = [e for e in ranges_of(load_trace(path)) if e["name"] == "leaked"]
+    assert leaked["args"].get("cprof truncated") == 1
+    assert leaked["dur"] < 150_000, leaked  # us: ended at the exit, not 300 ms later
+
+
 def test_no_allocation_after_warmup():
     r = cprof.range("hot")
 
