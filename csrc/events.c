@@ -31,6 +31,9 @@ typedef struct tstate {
     _Atomic uint64_t dead_ns;  /* when it exited (0: unknown): its open ranges end there */
     uint64_t window_id;        /* the window the chunks below belong to */
     cprof_chunk *head, *tail;
+    uint32_t room;             /* records the tail takes on the fast path: a chunk's worth, or
+                                * 0 once the cap refused this thread a chunk in this window
+                                * (then only ProfilerStep ranges are kept, see slot_slow) */
     uint64_t nrecords, dropped;
     cprof_record **stack;      /* open ranges; NULL entries were not recorded */
     uint64_t *seq;             /* per stack entry: its token (push_token), 0 for plain pushes */
@@ -72,14 +75,15 @@ static void (*new_thread_hook)(void); /* the binding's: names a thread at its fi
 
 /* ---- chunk pool ---- */
 
-static cprof_chunk *chunk_get(void) {
+/* over_cap: a chunk for ProfilerStep ranges past the cap (slot_slow) */
+static cprof_chunk *chunk_get(int over_cap) {
     cprof_chunk *c = NULL;
     pthread_mutex_lock(&pool_lock);
     if (pool) {
         c = pool;
         pool = c->next;
         pool_free--;
-    } else if (pool_allocated_bytes + sizeof(cprof_chunk) <= cap_bytes) {
+    } else if (over_cap || pool_allocated_bytes + sizeof(cprof_chunk) <= cap_bytes) {
         c = malloc(sizeof(cprof_chunk));
         if (c) pool_allocated_bytes += sizeof(cprof_chunk);
     }
@@ -241,14 +245,26 @@ static void tstate_free(tstate *t) {
 
 /* ---- hot path ---- */
 
-static CPROF_NOINLINE cprof_record *slot_slow(tstate *t) {
-    if (!t->tail || t->tail->count == CPROF_CHUNK_RECORDS) {
-        cprof_chunk *c = chunk_get();
-        if (!c) return NULL;
-        if (t->tail) t->tail->next = c;
-        else t->head = c;
-        t->tail = c;
+static void link_chunk(tstate *t, cprof_chunk *c) {
+    if (t->tail) t->tail->next = c;
+    else t->head = c;
+    t->tail = c;
+}
+
+/* The fast path's tail is full (or the thread is capped). Past the cap the window keeps its
+ * steps: a ProfilerStep range may take a chunk beyond the cap (one per 1,024 steps), which
+ * other ranges, dropped and counted from then on, do not use; the timeline keeps its steps. */
+static CPROF_NOINLINE cprof_record *slot_slow(tstate *t, uint8_t cat) {
+    if (t->tail && t->tail->count < CPROF_CHUNK_RECORDS)  /* capped: its reserve chunk */
+        return cat == CPROF_CAT_STEP ? &t->tail->rec[t->tail->count++] : NULL;
+    cprof_chunk *c = t->room ? chunk_get(0) : NULL;
+    if (c) {
+        t->room = CPROF_CHUNK_RECORDS;
+    } else {
+        t->room = 0;
+        if (cat != CPROF_CAT_STEP || !(c = chunk_get(1))) return NULL;
     }
+    link_chunk(t, c);
     return &t->tail->rec[t->tail->count++];
 }
 
@@ -285,10 +301,10 @@ CPROF_INLINE cprof_record *record_open(tstate *t, uint32_t name_id, uint8_t cat)
     if (CPROF_UNLIKELY(active != 1) && toggled_off_skips(active, cat)) return NULL;
     if (CPROF_UNLIKELY(t->window_id != g_window_id)) window_enter(t);
     cprof_record *r; /* the thread is in this window from here: only the chunk may be full */
-    if (CPROF_LIKELY(t->tail && t->tail->count < CPROF_CHUNK_RECORDS))
+    if (CPROF_LIKELY(t->tail && t->tail->count < t->room))
         r = &t->tail->rec[t->tail->count++];
     else
-        r = slot_slow(t);
+        r = slot_slow(t, cat);
     if (CPROF_UNLIKELY(r == NULL)) {
         t->dropped++;
         return NULL;
@@ -314,6 +330,7 @@ CPROF_INLINE cprof_record *record_open(tstate *t, uint32_t name_id, uint8_t cat)
 static CPROF_NOINLINE void window_enter(tstate *t) {
     t->window_id = g_window_id;
     t->head = t->tail = NULL;
+    t->room = CPROF_CHUNK_RECORDS;
     t->nrecords = t->dropped = 0;
     for (uint32_t i = 0; i < t->tdepth; i++) {
         if (t->tstack[i] || !t->tname[i]) continue;

@@ -1422,3 +1422,28 @@ def test_record_function_ended_by_a_future_spans_until_it_completes():
     f, o = ev["fut_range"], ev["aten::ones"]
     assert f.time_range.start <= o.time_range.start and o.time_range.end <= f.time_range.end
     assert "plain" in ev and not any(e.truncated for e in p.events())
+
+
+def test_step_ranges_are_kept_past_the_buffer_cap(tmp_path):
+    """Past the range cap the other ranges are dropped (counted), but each ProfilerStep#N
+    is kept, so the timeline and per-step reports keep their steps (all but the first were
+    dropped with the rest)."""
+    paths = []
+
+    def ready(p):
+        paths.append(p.export_chrome_trace(str(tmp_path / f"s{len(paths)}.json")))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with cprof.profile(activities=CPU, schedule=cprof.schedule(wait=0, warmup=1, active=4),
+                           on_trace_ready=ready, buffer_size_mb=1) as p:
+            for _ in range(5):
+                for _ in range(20000):
+                    cprof.push("r")
+                    cprof.pop()
+                p.step()
+    t = load_trace(paths[0])
+    steps = [e["name"] for e in ranges_of(t) if e["name"].startswith("ProfilerStep#")]
+    assert steps == [f"ProfilerStep#{i}" for i in range(1, 5)]
+    kept = len([e for e in ranges_of(t) if e["name"] == "r"])
+    assert kept + t["cprof"]["dropped"]["cpu_ranges"] == 4 * 20000
+    assert any("were dropped" in str(w.message) for w in caught)
