@@ -139,6 +139,7 @@ def build_summary(prof):
                      "index": r.index, "label": r.label, "bsz": r.bsz, "warmup": r.warmup,
                      "steps_discarded": r.steps_discarded,
                      "steps_unmeasured": r.steps_unmeasured,
+                     "steps_overlapped": r.steps_overlapped,
                      "timer_error": r.timer_error,
                      "start_time": _iso(r.start_time), "end_time": _iso(r.end_time),
                      "wall_s": r.end_time - r.start_time},
@@ -189,6 +190,9 @@ def build_summary(prof):
             "steps_discarded": sum(r.steps_discarded for r in runs),
             # steps whose CUDA timers could not be read (an error from CUDA): in no figure
             "steps_unmeasured": sum(r.steps_unmeasured for r in runs),
+            # steps open while another thread had a step of another Profiler open: measured,
+            # but their bucket times may be short (one timer gate per process, decision 130)
+            "steps_overlapped": sum(r.steps_overlapped for r in runs),
             # the buckets outside the canonical list (listed after the canonical ones in the
             # bucket tables): each one's avg ms per step, by domain
             "buckets_others_ms": {dom: dict(v) for dom, v in others.items()},
@@ -251,6 +255,11 @@ def render_markdown(s):
     if m.get("steps_discarded"):
         lines += [f"> {m['steps_discarded']} step(s) raised inside step_timing_ctx and are not "
                   "measured (not in any figure below).", ""]
+    if m.get("steps_overlapped"):
+        lines += [f"> **{m['steps_overlapped']} step(s) overlapped a step of another Profiler "
+                  "on another thread**: their latencies are right, but their bucket times "
+                  "may be short (the bucket timers have one gate per process); step "
+                  "Profilers on different threads one after the other for exact buckets.", ""]
     if m.get("steps_unmeasured"):
         why = next((r["meta"]["timer_error"] for r in s.get("runs", ())
                     if r["meta"].get("timer_error")), None)

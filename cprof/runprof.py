@@ -332,7 +332,8 @@ def _finite(v):
 
 
 class _StepContext:
-    __slots__ = ("prof", "step", "t0", "region", "range", "gate", "sync")
+    __slots__ = ("prof", "step", "t0", "region", "range", "gate", "sync", "thread",
+                 "overlapped")
 
     def __init__(self, prof):
         self.prof = prof
@@ -357,6 +358,8 @@ class _RunInfo:
         self.steps = 0
         self.steps_discarded = 0  # steps that raised: not measured, counted in the reports
         self.steps_unmeasured = 0  # steps whose CUDA timers could not be read: in no figure
+        self.steps_overlapped = 0  # steps open while another thread had a step open: their
+                                   # bucket times may be short (the timer gate is per process)
         self.timer_error = None    # what CUDA returned for them
         self.extra = {}  # begin_run's other keywords (prefix_len=...)
         self.pending_kv = []  # (step index, device scalar tensor): resolved at end_run
@@ -417,6 +420,7 @@ class Profiler:
         self._attached_models = set()
         self._pending_kv = None  # set_step_seq_len before a step: that step's KV length
         self._last_step = None   # the last completed step of the open run (set_step_tokens after it)
+        self._overlap_warned = False  # warned once about steps overlapping another thread's
         # this Profiler's steps in the C step store, kept apart from any other Profiler's and
         # released with it
         self._owner = _C.rs_new_owner()
@@ -581,6 +585,13 @@ class Profiler:
         ctx.sync = bool(strict and measured and self.cfg.engine_profiling and _cuda_ready())
         _C.timers_gate(*ctx.gate)
         _StepSync.engine = ctx.sync
+        ctx.thread = threading.get_ident()
+        ctx.overlapped = False
+        for other in _open_steps:
+            if other.thread != ctx.thread:
+                # another thread's step is open: the one gate serves both, so bucket times of
+                # both steps can be lost (decision 130); counted in both runs, never silent
+                other.overlapped = ctx.overlapped = True
         _open_steps.append(ctx)
         try:
             if _C.active():
@@ -630,10 +641,24 @@ class Profiler:
             self._run.pending_kv.append((ctx.step, kv))
             kv = None
         _C.step_end(ctx.step, latency, int(self._tokens), kv)
+        if ctx.overlapped:  # measured, but its bucket times may be short
+            self._count_overlap(self._run)
         self._last_step = ctx.step
         self._run.steps += 1
         if strict:
             self._resolve_timers(self._run)
+
+    def _count_overlap(self, run):
+        run.steps_overlapped += 1
+        if not self._overlap_warned:
+            self._overlap_warned = True
+            warnings.warn(
+                f"cprof: a step of run {run.index} was open while another thread had a step "
+                "of another Profiler open: the bucket timers have one gate per process, so "
+                "bucket times of such steps can be short (their step latencies are right). "
+                "They are counted (steps_overlapped in summary.json and report.md); step "
+                "Profilers on different threads one after the other for exact buckets.",
+                RuntimeWarning, stacklevel=4)
 
     def set_step_tokens(self, n):
         """Accepted tokens of the step: inside step_timing_ctx(), or right after it (then they

@@ -1428,3 +1428,56 @@ def test_a_namedtuple_of_settings_is_a_config():
     Args = namedtuple("Args", "prof_run_name prof_warmup_runs")
     cfg = cprof.ProfilerConfig.from_args(Args("nt", 3))
     assert cfg.run_name == "nt" and cfg.warmup_runs == 3
+
+
+def test_steps_overlapping_another_threads_step_are_counted_and_warned(tmp_path):
+    """Two Profilers stepping at once on two threads share the one timer gate, so bucket
+    times are lost (audit003 F3): such steps are counted per run and in meta, report.md says
+    so, and each Profiler warns once (decision 130). A worker thread's timer inside one
+    Profiler's step is no overlap and still counts."""
+    import threading
+    import warnings
+    profs = {n: make(tmp_path, run_name=n, warmup_runs=0, engine_profiling=True) for n in "AB"}
+    both_open = threading.Barrier(2)
+
+    def work(n):
+        p = profs[n]
+        p.begin_run(bsz=1, label=n)
+        for _ in range(3):
+            with p.step_timing_ctx():
+                both_open.wait(timeout=10)  # both steps open here
+                with cprof.cpu_bucket_timer("decode"):
+                    time.sleep(0.001)
+                both_open.wait(timeout=10)
+        p.end_run()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ts = [threading.Thread(target=work, args=(n,)) for n in "AB"]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+    assert sum("another thread had a step" in str(w.message) for w in caught) == 2
+    for p in profs.values():
+        s = p.summary()
+        assert s["meta"]["steps_overlapped"] == 3
+        assert s["runs"][0]["meta"]["steps_overlapped"] == 3
+        md = open(p.save_all()[1]).read()
+        assert "3 step(s) overlapped a step of another Profiler on another thread" in md
+    # one Profiler, a worker thread's timer inside its step: no overlap, the time counts
+    p = make(tmp_path, run_name="w", warmup_runs=0, engine_profiling=True)
+
+    def worker():
+        with cprof.cpu_bucket_timer("decode"):
+            time.sleep(0.005)
+
+    p.begin_run()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with p.step_timing_ctx():
+            t = threading.Thread(target=worker)
+            t.start()
+            t.join()
+    p.end_run()
+    s = p.summary()
+    assert s["meta"]["steps_overlapped"] == 0
+    assert s["buckets_engine_avg_ms"]["decode"] >= 4.5
