@@ -327,6 +327,28 @@ def _whole_tokens(n):
                   digits_ok=False)
 
 
+# the keys cprof writes in each run's meta (summary.json runs[i].meta): begin_run refuses them
+RUN_META_KEYS = ("index", "label", "bsz", "warmup", "steps_discarded", "steps_unmeasured",
+                 "steps_overlapped", "timer_error", "start_time", "end_time", "wall_s")
+
+
+def _bsz(v):
+    """begin_run's bsz as summary.json keeps it: None, or a number (numpy / torch scalars as
+    numbers, NaN as None; a string of digits, as argparse hands over, as an int)."""
+    if v is None:
+        return None
+    if isinstance(v, (str, bytes)):
+        text = v.decode() if isinstance(v, bytes) else v
+        if text.strip().isdecimal() and text.strip().isascii():
+            return int(text)
+    elif not isinstance(v, bool):
+        n = _json_scalar(v)
+        if n is None or (isinstance(n, (int, float)) and not isinstance(n, bool)):
+            return n
+    raise TypeError(f"cprof: begin_run's bsz is the batch size, a number; got {v!r} (pass "
+                    "other run details as keywords: begin_run(bsz=8, sizes=[1, 2]))")
+
+
 def _finite(v):
     return v if isinstance(v, (int, float)) and math.isfinite(v) else None
 
@@ -472,11 +494,17 @@ class Profiler:
             raise ProfilerStateError(
                 f"cprof: begin_run called while run {self._run.index} is open; call end_run() "
                 "first")
+        taken = sorted(k for k in meta if k in RUN_META_KEYS)
+        if taken:  # refused, not overwritten: the user's value would be lost (decision 131)
+            raise ValueError(f"cprof: begin_run keyword(s) {', '.join(map(repr, taken))} are "
+                             "cprof's own keys in the run's meta; pass the value under "
+                             f"another name (cprof's keys: {', '.join(RUN_META_KEYS)})")
+        bsz = _bsz(bsz)
         self._decide_timing()
         index = len(self.runs)
         # what summary.json will hold: numpy / torch scalars as numbers, NaN as null, a label
         # as text (bsz=np.int64(8), label=3 made save_all fail after the runs were collected)
-        self._run = _RunInfo(index, _json_scalar(bsz), None if label is None else str(label),
+        self._run = _RunInfo(index, bsz, None if label is None else str(label),
                              warmup=index < self.cfg.warmup_runs)
         self._run.extra = _jsonable(meta)
         self.runs.append(self._run)

@@ -1481,3 +1481,20 @@ def test_steps_overlapping_another_threads_step_are_counted_and_warned(tmp_path)
     s = p.summary()
     assert s["meta"]["steps_overlapped"] == 0
     assert s["buckets_engine_avg_ms"]["decode"] >= 4.5
+
+
+def test_begin_run_refuses_cprofs_own_meta_keys_and_non_numeric_bsz(tmp_path):
+    """audit003 F6a: a keyword named like one of cprof's run meta keys was overwritten
+    silently; bsz is kept as a number, so anything else is refused (a string of digits, as
+    argparse gives, is a number)."""
+    prof = make(tmp_path, warmup_runs=0)
+    with pytest.raises(ValueError, match="'index', 'warmup'"):
+        prof.begin_run(warmup=False, index=99, prefix_len=3)
+    for bad in ("abc", [1, 2], True, {"a": 1}):
+        with pytest.raises(TypeError, match="bsz"):
+            prof.begin_run(bsz=bad)
+    assert prof.runs == [] and prof._run is None  # nothing half-opened
+    prof.begin_run(bsz="8", prefix_len=3)
+    prof.end_run()
+    meta = prof.summary()["runs"][0]["meta"]
+    assert meta["bsz"] == 8 and meta["prefix_len"] == 3 and meta["index"] == 0
