@@ -38,16 +38,24 @@ BUCKET_ALIASES = {
 }
 
 
+def fold_bucket(name):
+    """A bucket name as the reports key it: case folded, surrounding space removed and inner
+    runs of white space (newlines too) made one space; nothing else changes, so "spec_verify"
+    and "spec verify" stay two buckets (decision 132)."""
+    return " ".join(name.split()).lower()
+
+
 def canonical_bucket(domain, name):
-    """(domain, canonical name) of a timed bucket, as seed 003's profiler keys them: case and
-    surrounding space folded; a "model." / "engine." prefix names the domain when the rest is
-    one of its canonical buckets ("engine.prefill" -> engine "prefill"); a canonical name of
-    one domain only goes to that domain whatever timer recorded it ("decode" is the engine's).
-    Other spellings (BUCKET_ALIASES: attn.out_proj, attn.qknorm, ...) are the canonical name.
-    Unknown names: (the timer's domain, None); they are reported under their own names after
-    the canonical buckets."""
+    """(domain, canonical name) of a timed bucket, as seed 003's profiler keys them: the name
+    folded (fold_bucket); a "model." / "engine." prefix names the domain ("engine.prefill" ->
+    engine "prefill" when the rest is one of its canonical buckets; "model.moe_router", an
+    unknown name, is the model's whatever timer recorded it); a canonical name of one domain
+    only goes to that domain whatever timer recorded it ("decode" is the engine's). Other
+    spellings (BUCKET_ALIASES: attn.out_proj, attn.qknorm, ...) are the canonical name.
+    Unknown names: (the prefix's domain, else the timer's, None); they are reported under
+    their folded names after the canonical buckets (decision 132)."""
     from .runprof import ENGINE_BUCKET_ORDER, MODEL_BUCKET_ORDER
-    n = name.strip().lower()
+    n = fold_bucket(name)
     for prefix, dom, order in (("model.", "model", MODEL_BUCKET_ORDER),
                                ("engine.", "engine", ENGINE_BUCKET_ORDER)):
         rest = n[len(prefix):]
@@ -62,20 +70,22 @@ def canonical_bucket(domain, name):
         return "model", n
     if in_engine:
         return "engine", n
+    for prefix, dom in (("model.", "model"), ("engine.", "engine")):
+        if n.startswith(prefix) and len(n) > len(prefix):
+            return dom, None
     return domain, None
 
 
 def _bucket_avgs(owner, run_lo, run_hi, steps, kv_lo=-INF, kv_hi=INF, others=None):
     """Average ms per step of each bucket: the canonical ones in canonical order, then the
-    others under their own names (as the timer spelled them, surrounding space removed), in the
-    order first timed; unknown buckets are kept, never dropped (issue 4). others, if given,
+    others under their folded names (fold_bucket), in the order first timed; unknown buckets are kept, never dropped (issue 4). others, if given,
     also gets each unknown bucket's average by domain (summary.json meta.buckets_others_ms)."""
     from .runprof import ENGINE_BUCKET_ORDER, MODEL_BUCKET_ORDER
     avgs = {"model": {}, "engine": {}}
     for domain, name, total_ns, _ in _C.rs_buckets(owner, run_lo, run_hi, kv_lo, kv_hi):
         dom, canon = canonical_bucket(DOMAINS[domain], name)
         avg = total_ns / steps / 1e6 if steps else None
-        key = canon if canon is not None else name.strip()
+        key = canon if canon is not None else fold_bucket(name)
         if key == OTHERS:  # a bucket the user named "others" is one of them, not the subtotal
             key = "others (timed)"
         if canon is None and others is not None:

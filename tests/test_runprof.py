@@ -1483,6 +1483,28 @@ def test_steps_overlapping_another_threads_step_are_counted_and_warned(tmp_path)
     assert s["buckets_engine_avg_ms"]["decode"] >= 4.5
 
 
+def test_unknown_bucket_names_are_folded_and_routed_by_prefix(tmp_path):
+    """usage.md: case and spaces folded, a model. / engine. prefix decides the domain, for
+    unknown names too (audit003 F4); names differing otherwise stay apart."""
+    from cprof._runreport import canonical_bucket
+    assert canonical_bucket("engine", "model.moe_router") == ("model", None)
+    assert canonical_bucket("model", "engine.scheduler") == ("engine", None)
+    prof = make(tmp_path, warmup_runs=0, model_profiling=True, engine_profiling=True)
+    prof.begin_run()
+    with prof.step_timing_ctx():
+        for name in ("Spec Verify", "spec verify", " SPEC  VERIFY ", "spec_verify",
+                     "model.moe_router"):
+            with cprof.cpu_bucket_timer(name):
+                pass
+        with cprof.cuda_bucket_timer("engine.scheduler"):
+            pass
+    prof.end_run()
+    s = prof.summary()
+    assert list(s["buckets_engine_avg_ms"]) == ["spec verify", "spec_verify",
+                                                "engine.scheduler", "others"]
+    assert list(s["buckets_model_avg_ms"]) == ["model.moe_router", "others"]
+
+
 def test_begin_run_refuses_cprofs_own_meta_keys_and_non_numeric_bsz(tmp_path):
     """audit003 F6a: a keyword named like one of cprof's run meta keys was overwritten
     silently; bsz is kept as a number, so anything else is refused (a string of digits, as
