@@ -178,6 +178,13 @@ def build_summary(prof):
         note = (f"every run was a warmup run ({len(runs)} run(s), warmup_runs="
                 f"{cfg.warmup_runs}): nothing is aggregated; record more runs or lower "
                 "warmup_runs")
+    elif not stats["steps"]:
+        left = sum(r.steps_discarded for r in measured)
+        unmeasured = sum(r.steps_unmeasured for r in measured)
+        why = (f": {left} step(s) raised" if left else "") + (
+            f"{', and ' if left else ': '}{unmeasured} could not be timed" if unmeasured else "")
+        note = (f"the {len(measured)} measured run(s) have no measured step{why}; nothing is "
+                "aggregated: time steps with step_timing_ctx() inside begin_run() / end_run()")
     else:
         note = None
     return {

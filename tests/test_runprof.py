@@ -1505,6 +1505,25 @@ def test_unknown_bucket_names_are_folded_and_routed_by_prefix(tmp_path):
     assert list(s["buckets_model_avg_ms"]) == ["model.moe_router", "others"]
 
 
+def test_a_note_when_measured_runs_measured_no_step(tmp_path):
+    """meta.note "when nothing was measured" covers measured runs with no step, or whose
+    steps all raised (audit003 F5)."""
+    prof = make(tmp_path, warmup_runs=0)
+    prof.begin_run()
+    for _ in range(2):
+        with pytest.raises(RuntimeError):
+            with prof.step_timing_ctx():
+                raise RuntimeError("boom")
+    prof.end_run()
+    note = prof.summary()["meta"]["note"]
+    assert note and "no measured step" in note and "2 step(s) raised" in note
+    empty = make(tmp_path, run_name="e", warmup_runs=0)
+    empty.begin_run()
+    empty.end_run()
+    assert "no measured step" in empty.summary()["meta"]["note"]
+    assert "no measured step" in open(empty.save_all()[1]).read()
+
+
 def test_begin_run_refuses_cprofs_own_meta_keys_and_non_numeric_bsz(tmp_path):
     """audit003 F6a: a keyword named like one of cprof's run meta keys was overwritten
     silently; bsz is kept as a number, so anything else is refused (a string of digits, as
