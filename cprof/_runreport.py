@@ -223,6 +223,18 @@ def build_summary(prof):
     }
 
 
+def _text(v):
+    """Text for a report.md table cell: "|" escaped (GFM splits cells on it even inside code
+    spans) and line breaks made spaces (a newline ends the row)."""
+    return " ".join(str(v).splitlines()).replace("|", "\\|")
+
+
+def _code(v):
+    """A name as a code span in a table cell, whatever backticks it holds."""
+    t = _text(v)
+    return f"`` {t} ``" if "`" in t else f"`{t}`"
+
+
 def _f(v, digits=3):
     return "—" if v is None else f"{v:.{digits}f}"
 
@@ -243,7 +255,7 @@ def _bucket_table(title, avgs, step_mean, others=None):
     for name, v in avgs.items():
         share = f"{100 * v / step_mean:.1f}%" if v is not None and step_mean else "—"
         label = "*others (subtotal of the rows above it outside the canonical list)*" \
-            if name == OTHERS else f"`{name}`"
+            if name == OTHERS else _code(name)
         lines.append(f"| {label} | {_f(v)} | {share} |")
     total = sum(v for k, v in avgs.items() if v is not None and k != OTHERS)
     share = f"{100 * total / step_mean:.1f}%" if step_mean else "—"
@@ -255,13 +267,13 @@ def _bucket_table(title, avgs, step_mean, others=None):
                   "around an `attach_engine`'d `sampler`, say, times sampling twice.", ""]
     if others:
         lines += ["Outside the canonical bucket list (listed last): " + ", ".join(
-            f"`{n}`" for n in others) + ".", ""]
+            _code(n) for n in others) + ".", ""]
     return lines
 
 
 def render_markdown(s):
     m, st = s["meta"], s["stats"]
-    lines = [f"# Profiler report: {m['run_name']}", "",
+    lines = [f"# Profiler report: {_text(m['run_name'])}", "",
              f"Rank {m['rank']} of {m['world_size']}; {m['runs_recorded']} run(s) recorded, "
              f"{m['runs_measured']} measured (warmup runs: {m['warmup_runs']}). Timing: "
              f"{m['timing']}. Started {m['start_time']}.", ""]
@@ -299,7 +311,7 @@ def render_markdown(s):
               "|---:|---|---:|---|---:|---:|---:|---:|---:|"]
     for r in s["runs"]:
         rm, rs = r["meta"], r["stats"]
-        lines.append(f"| {rm['index']} | {rm['label'] or ''} | "
+        lines.append(f"| {rm['index']} | {_text(rm['label'] or '')} | "
                      f"{'' if rm['bsz'] is None else rm['bsz']} | "
                      f"{'yes' if rm['warmup'] else 'no'} | {rs['steps']} | {rs['tokens']} | "
                      f"{_f(rs['mean_ms'])} | {_f(rs['p90_ms'])} | {_f(rs['tok_per_s'], 1)} |")
@@ -316,7 +328,7 @@ def render_markdown(s):
         b = a[f"buckets_{dom}_avg_ms"]
         if b:
             lines += ["", f"| {dom.capitalize()} bucket | Avg ms/step, mean ± std |", "|---|---:|"]
-            lines += [f"| `{n}` | {_pm(v)} |" for n, v in b.items()]
+            lines += [f"| {_code(n)} | {_pm(v)} |" for n, v in b.items()]
     lines += ["", "## Decode-length buckets (KV length at step start)", "",
               "| KV length | Steps | Mean ms | P50 ms | P90 ms | P99 ms | Tok/s |",
               "|---|---:|---:|---:|---:|---:|---:|"]

@@ -1539,3 +1539,27 @@ def test_begin_run_refuses_cprofs_own_meta_keys_and_non_numeric_bsz(tmp_path):
     prof.end_run()
     meta = prof.summary()["runs"][0]["meta"]
     assert meta["bsz"] == 8 and meta["prefix_len"] == 3 and meta["index"] == 0
+
+
+def test_report_tables_escape_pipes_and_newlines(tmp_path):
+    """audit003 F6b: "|" split a table row even in a code span, a newline ended it."""
+    prof = make(tmp_path, warmup_runs=0, engine_profiling=True)
+    prof.begin_run(bsz=1, label="x|y\nz")
+    with prof.step_timing_ctx():
+        with cprof.cpu_bucket_timer("draft|verify"):
+            pass
+        with cprof.cpu_bucket_timer("a`b"):
+            pass
+    prof.end_run()
+    md = open(prof.save_all()[1]).read()
+    assert "| `draft\\|verify` |" in md and "| `` a`b `` |" in md
+    assert "| 0 | x\\|y z | 1 |" in md
+    cells = None
+    for line in md.splitlines():  # every row has as many cells as its table's header
+        n = line.count("|") - line.count("\\|")
+        if not line.startswith("|"):
+            cells = None
+        elif cells is None:
+            cells = n
+        else:
+            assert n == cells, line
