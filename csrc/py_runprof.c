@@ -434,6 +434,20 @@ static PyObject *float_or_none(double v) {
     return PyFloat_FromDouble(v);
 }
 
+/* The exact token total as a Python int (it may pass 2^64: Python ints do not overflow). */
+static PyObject *tokens_total(const cprof_step_stats *s) {
+    if (!s->tokens_hi) return PyLong_FromUnsignedLongLong(s->tokens);
+    PyObject *hi = PyLong_FromUnsignedLongLong(s->tokens_hi), *sh = PyLong_FromLong(64);
+    PyObject *lo = PyLong_FromUnsignedLongLong(s->tokens);
+    PyObject *top = hi && sh ? PyNumber_Lshift(hi, sh) : NULL;
+    PyObject *out = top && lo ? PyNumber_Or(top, lo) : NULL;
+    Py_XDECREF(hi);
+    Py_XDECREF(sh);
+    Py_XDECREF(lo);
+    Py_XDECREF(top);
+    return out;
+}
+
 /* rs_stats(owner, run_lo, run_hi, kv_lo, kv_hi) -> dict (None for undefined values) */
 static PyObject *mod_rs_stats(PyObject *module, PyObject *args) {
     unsigned int owner, lo, hi;
@@ -442,11 +456,13 @@ static PyObject *mod_rs_stats(PyObject *module, PyObject *args) {
     cprof_step_stats s;
     int rc = cprof_rs_stats(owner, lo, hi, kvlo, kvhi, &s);
     if (rc) return cprof_py_raise(module, rc, "stats");
-    return Py_BuildValue("{sKsNsNsNsNsNsNsNsLsN}", "steps", (unsigned long long)s.steps,
+    PyObject *tokens = tokens_total(&s);
+    if (!tokens) return NULL;
+    return Py_BuildValue("{sKsNsNsNsNsNsNsNsNsN}", "steps", (unsigned long long)s.steps,
                          "mean_ms", float_or_none(s.mean_ms), "p50_ms", float_or_none(s.p50_ms),
                          "p90_ms", float_or_none(s.p90_ms), "p99_ms", float_or_none(s.p99_ms),
                          "min_ms", float_or_none(s.min_ms), "max_ms", float_or_none(s.max_ms),
-                         "time_ms", float_or_none(s.time_ms), "tokens", (long long)s.tokens,
+                         "time_ms", float_or_none(s.time_ms), "tokens", tokens,
                          "tok_per_s", float_or_none(s.tok_per_s));
 }
 

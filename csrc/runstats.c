@@ -143,18 +143,21 @@ int cprof_rs_stats(uint32_t owner, uint32_t run_lo, uint32_t run_hi, double kv_l
     memset(out, 0, sizeof *out);
     uint64_t *lat = malloc((nsteps ? nsteps : 1) * sizeof *lat);
     if (!lat) return CPROF_E_NOMEM;
-    uint64_t n = 0, total = 0;
-    int64_t tokens = 0;
+    uint64_t n = 0, total = 0, tok = 0, tok_hi = 0;
     for (uint64_t i = 0; i < nsteps; i++) {
         if (!selected(&steps[i], owner, run_lo, run_hi, kv_lo, kv_hi)) continue;
         lat[n++] = steps[i].latency_ns;
         total += steps[i].latency_ns;
-        tokens += steps[i].tokens;
+        uint64_t t = (uint64_t)steps[i].tokens; /* >= 0: the binding refuses negatives */
+        tok += t;
+        if (tok < t) tok_hi++; /* carry: the total stays exact, never wraps negative */
     }
     out->steps = n;
-    out->tokens = tokens;
+    out->tokens = tok;
+    out->tokens_hi = tok_hi;
     out->time_ms = (double)total / 1e6;
-    out->tok_per_s = total ? (double)tokens / ((double)total / 1e9) : NAN;
+    double tokens = (double)tok_hi * 18446744073709551616.0 + (double)tok;
+    out->tok_per_s = total ? tokens / ((double)total / 1e9) : NAN;
     if (n == 0) {
         out->mean_ms = out->p50_ms = out->p90_ms = out->p99_ms = out->min_ms = out->max_ms = NAN;
         free(lat);

@@ -56,7 +56,8 @@ typedef struct cprof_step_stats {
     uint64_t steps;
     double mean_ms, p50_ms, p90_ms, p99_ms, min_ms, max_ms;
     double time_ms;        /* sum of step latencies */
-    int64_t tokens;
+    uint64_t tokens;       /* the token total is tokens_hi * 2^64 + tokens: a sum of counts */
+    uint64_t tokens_hi;    /* < 2^63 each passes 2^63 with two of them (never wraps) */
     double tok_per_s;      /* tokens / time; NaN when time is 0 */
 } cprof_step_stats;
 

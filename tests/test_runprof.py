@@ -1563,3 +1563,17 @@ def test_report_tables_escape_pipes_and_newlines(tmp_path):
             cells = n
         else:
             assert n == cells, line
+
+
+def test_token_total_past_2_63_is_exact(tmp_path):
+    """audit003 F6c: the int64 token sum wrapped negative (two steps of 2^62 tokens)."""
+    prof = make(tmp_path, warmup_runs=0)
+    prof.begin_run()
+    for _ in range(4):
+        with prof.step_timing_ctx():
+            prof.set_step_tokens(2 ** 63 - 1)
+    prof.end_run()
+    s = prof.summary()["stats"]
+    assert s["tokens"] == 4 * (2 ** 63 - 1)
+    assert s["tok_per_s"] == pytest.approx(s["tokens"] / (s["time_ms"] / 1e3))
+    json.dumps(s)
