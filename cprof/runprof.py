@@ -365,6 +365,14 @@ class _StepContext:
         return self
 
     def __exit__(self, exc_type, exc, tb):
+        try:
+            self.step
+        except AttributeError:  # never entered (a slot not yet set)
+            if not self.prof.enabled:
+                return False  # a gated rank: call-order mistakes are no-ops too
+            raise ProfilerStateError("cprof: a step_timing_ctx() was exited without being "
+                                     "entered; use it as `with prof.step_timing_ctx(): ...`"
+                                     ) from None
         self.prof._step_exit(self, exc_type)
         return False
 

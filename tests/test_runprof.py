@@ -1577,3 +1577,11 @@ def test_token_total_past_2_63_is_exact(tmp_path):
     assert s["tokens"] == 4 * (2 ** 63 - 1)
     assert s["tok_per_s"] == pytest.approx(s["tokens"] / (s["time_ms"] / 1e3))
     json.dumps(s)
+
+
+def test_a_step_context_exited_unentered_is_a_state_error(tmp_path):
+    prof = make(tmp_path, warmup_runs=0)
+    prof.begin_run()
+    with pytest.raises(cprof.ProfilerStateError, match="without being entered"):
+        prof.step_timing_ctx().__exit__(None, None, None)
+    prof.end_run()
