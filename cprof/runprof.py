@@ -144,8 +144,9 @@ class ProfilerConfig:
 
     @classmethod
     def from_args(cls, args, prefix="prof_"):
-        """Per field: args.<prefix><field>, then (engine_profiling) args.backend_profiling,
-        then args.<field>, then the default. An attribute set to None counts as absent."""
+        """Per field: args.<prefix><field>, then (engine_profiling) args.<prefix>
+        backend_profiling and args.backend_profiling, then args.<field>, then the default. An
+        attribute set to None counts as absent."""
         values = {}
         mapping = isinstance(args, collections.abc.Mapping)  # a dict of settings works too
         if args is None:  # no settings: the defaults
@@ -159,8 +160,8 @@ class ProfilerConfig:
                             f"attributes) or a dict, got {type(args).__name__}")
         for f in dataclasses.fields(cls):
             candidates = [prefix + f.name]
-            if f.name == "engine_profiling":
-                candidates.append("backend_profiling")
+            if f.name == "engine_profiling":  # seed 003's alias, prefixed (a --prof_* CLI's
+                candidates += [prefix + "backend_profiling", "backend_profiling"]  # too
             candidates.append(f.name)
             for name in candidates:
                 v = args.get(name) if mapping else getattr(args, name, None)

@@ -1585,3 +1585,12 @@ def test_a_step_context_exited_unentered_is_a_state_error(tmp_path):
     with pytest.raises(cprof.ProfilerStateError, match="without being entered"):
         prof.step_timing_ctx().__exit__(None, None, None)
     prof.end_run()
+
+
+def test_from_args_maps_the_prefixed_backend_profiling_alias():
+    """audit003 F6e: a --prof_* CLI gives prof_backend_profiling."""
+    c = cprof.ProfilerConfig.from_args(SimpleNamespace(prof_backend_profiling=True))
+    assert c.engine_profiling is True
+    c = cprof.ProfilerConfig.from_args(SimpleNamespace(prof_engine_profiling=False,
+                                                       prof_backend_profiling=True))
+    assert c.engine_profiling is False  # the field's own name wins
