@@ -765,7 +765,7 @@ def test_attached_model_deepcopies_and_saves(tmp_path):
 def test_output_is_the_head_only_at_the_top(tmp_path):
     """Llama's reference code names its head `output`; a BERT block's `layer.N.output`
     modules are not heads and stay unbucketed."""
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     from torch import nn
 
     class Layer(nn.Module):
