@@ -348,8 +348,9 @@ class ModuleHooksHandle:
         """The wrapper back in place if it was put aside (_CallCapture.reinstall). Once
         torch._dynamo is imported (at install, or by a first torch.compile inside the
         window: _DynamoImport runs this right after that import), the resolver runs unseen by
-        dynamo (so a module first named inside a compiled call is not compiled as a frame of
-        its own, which would add frames and graph breaks), and the call capture pauses while
+        dynamo, its frame callback off as under torch._dynamo.disable (so a module first named
+        inside a compiled call is not compiled as a frame of its own, which would add frames
+        and graph breaks), and the call capture pauses while
         dynamo compiles. Also runs each time a module is named: torch._dynamo.reset() drops
         compile callbacks, this registers them again."""
         if self._capture is None:
@@ -360,8 +361,14 @@ class ModuleHooksHandle:
             return
         if dynamo is not self._dynamo_seen:
             self._dynamo_seen = dynamo
+            # C turns dynamo's frame callback off around the resolver (what dynamo.disable
+            # does): disable's Python wrapper would be recorded by with_stack as user frames
+            setter = getattr(getattr(dynamo, "eval_frame", None), "set_eval_frame", None)
             try:
-                self.hooks.resolver = dynamo.disable(self.resolver)
+                if callable(setter):
+                    self.hooks.eval_frame = setter
+                else:  # a torch without it: its wrapper, recorded under with_stack
+                    self.hooks.resolver = dynamo.disable(self.resolver)
             except Exception as err:  # noqa: BLE001 - costs dynamo compiling the resolver
                 warnings.warn(f"cprof: torch._dynamo.disable failed on the module resolver: "
                               f"{err}", RuntimeWarning, stacklevel=3)

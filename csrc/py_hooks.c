@@ -96,6 +96,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *tensor_type;  /* instances are recorded as tensors */
     PyObject *resolver;     /* resolver(module, parent, parent_name) -> str, or None */
+    PyObject *eval_frame;   /* torch._C._dynamo.eval_frame.set_eval_frame, or None */
     PyObject *dtype_names;  /* dict dtype -> str given by the caller, or None */
     PyObject *dtype_json;   /* dict dtype -> bytes: the escaped JSON string, filled on demand */
     PyObject *s_shape, *s_dtype;
@@ -225,6 +226,35 @@ static PyObject *class_name(PyObject *m) {
  * backward keeps its path; a forward call on its own is named by its class). */
 #define CHILD_MARK UINT32_MAX
 
+/* Calls the resolver the way torch._dynamo.disable calls a function, without its Python
+ * wrapper (which the with_stack tracer would record as user frames, and which runs more
+ * Python): dynamo's frame callback is off on this thread while the resolver runs, so a module
+ * first named inside a compiled call does not get the resolver compiled as a frame. The
+ * callback is put back also when the resolver raised (a failing put-back is counted). New
+ * reference, or NULL with an exception set. */
+static PyObject *call_resolver(HooksObject *self, PyObject *resolver, PyObject *const *argv) {
+    if (!self->eval_frame || self->eval_frame == Py_None)
+        return PyObject_Vectorcall(resolver, argv, 3, NULL);
+    PyObject *setter = Py_NewRef(self->eval_frame); /* eval_frame may be replaced meanwhile */
+    PyObject *prior = PyObject_CallOneArg(setter, Py_None);
+    PyObject *name = NULL;
+    if (prior) {
+        name = PyObject_Vectorcall(resolver, argv, 3, NULL);
+        SAVE_EXC(exc);
+        PyObject *back = PyObject_CallOneArg(setter, prior);
+        if (back) {
+            Py_DECREF(back);
+        } else {
+            PyErr_Clear();
+            self->errors++;
+        }
+        RESTORE_EXC(exc);
+        Py_DECREF(prior);
+    }
+    Py_DECREF(setter);
+    return name;
+}
+
 static uint32_t name_of(HooksObject *self, hooks_tls *s, PyObject *m) {
     uint32_t id;
     int in_parent = s->n && s->calls[s->n - 1].gen == self->gen;
@@ -254,7 +284,7 @@ static uint32_t name_of(HooksObject *self, hooks_tls *s, PyObject *m) {
         PyObject *resolver = Py_NewRef(self->resolver);
         Py_INCREF(parent);
         PyObject *argv[3] = {m, parent, parent_name};
-        name = PyObject_Vectorcall(resolver, argv, 3, NULL);
+        name = call_resolver(self, resolver, argv);
         Py_DECREF(resolver);
         Py_DECREF(parent);
         Py_DECREF(parent_name);
@@ -638,6 +668,7 @@ static PyObject *hooks_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     if (!self) return NULL;
     self->tensor_type = Py_NewRef(tensor_type);
     self->resolver = Py_NewRef(resolver);
+    self->eval_frame = Py_NewRef(Py_None);
     self->dtype_names = Py_NewRef(dtype_names);
     self->fast_capsule = Py_NewRef(fast);
     self->fast = fast_api;
@@ -659,6 +690,7 @@ static int hooks_traverse(HooksObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->tensor_type);
     Py_VISIT(self->fast_capsule);
     Py_VISIT(self->resolver);
+    Py_VISIT(self->eval_frame);
     Py_VISIT(self->dtype_names);
     Py_VISIT(self->dtype_json);
     for (size_t k = 0; k < self->cap; k++) Py_VISIT(self->slots[k].key);
@@ -671,6 +703,7 @@ static int hooks_tp_clear(HooksObject *self) {
     Py_CLEAR(self->fast_capsule);
     self->fast = NULL;
     Py_CLEAR(self->resolver);
+    Py_CLEAR(self->eval_frame);
     Py_CLEAR(self->dtype_names);
     Py_CLEAR(self->dtype_json);
     return 0;
@@ -706,8 +739,7 @@ static PyObject *hooks_get_resolver(HooksObject *self, void *c) {
     return Py_NewRef(self->resolver ? self->resolver : Py_None);
 }
 
-/* Settable so that cprof/_modules.py can wrap the resolver once torch._dynamo is imported (a
- * resolver frame must not be compiled when a module is first named inside a compiled call). */
+/* Settable (tests give one of their own; cprof/_modules.py sets it at install). */
 static int hooks_set_resolver(HooksObject *self, PyObject *v, void *c) {
     (void)c;
     if (!v || (v != Py_None && !PyCallable_Check(v))) {
@@ -715,6 +747,22 @@ static int hooks_set_resolver(HooksObject *self, PyObject *v, void *c) {
         return -1;
     }
     Py_SETREF(self->resolver, Py_NewRef(v));
+    return 0;
+}
+
+static PyObject *hooks_get_eval_frame(HooksObject *self, void *c) {
+    (void)c;
+    return Py_NewRef(self->eval_frame ? self->eval_frame : Py_None);
+}
+
+/* Set by cprof/_modules.py once torch._dynamo is imported (call_resolver). */
+static int hooks_set_eval_frame(HooksObject *self, PyObject *v, void *c) {
+    (void)c;
+    if (!v || (v != Py_None && !PyCallable_Check(v))) {
+        PyErr_SetString(PyExc_TypeError, "ModuleHooks: eval_frame must be callable or None");
+        return -1;
+    }
+    Py_SETREF(self->eval_frame, Py_NewRef(v));
     return 0;
 }
 
@@ -749,6 +797,10 @@ static PyGetSetDef hooks_getset[] = {
     {"record_shapes", (getter)hooks_get_record_shapes, NULL, "Whether shapes are kept.", NULL},
     {"resolver", (getter)hooks_get_resolver, (setter)hooks_set_resolver,
      "resolver(module, parent, parent_name) -> str, or None (modules named by class).", NULL},
+    {"eval_frame", (getter)hooks_get_eval_frame, (setter)hooks_set_eval_frame,
+     "torch._C._dynamo.eval_frame.set_eval_frame, or None: when set, dynamo's frame callback "
+     "is off (set_eval_frame(None)) while the resolver runs, as torch._dynamo.disable does.",
+     NULL},
     {"open", (getter)hooks_get_open, NULL, "Module ranges open on this thread.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };

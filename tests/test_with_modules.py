@@ -583,6 +583,66 @@ def test_resolver_errors_are_swallowed_but_interrupts_are_not():
     assert hooks.open == 0 and _C.depth() == 0
 
 
+def test_eval_frame_is_switched_off_around_the_resolver_and_put_back():
+    """hooks.eval_frame (dynamo's set_eval_frame, set at install once torch._dynamo is
+    imported) is called from C around the resolver, as torch._dynamo.disable does: no
+    Python wrapper for with_stack to record. The callback comes back also when the resolver
+    raises; a failing setter costs the name, not the forward."""
+    calls, state = [], {"cb": "prior"}
+
+    def setter(cb):
+        calls.append(cb)
+        old, state["cb"] = state["cb"], cb
+        return old
+
+    def resolver(module, parent, parent_name):
+        calls.append(("resolve", state["cb"]))
+        return "named"
+
+    hooks = _C.ModuleHooks(torch.Tensor, resolver=resolver)
+    assert hooks.eval_frame is None
+    with pytest.raises(TypeError):
+        hooks.eval_frame = 3
+    hooks.eval_frame = setter
+    m = nn.ReLU()
+    hooks.pre(m, ())
+    hooks.post(m, (), None)
+    assert calls == [None, ("resolve", None), "prior"] and state["cb"] == "prior"
+
+    def bad(module, parent, parent_name):
+        raise KeyboardInterrupt
+
+    calls.clear()
+    hooks.resolver = bad
+    with pytest.raises(KeyboardInterrupt):
+        hooks.pre(nn.ReLU(), ())
+    assert calls == [None, "prior"] and hooks.open == 0
+
+    def broken(cb):
+        raise RuntimeError("no dynamo")
+
+    hooks = _C.ModuleHooks(torch.Tensor, resolver=resolver)
+    hooks.eval_frame = broken
+    m = nn.ReLU()
+    hooks.pre(m, ())  # named by its class, the error counted
+    assert hooks.errors == 1 and hooks.open == 1
+    hooks.post(m, (), None)
+
+
+def test_install_switches_dynamo_off_around_the_resolver_without_a_wrapper():
+    dynamo = pytest.importorskip("torch._dynamo")
+    _C.start()
+    try:
+        h = _modules.install()
+        try:
+            assert h.hooks.eval_frame is dynamo.eval_frame.set_eval_frame
+            assert h.hooks.resolver is h.resolver  # not dynamo.disable's Python wrapper
+        finally:
+            h.remove()
+    finally:
+        _C.stop().close()
+
+
 # ---- exceptions, kwargs, subclasses (both modes) ----
 
 class Raiser(nn.Module):

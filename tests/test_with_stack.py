@@ -1414,3 +1414,24 @@ def test_prewarm_loads_nothing_of_the_operator_capture_under_cprof_ops_0():
                        timeout=120, env=dict(os.environ, PYTHONPATH=ROOT, CPROF_OPS="0"))
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads(r.stdout.strip().splitlines()[-1]) is False
+
+
+def test_module_resolver_under_dynamo_records_no_frames_of_its_own(tmp_path):
+    """Once torch._dynamo is imported (torch.compile, torch.profiler), cprof's module-name
+    resolver runs with dynamo's frame callback off. torch._dynamo.disable's Python wrapper
+    (eval_frame.py's _fn, set_eval_frame, _callback_from_stance, is_exporting) was recorded as
+    user frames, one set per module named; cprof now switches the callback from C."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch._dynamo")
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+    x = torch.randn(2, 4)
+    with cprof.profile(activities=[cprof.ProfilerActivity.CPU], with_stack=True,
+                       with_modules=True) as prof:
+        for _ in range(3):
+            model(x)
+    names = {e.name for e in prof.events()}
+    assert {"Sequential", "0", "1", "2"} <= names  # every module was named
+    leaked = sorted(n for n in names
+                    if re.search(r"eval_frame|_callback_from_stance|is_exporting", n))
+    assert leaked == []
