@@ -16,7 +16,7 @@ import sys
 import threading
 import warnings
 
-from . import _C
+from . import _C, _warn
 
 _patched = {"record_function": False, "nvtx": False, "dist": False}
 # one allocation event as csrc/mem_events.c packs it (cprof_mem_event): ts_ns, addr, bytes,
@@ -305,14 +305,14 @@ def _warn_ops_once(note):
     if note.get("mode") == "off" or reason in _ops_warned:
         return
     _ops_warned.add(reason)
-    warnings.warn(f"cprof: record_ops=True, but torch's operators are not recorded in this "
-                  f"process: {reason}", RuntimeWarning, stacklevel=4)
+    _warn.warn(f"cprof: record_ops=True, but torch's operators are not recorded in this "
+               f"process: {reason}")
 
 
 def _warn_once(text):
     if text not in _ops_warned:
         _ops_warned.add(text)
-        warnings.warn(text, RuntimeWarning, stacklevel=4)
+        _warn.warn(text)
 
 
 def stack_modules(handle, with_modules, record_shapes):
@@ -454,8 +454,7 @@ def _sampler_begin(prof):
         _C.mem_sampler_start(interval, MEMORY_SAMPLES_CAP)
         prof._mem_sampling = True
     except _C.CprofError as err:  # no /proc (not Linux?) or no thread: the rest still works
-        warnings.warn(f"cprof: the CPU memory track is not recorded: {err}", RuntimeWarning,
-                      stacklevel=4)
+        _warn.warn(f"cprof: the CPU memory track is not recorded: {err}")
 
 
 def _sampler_end(prof, summary):
@@ -526,9 +525,8 @@ def _events_end(prof, summary):
     summary["allocation_events"] = n
     if dropped:
         summary["allocation_events_dropped"] = dropped
-        warnings.warn(f"cprof: {dropped} allocation events of this window were not recorded "
-                      f"(more than {MEMORY_EVENTS_CAP:,}); the trace keeps the first ones",
-                      RuntimeWarning, stacklevel=4)
+        _warn.warn(f"cprof: {dropped} allocation events of this window were not recorded "
+                   f"(more than {MEMORY_EVENTS_CAP:,}); the trace keeps the first ones")
     peaks = {}
     for ev in MEM_EVENT.iter_unpack(data):
         key = "cpu" if ev[6] == 0 else f"cuda:{ev[7]}" if ev[6] == 1 else f"device{ev[6]}"
@@ -562,8 +560,7 @@ def memory_begin(prof):
         torch.cuda.reset_peak_memory_stats()
         prof._memory_recording = True
     except Exception as err:
-        warnings.warn(f"cprof: CUDA memory history could not be started: {err}",
-                      RuntimeWarning, stacklevel=3)
+        _warn.warn(f"cprof: CUDA memory history could not be started: {err}")
 
 
 def memory_end(prof):
@@ -592,8 +589,7 @@ def memory_end(prof):
         out["text"] = torch.cuda.memory_summary()
     except Exception as err:
         summary["cuda"] = f"snapshot failed: {err}"
-        warnings.warn(f"cprof: the CUDA memory snapshot failed: {err}", RuntimeWarning,
-                      stacklevel=3)
+        _warn.warn(f"cprof: the CUDA memory snapshot failed: {err}")
     finally:
         try:
             torch.cuda.memory._record_memory_history(enabled=None)

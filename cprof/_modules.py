@@ -29,7 +29,7 @@ import os
 import sys
 import warnings
 
-from . import _C
+from . import _C, _warn
 
 __all__ = ["install", "ModuleHooksHandle", "DTYPE_NAMES", "MODES"]
 
@@ -392,9 +392,8 @@ class ModuleHooksHandle:
             if _installed is self:
                 _installed = None
         if errors:
-            warnings.warn(f"cprof: with_modules swallowed {errors} error(s) (a module was "
-                          "named by its class, or its shapes were left out)", RuntimeWarning,
-                          stacklevel=2)
+            _warn.warn(f"cprof: with_modules swallowed {errors} error(s) (a module was "
+                       "named by its class, or its shapes were left out)")
 
     def __enter__(self):
         return self

@@ -12,7 +12,7 @@ import os
 import sys
 import threading
 
-from . import _C
+from . import _C, _warn
 
 ENV = "INTEL_LIBITTNOTIFY64"
 _state = {"env_set": False, "attach": None, "owner": None, "suspended": False,
@@ -390,10 +390,8 @@ def _state_pop_here(users):
     try:
         had = mod.state_pop(users)
     except RuntimeError as err:  # torch's debug-info stack changed under it: never fatal
-        import warnings
-        warnings.warn(f"cprof: cprof's profiler state could not be removed ({err}); "
-                      "allocations reported after the window are ignored", RuntimeWarning,
-                      stacklevel=2)
+        _warn.warn(f"cprof: cprof's profiler state could not be removed ({err}); "
+                   "allocations reported after the window are ignored")
         had = -1
     if had < 0 or not had & ~users:
         _slot["thread"] = None

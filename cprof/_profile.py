@@ -15,6 +15,7 @@ import uuid
 import warnings
 
 from . import _C
+from . import _warn
 from . import _et
 from . import _glue
 from . import _lifecycle
@@ -40,15 +41,6 @@ def _config_bool(value, key):
         return value.strip().lower() in TRUE_WORDS
     raise ValueError(f"cprof: profiling option {key} must be true or false, got {value!r}")
 
-
-def _outside_cprof():
-    """The warnings stacklevel of the first caller outside the cprof package (step(), stop()
-    and the with block reach on_trace_ready through different depths)."""
-    pkg = os.path.dirname(os.path.abspath(__file__))
-    f, level = sys._getframe(1), 1
-    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == pkg:
-        f, level = f.f_back, level + 1
-    return level
 
 class GpuUnavailableWarning(RuntimeWarning, UserWarning):
     """GPU activity was asked for but cannot be collected here (the reason is in the message);
@@ -165,10 +157,9 @@ def resolve_gpu(activities):
             collected.append("GPU")
         else:
             notes["gpu_unavailable"] = reason
-            warnings.warn(
+            _warn.warn(
                 f"cprof: GPU activity was asked for but is not collected: {reason}. "
-                "Recording CPU activity only.", GpuUnavailableWarning,
-                stacklevel=_outside_cprof())
+                "Recording CPU activity only.", GpuUnavailableWarning)
     if "CPU" not in collected:
         collected.insert(0, "CPU")
     return collected, notes
@@ -719,9 +710,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             if w.gpu_failure is not None:  # not transient: CPU only from now on, one warning
                 self.collected_activities = w.config["collected_activities"]
                 self._notes = dict(self._notes, gpu_unavailable=w.gpu_failure)
-                warnings.warn(f"cprof: GPU activity was asked for but is not collected: "
-                              f"{w.gpu_failure}. Recording CPU activity only.",
-                              GpuUnavailableWarning, stacklevel=_outside_cprof())
+                _warn.warn(f"cprof: GPU activity was asked for but is not collected: "
+                           f"{w.gpu_failure}. Recording CPU activity only.", GpuUnavailableWarning)
         self._window = w
         self._warmup_window = True
         self._prepared_at = self._transitions
@@ -802,9 +792,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         except Exception as err:
             err.add_note(f"cprof: the execution_trace_observer's {method}() raised; cprof's "
                          "own window and trace are unaffected")
-            warnings.warn(f"cprof: execution_trace_observer.{method}() raised "
-                          f"{type(err).__name__}: {err}", RuntimeWarning,
-                          stacklevel=_outside_cprof())
+            _warn.warn(f"cprof: execution_trace_observer.{method}() raised "
+                       f"{type(err).__name__}: {err}")
             if self._pending_error is None:
                 self._pending_error = err
 
@@ -821,9 +810,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             err.add_note(
                 "cprof: on_trace_ready raised; this window's trace is kept in memory: call "
                 "prof.export_chrome_trace(path) to write it (until the next window opens)")
-            warnings.warn(f"cprof: on_trace_ready raised {type(err).__name__}: {err}; the "
-                          "trace is kept for export_chrome_trace", RuntimeWarning,
-                          stacklevel=_outside_cprof())
+            _warn.warn(f"cprof: on_trace_ready raised {type(err).__name__}: {err}; the "
+                       "trace is kept for export_chrome_trace")
             self._pending_error = err
             if self._last is not None:
                 self._last.unsaved = True
@@ -858,12 +846,11 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             self._glue = None
             if g.stack_too_deep and self._window is not None:
                 self._window.dropped_extra["python_calls_too_deep"] = g.stack_too_deep
-                warnings.warn(
+                _warn.warn(
                     f"cprof: with_stack: {g.stack_too_deep:,} Python calls were not recorded: "
                     "they ran deeper than 65,535 nested ranges on one thread (deep recursion); "
                     "ranges opened at that depth show under the deepest recorded call. The "
-                    "trace's metadata counts them (dropped.python_calls_too_deep)",
-                    RuntimeWarning, stacklevel=4)
+                    "trace's metadata counts them (dropped.python_calls_too_deep)")
 
     def _release_last(self):
         w, self._last = self._last, None

@@ -26,9 +26,8 @@ import os
 import site
 import sys
 import threading
-import warnings
 
-from . import _C
+from . import _C, _warn
 
 _MONITORING = sys.version_info >= (3, 12)
 _saved_thread_hook = None
@@ -108,8 +107,8 @@ def stop():
         threading.setprofile(_saved_thread_hook)
     _saved_thread_hook = None
     if counts and counts.get("errors"):
-        warnings.warn(f"cprof with_stack: {counts['errors']} calls could not be recorded "
-                      f"(out of memory)", RuntimeWarning, stacklevel=2)
+        _warn.warn(f"cprof with_stack: {counts['errors']} calls could not be recorded "
+                   f"(out of memory)")
     return counts
 
 

@@ -13,10 +13,9 @@ import sys
 import tempfile
 import threading
 import time
-import warnings
 from collections import namedtuple
 
-from . import _C, _glue
+from . import _C, _glue, _warn
 from ._dist import rank_info
 from ._lifecycle import debug
 
@@ -285,8 +284,7 @@ class Window:
                     raise  # start closes the window
                 self.gpu = False
                 self.notes["gpu_unavailable"] = str(err)
-                warnings.warn(f"{err} -- recording CPU activity only (strict=False)",
-                              RuntimeWarning, stacklevel=3)
+                _warn.warn(f"{err} -- recording CPU activity only (strict=False)")
             except _C.CprofError as err:
                 # no GPU, no driver, no permission: the same fallback as a machine without
                 # CUDA; the profiler warns (once: it stops asking for GPU in later windows)
@@ -342,9 +340,8 @@ class Window:
             except (_C.CprofError, MemoryError) as err:
                 self.gpu = False
                 self.notes["gpu_unavailable"] = str(err)
-                warnings.warn(f"cprof: GPU collection could not be restarted after warmup: "
-                              f"{err} -- recording CPU activity only", RuntimeWarning,
-                              stacklevel=3)
+                _warn.warn(f"cprof: GPU collection could not be restarted after warmup: "
+                           f"{err} -- recording CPU activity only")
 
     def _note_off_at_start(self):
         if self.cuda_off_since is not None:
@@ -391,8 +388,7 @@ class Window:
                                                 toggled_off=self._cuda_off_intervals())
             except _C.CprofError as err:
                 self.notes["gpu_error"] = str(err)
-                warnings.warn(f"cprof: GPU records of this window are lost: {err}",
-                              RuntimeWarning, stacklevel=3)
+                _warn.warn(f"cprof: GPU records of this window are lost: {err}")
             else:
                 self._check_gpu_drops()
         snap = _C.stop()
@@ -405,14 +401,14 @@ class Window:
         refused = _C.names_refused() - self.names_refused_at_start
         if refused:
             self.notes["names_refused"] = refused
-            warnings.warn(
+            _warn.warn(
                 f"cprof: {refused} name(s) of ranges or GPU kernels could not be stored: "
                 f"cprof's name table is full (it keeps every distinct name of the process, up "
                 f"to {1 << 22:,}); those events are in the trace under the name "
                 "'[cprof: name table full]' (its "
                 "metadata counts them: names_refused). Ranges named per request or per step "
                 "(f'request {i}') fill it: give them a fixed name and put the varying part in "
-                "the range's args, or profile in a fresh process.", RuntimeWarning, stacklevel=3)
+                "the range's args, or profile in a fresh process.")
         if snap.dropped:
             held = self.held_at_start
             if held >= self.buffer_mb * (1 << 20) / 4:
@@ -423,13 +419,10 @@ class Window:
                        "hold to keep the ranges")
             else:
                 fix = "Raise buffer_size_mb to keep them"
-            warnings.warn(
+            _warn.warn(
                 f"cprof: {snap.dropped} of {snap.dropped + snap.ranges} ranges were dropped "
                 f"because the range buffer cap ({self.buffer_mb} MiB) was reached; the trace "
-                f"says so in its metadata. {fix}.",
-                RuntimeWarning,
-                stacklevel=3,
-            )
+                f"says so in its metadata. {fix}.")
         return snap
 
     def _check_gpu_drops(self):
@@ -439,51 +432,49 @@ class Window:
         lost = d["cupti"] + d["decode"]
         if d["buffers_refused"]:
             pool_mb = counts["pool_bytes"] / (1 << 20)
-            warnings.warn(
+            _warn.warn(
                 f"cprof: CUPTI's GPU activity buffers ({pool_mb:.0f} MiB) filled up during "
                 f"the window: {d['buffers_refused']} requests for another buffer were "
                 "refused, so GPU records from that point on are missing"
                 + (f" ({d['cupti']} counted by CUPTI)" if d["cupti"] else "")
                 + "; the trace says so in its metadata. Raise gpu_buffer_mb (or "
-                "CPROF_GPU_BUFFER_MB) or shorten the window.", RuntimeWarning, stacklevel=4)
+                "CPROF_GPU_BUFFER_MB) or shorten the window.")
         elif lost:
-            warnings.warn(
+            _warn.warn(
                 f"cprof: {lost} GPU activity records were dropped (CUPTI buffers full or out "
                 "of memory); the trace says so in its metadata. Shorten the window or raise "
-                "gpu_buffer_mb (or CPROF_GPU_BUFFER_MB).", RuntimeWarning, stacklevel=4)
+                "gpu_buffer_mb (or CPROF_GPU_BUFFER_MB).")
         u = counts["unrecovered"]
         if u["flush_error"]:
-            warnings.warn(
+            _warn.warn(
                 f"cprof: CUPTI could not flush its activity buffers when the window closed "
                 f"(CUPTI error {u['flush_error']}): GPU records still held in them are missing "
                 "from this trace, in numbers CUPTI does not report; the trace says so in its "
                 "metadata (dropped.gpu_flush_error). Another CUPTI client or a broken CUDA "
-                "context is the usual cause.", RuntimeWarning, stacklevel=4)
+                "context is the usual cause.")
         if u["buffers_undecoded"]:
-            warnings.warn(
+            _warn.warn(
                 f"cprof: {u['buffers_undecoded']} CUPTI activity buffer(s) could not be read "
                 f"to their end (CUPTI error {u['undecoded_error']}): the GPU records after that "
                 "point are missing from this trace; the trace says so in its metadata "
                 "(dropped.gpu_buffers_undecoded). A libcupti other than the one the driver "
-                "expects (CPROF_CUPTI_PATH) can cause it.", RuntimeWarning, stacklevel=4)
+                "expects (CPROF_CUPTI_PATH) can cause it.")
         if u["disable_error"]:
-            warnings.warn(
+            _warn.warn(
                 f"cprof: CUPTI would not stop collecting when the window closed (CUPTI error "
                 f"{u['disable_error']}): GPU work between windows is still recorded, and the "
-                "next window leaves it out as outside_window (counted in its metadata).",
-                RuntimeWarning, stacklevel=4)
+                "next window leaves it out as outside_window (counted in its metadata).")
         if u["unsubscribe_error"]:
-            warnings.warn(
+            _warn.warn(
                 f"cprof: CUPTI would not release cprof's subscriber when the window closed "
                 f"(CUPTI error {u['unsubscribe_error']}): cprof still holds it (another "
-                "profiler started now cannot attach); the next cprof window takes it back.",
-                RuntimeWarning, stacklevel=4)
+                "profiler started now cannot attach); the next cprof window takes it back.")
         if u["drop_count_errors"]:
-            warnings.warn(
+            _warn.warn(
                 f"cprof: CUPTI would not say how many GPU records it dropped for "
                 f"{u['drop_count_errors']} activity buffer(s): records may be missing from this "
                 "trace in numbers nobody knows; the trace says so in its metadata "
-                "(dropped.gpu_drop_count_errors).", RuntimeWarning, stacklevel=4)
+                "(dropped.gpu_drop_count_errors).")
         if d["incomplete"]:
             nvtx = u["nvtx_open"]
             other = d["incomplete"] - nvtx
@@ -494,9 +485,8 @@ class Window:
                              "window closed on a device cprof does not synchronise)")
             if nvtx:
                 parts.append(f"{nvtx} NVTX range(s) were pushed and never popped in the window")
-            warnings.warn("cprof: " + "; ".join(parts) + ": left out of the trace, which "
-                          "counts them in its metadata (dropped.gpu_incomplete).",
-                          RuntimeWarning, stacklevel=4)
+            _warn.warn("cprof: " + "; ".join(parts) + ": left out of the trace, which "
+                       "counts them in its metadata (dropped.gpu_incomplete).")
 
     def metadata(self, extra=None):
         rank, world, backend = rank_info()

@@ -8,6 +8,7 @@ import time
 import warnings
 
 from . import _C
+from . import _warn
 from . import _glue
 from . import _lifecycle
 from ._dist import rank_info, shared_stamp
@@ -324,8 +325,8 @@ class ProfilerContext:
             finally:  # the snapshot is not lost with the trace
                 self._write_memory(result)
         except BaseException as again:  # noqa: BLE001 - err is the exception raised
-            warnings.warn(f"cprof: the interrupted window's trace was not written ({again!r}); "
-                          "call save(path) to write it", RuntimeWarning, stacklevel=3)
+            _warn.warn(f"cprof: the interrupted window's trace was not written ({again!r}); "
+                       "call save(path) to write it")
 
     def _exit(self, exc_type, exc, tb):
         """Closes the window and writes the trace. exc_type: the exception that ended the
@@ -353,12 +354,9 @@ class ProfilerContext:
                 if exc_type is None:
                     raise
                 # the user's exception wins; the data stays in memory for save()
-                warnings.warn(
+                _warn.warn(
                     f"cprof: the trace could not be written ({err}); call save(path) to write "
-                    "it elsewhere",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
+                    "it elsewhere")
         finally:
             _lifecycle.leave_critical()
         return False
@@ -388,12 +386,11 @@ class ProfilerContext:
         where; or, if neither takes it, that it is lost. Returns the path or None."""
         path, why, failures = save_instead(self, err)
         if path is not None:
-            warnings.warn(f"cprof: the trace could not be written ({why}); it was written to "
-                          f"{path} instead", RuntimeWarning, stacklevel=3)
+            _warn.warn(f"cprof: the trace could not be written ({why}); it was written to "
+                       f"{path} instead")
         else:
-            warnings.warn(f"cprof: the trace could not be written ({why}); nor in "
-                          f"{'; '.join(failures)}: the trace is lost", RuntimeWarning,
-                          stacklevel=3)
+            _warn.warn(f"cprof: the trace could not be written ({why}); nor in "
+                       f"{'; '.join(failures)}: the trace is lost")
         return path
 
     def _say_memory(self):
@@ -443,13 +440,12 @@ class ProfilerContext:
             except FileExistsError:
                 continue
             except OSError as err:
-                warnings.warn(f"cprof: the memory snapshot could not be written to {path}: "
-                              f"{err}", RuntimeWarning, stacklevel=3)
+                _warn.warn(f"cprof: the memory snapshot could not be written to {path}: "
+                           f"{err}")
                 return
         else:
-            warnings.warn(f"cprof: the memory snapshot was not written: {base}.pickle and "
-                          f"{base}-{n + 1}...-{n + 9999}.pickle all exist", RuntimeWarning,
-                          stacklevel=3)
+            _warn.warn(f"cprof: the memory snapshot was not written: {base}.pickle and "
+                       f"{base}-{n + 1}...-{n + 9999}.pickle all exist")
             return
         self.memory_paths.append(path)
         if self.verbose:
@@ -630,13 +626,13 @@ class _CallWindow:
                 if running:
                     # concurrent calls (threads, asyncio tasks) ran in this call's window:
                     # their ranges end with it, marked "cprof truncated" in the trace
-                    warnings.warn(
+                    _warn.warn(
                         f"cprof.profile_function({self.name!r}): the window of one call closed "
                         "while other calls that started during it were still running (threads "
                         "or asyncio tasks); their ranges are cut at the window's end (marked "
                         "'cprof truncated') and the rest of them is not recorded. Profile the "
                         "code that makes the concurrent calls with one ProfilerContext to "
-                        "record them whole", RuntimeWarning, stacklevel=3)
+                        "record them whole")
                 if exc_type is GeneratorExit:  # a generator closed before its end: normal
                     exc_type = exc = tb = None
                 self.ctx.__exit__(exc_type, exc, tb)

@@ -267,7 +267,7 @@ def test_tensorboard_handler_directory_removed_later_keeps_the_trace(tmp_path):
         warnings.simplefilter("ignore")
         with pytest.raises(cprof.TraceWriteError, match="export_chrome_trace"):
             with cprof.profile(activities=CPU, on_trace_ready=handler,
-                               schedule=cprof.schedule(wait=0, warmup=0, active=1)) as p:
+                               schedule=cprof.schedule(wait=0, warmup=0, active=1, repeat=1)) as p:
                 with cprof.range("kept"):
                     pass
                 p.step()
@@ -379,7 +379,6 @@ def test_record_function_spanning_steps_leaves_profiler_steps_whole(tmp_path):
     """A record_function around the training loop (open across prof.step()): each
     ProfilerStep#N still ends at its step() and the user's range ends at its own exit, as
     torch.profiler records them; neither closes the other."""
-    torch = pytest.importorskip("torch")
     from torch.profiler import record_function
     with cprof.profile(activities=CPU,
                        schedule=cprof.schedule(wait=0, warmup=0, active=4)) as p:
@@ -407,7 +406,6 @@ def test_record_function_spanning_steps_leaves_profiler_steps_whole(tmp_path):
 
 
 def test_record_function_opened_and_closed_in_different_steps(tmp_path):
-    torch = pytest.importorskip("torch")
     from torch.profiler import record_function
     with cprof.profile(activities=CPU, schedule=cprof.schedule(wait=0, warmup=0, active=5)) as p:
         r = None
@@ -1447,3 +1445,47 @@ def test_step_ranges_are_kept_past_the_buffer_cap(tmp_path):
     kept = len([e for e in ranges_of(t) if e["name"] == "r"])
     assert kept + t["cprof"]["dropped"]["cpu_ranges"] == 4 * 20000
     assert any("were dropped" in str(w.message) for w in caught)
+def test_data_loss_warnings_point_at_the_users_line(tmp_path):
+    """The range-cap drop warning (and cprof's other data-loss warnings, which go through
+    cprof._warn) names the first frame outside cprof: the with line, stop() or step(),
+    whatever depth inside cprof raised it. A fixed stacklevel named cprof/_profile.py."""
+    def fill():
+        for _ in range(60000):
+            cprof.push("r")
+            cprof.pop()
+
+    def caught(body):
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            body()
+        got = [w for w in rec if "ranges were dropped" in str(w.message)]
+        assert len(got) == 1, [str(w.message) for w in rec]
+        return got[0].filename, got[0].lineno
+
+    def with_block():
+        with cprof.profile(activities=CPU, buffer_size_mb=1):
+            fill()
+
+    def start_stop():
+        p = cprof.profile(activities=CPU, buffer_size_mb=1)
+        p.start()
+        fill()
+        p.stop()
+
+    def stepped():
+        with cprof.profile(activities=CPU, buffer_size_mb=1,
+                           schedule=cprof.schedule(wait=0, warmup=0, active=1, repeat=1)) as p:
+            fill()
+            p.step()
+
+    def context():
+        with cprof.ProfilerContext(output_dir=tmp_path, profile_name="w", activities=["CPU"],
+                                   buffer_size_mb=1, verbose=False):
+            fill()
+
+    for body in (with_block, start_stop, stepped, context):
+        filename, lineno = caught(body)
+        first, last = body.__code__.co_firstlineno, max(
+            ln for _, _, ln in body.__code__.co_lines() if ln is not None)
+        assert filename == __file__ and first <= lineno <= last, (body.__name__, lineno)
+
