@@ -1,8 +1,10 @@
 /* Bucket timers: a region is two CUDA events (driver API) recorded on a stream, or two host
  * clock reads when CUDA is not usable. Events come from a pool that only grows while warming
  * up; ended regions are resolved in batch at step end (cprof_timers_resolve), never with a sync
- * per timer. Callers hold the GIL (begin/end/counts); resolve runs with it released but while
- * the Profiler blocks other timer calls (it is called at step end, from the timing thread).
+ * per timer. Callers hold the GIL, resolve too: the wait for the GPU happens before it, with
+ * the GIL released, on a copy of the end events (cprof_timers_ends / cprof_timers_wait), since
+ * other threads' timers may begin (grow the region array) or resolve meanwhile. After that
+ * wait, resolve's own cuEventSynchronize calls return at once.
  *
  * One event per boundary: a record asked for on the same stream within share_ns of the end of
  * the previous record call reuses that event instead of recording another (the end of one
@@ -225,6 +227,30 @@ int cprof_timers_resolve(uint64_t *unmeasured) {
 }
 
 const char *cprof_timers_resolve_error(void) { return fail; }
+
+int cprof_timers_ends(void **events, size_t *n) {
+    *events = NULL;
+    *n = 0;
+    size_t k = 0;
+    for (uint32_t i = 0; i < nregions; i++) k += regions[i].state == 2 && regions[i].cuda;
+    if (!k) return CPROF_OK;
+    CUevent *ev = malloc(k * sizeof *ev);
+    if (!ev) return CPROF_E_NOMEM;
+    k = 0;
+    for (uint32_t i = 0; i < nregions; i++)
+        if (regions[i].state == 2 && regions[i].cuda) ev[k++] = regions[i].b;
+    *events = ev;
+    *n = k;
+    return CPROF_OK;
+}
+
+void cprof_timers_wait(void *events, size_t n) {
+    CUevent *ev = events;
+    /* in record order: after the first waits the rest are already complete. An event another
+     * thread's resolve has put back and recorded again meanwhile is only waited for longer */
+    for (size_t i = 0; i < n; i++)
+        if (api->cuEventSynchronize(ev[i]) != CUDA_SUCCESS) return;
+}
 
 void cprof_timers_counts(uint32_t *pool_events, uint32_t *pending, uint64_t *records,
                          uint64_t *shared) {

@@ -313,10 +313,16 @@ static PyObject *mod_timer_end(PyObject *module, PyObject *args) {
 
 /* timers_resolve() -> (steps newly left unmeasured, why: None or what CUDA returned) */
 static PyObject *mod_timers_resolve(PyObject *module, PyObject *unused) {
-    int rc;
     uint64_t unmeasured = 0;
-    Py_BEGIN_ALLOW_THREADS rc = cprof_timers_resolve(&unmeasured);
-    Py_END_ALLOW_THREADS
+    void *ends = NULL;
+    size_t n = 0;
+    if (cprof_timers_ends(&ends, &n) == CPROF_OK && n) {
+        /* the wait for the GPU without the GIL, on a copy: other threads' timers go on */
+        Py_BEGIN_ALLOW_THREADS cprof_timers_wait(ends, n);
+        Py_END_ALLOW_THREADS
+    }
+    free(ends);
+    int rc = cprof_timers_resolve(&unmeasured);
     if (rc == CPROF_OK) return Py_BuildValue("(KO)", (unsigned long long)unmeasured, Py_None);
     return Py_BuildValue("(Ks)", (unsigned long long)unmeasured, cprof_timers_resolve_error());
 }

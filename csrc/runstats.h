@@ -33,9 +33,17 @@ uint32_t cprof_timers_open(void);
  * stream in practice) and files its time in the step store. Events go back to the pool.
  * A region whose time CUDA cannot give makes its step unmeasured (cprof_rs_step_unmeasured),
  * never a time of 0: CPROF_E_UNAVAILABLE, *unmeasured (may be NULL) = steps newly made
- * unmeasured, and cprof_timers_resolve_error() says what CUDA returned. Call with the GIL
- * released. */
+ * unmeasured, and cprof_timers_resolve_error() says what CUDA returned. GIL held, like every
+ * call here: the wait for the GPU is done before, without it, by cprof_timers_wait on the
+ * events cprof_timers_ends copied. */
 int cprof_timers_resolve(uint64_t *unmeasured);
+/* A malloc'ed copy of the end events of the ended CUDA regions (*n of them; NULL when none),
+ * to wait on with the GIL released: the regions and the pool may change meanwhile (another
+ * thread's timers), the copy does not. CPROF_E_NOMEM: resolve waits itself. */
+int cprof_timers_ends(void **events, size_t *n);
+/* Waits until each event has completed (stops at the first CUDA error: resolve reports it).
+ * No GIL needed: touches nothing of the timers' state. */
+void cprof_timers_wait(void *events, size_t n);
 const char *cprof_timers_resolve_error(void);
 /* Events held by the pool, regions pending resolution, events recorded and boundaries that
  * reused the previous event, since the process started (tests, leak checks, benchmarks). */

@@ -961,6 +961,55 @@ print(json.dumps(out))
 """
 
 
+TIMERS_DURING_A_WAIT = """
+import sys, threading, warnings
+sys.path.insert(0, {root!r})
+import cprof
+def make(name):
+    return cprof.Profiler(cprof.ProfilerConfig(output_dir={out!r}, run_name=name, warmup_runs=0,
+                          model_profiling=True, print_per_run=False), timing="cuda")
+done = threading.Event()
+def resolver():  # each end_run waits for the GPU (the fake's FAKE_CUDA_SYNC_US)
+    p = make("a")
+    for _ in range(20):
+        p.begin_run()
+        with p.step_timing_ctx():
+            with cprof.cuda_bucket_timer("attn.rope"):
+                pass
+        p.end_run()
+    done.set()
+def grower():  # meanwhile: hundreds of regions, the region array reallocated under the wait
+    while not done.is_set():
+        p = make("b")
+        p.begin_run()
+        for _ in range(2):
+            with p.step_timing_ctx():
+                for _ in range(600):
+                    with cprof.cuda_bucket_timer("mlp"):
+                        pass
+        p.end_run()
+warnings.simplefilter("ignore")
+threads = [threading.Thread(target=resolver), threading.Thread(target=grower)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print("ok")
+"""
+
+
+def test_timers_of_another_thread_during_a_resolves_wait(tmp_path):
+    """The wait for the GPU runs without the GIL: it used to walk the region array there while
+    another thread's timers reallocated it (a use after free; ASan catches it). Now only a
+    copy of the end events is waited on; the regions are read with the GIL held."""
+    so = _fake_so()
+    code = TIMERS_DURING_A_WAIT.format(root=ROOT, out=str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, CPROF_LIBCUDA_PATH=so, CPROF_CUPTI_PATH=so,
+                                FAKE_CUDA_SYNC_US="300"))
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
+
+
 def test_cuda_timer_that_cannot_be_read_is_not_a_zero(tmp_path):
     """A CUDA region whose time the driver cannot give (cuEventElapsedTime failing, as after
     a sticky CUDA error) leaves its step out of every figure, counted and warned about; it

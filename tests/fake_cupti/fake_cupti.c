@@ -108,6 +108,7 @@ struct CUctx_st {
 struct CUevent_st {
     unsigned int flags;
     int recorded;
+    int waited; /* a cuEventSynchronize since its record: the next returns at once */
     uint64_t t_ns;
 };
 
@@ -957,6 +958,7 @@ FAKE_EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
         }
     hEvent->t_ns = now_ns(CLOCK_MONOTONIC); /* the work before it is "done" at once */
     hEvent->recorded = 1;
+    hEvent->waited = 0;
     return CUDA_SUCCESS;
 }
 
@@ -971,6 +973,15 @@ FAKE_EXPORT CUresult cuEventQuery(CUevent hEvent) {
 FAKE_EXPORT CUresult cuEventSynchronize(CUevent hEvent) {
     FAKE_ENTER(cuEventSynchronize, CUresult);
     if (!hEvent) return CUDA_ERROR_INVALID_HANDLE;
+    /* FAKE_CUDA_SYNC_US: a GPU still busy, so the first wait for a recorded event takes this
+     * long (tests of what other threads do meanwhile) */
+    static long sync_us = -1;
+    if (sync_us < 0) {
+        const char *e = getenv("FAKE_CUDA_SYNC_US");
+        sync_us = e ? atol(e) : 0;
+    }
+    if (sync_us > 0 && hEvent->recorded && !hEvent->waited) usleep((useconds_t)sync_us);
+    hEvent->waited = 1;
     return CUDA_SUCCESS;
 }
 
