@@ -1450,6 +1450,6 @@ def test_stack_module_capture_is_removed_after_the_tracer_stops(monkeypatch):
         seen.append(_C.tracer_active())
         return real(self)
     monkeypatch.setattr(_modules.ModuleHooksHandle, "remove", remove)
-    with cprof.profile(activities=["CPU"], with_stack=True, record_ops=False) as p:
+    with cprof.profile(activities=["CPU"], with_stack=True, record_ops=False):
         torch.nn.Identity()(torch.ones(1))
     assert seen == [False]
