@@ -41,7 +41,7 @@ BUCKET_ALIASES = {
 def fold_bucket(name):
     """A bucket name as the reports key it: case folded, surrounding space removed and inner
     runs of white space (newlines too) made one space; nothing else changes, so "spec_verify"
-    and "spec verify" stay two buckets (decision 132)."""
+    and "spec verify" stay two buckets (decision 127)."""
     return " ".join(name.split()).lower()
 
 
@@ -53,7 +53,7 @@ def canonical_bucket(domain, name):
     only goes to that domain whatever timer recorded it ("decode" is the engine's). Other
     spellings (BUCKET_ALIASES: attn.out_proj, attn.qknorm, ...) are the canonical name.
     Unknown names: (the prefix's domain, else the timer's, None); they are reported under
-    their folded names after the canonical buckets (decision 132)."""
+    their folded names after the canonical buckets (decision 127)."""
     from .runprof import ENGINE_BUCKET_ORDER, MODEL_BUCKET_ORDER
     n = fold_bucket(name)
     for prefix, dom, order in (("model.", "model", MODEL_BUCKET_ORDER),
@@ -208,7 +208,7 @@ def build_summary(prof):
             # steps whose CUDA timers could not be read (an error from CUDA): in no figure
             "steps_unmeasured": sum(r.steps_unmeasured for r in runs),
             # steps open while another thread had a step of another Profiler open: measured,
-            # but their bucket times may be short (one timer gate per process, decision 130)
+            # but their bucket times may be short (one timer gate per process, decision 125)
             "steps_overlapped": sum(r.steps_overlapped for r in runs),
             # the buckets outside the canonical list (listed after the canonical ones in the
             # bucket tables): each one's avg ms per step, by domain

@@ -504,7 +504,7 @@ class Profiler:
                 f"cprof: begin_run called while run {self._run.index} is open; call end_run() "
                 "first")
         taken = sorted(k for k in meta if k in RUN_META_KEYS)
-        if taken:  # refused, not overwritten: the user's value would be lost (decision 131)
+        if taken:  # refused, not overwritten: the user's value would be lost (decision 126)
             raise ValueError(f"cprof: begin_run keyword(s) {', '.join(map(repr, taken))} are "
                              "cprof's own keys in the run's meta; pass the value under "
                              f"another name (cprof's keys: {', '.join(RUN_META_KEYS)})")
@@ -627,7 +627,7 @@ class Profiler:
         for other in _open_steps:
             if other.thread != ctx.thread:
                 # another thread's step is open: the one gate serves both, so bucket times of
-                # both steps can be lost (decision 130); counted in both runs, never silent
+                # both steps can be lost (decision 125); counted in both runs, never silent
                 other.overlapped = ctx.overlapped = True
         _open_steps.append(ctx)
         try:

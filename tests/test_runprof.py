@@ -1482,7 +1482,7 @@ def test_a_namedtuple_of_settings_is_a_config():
 def test_steps_overlapping_another_threads_step_are_counted_and_warned(tmp_path):
     """Two Profilers stepping at once on two threads share the one timer gate, so bucket
     times are lost (audit003 F3): such steps are counted per run and in meta, report.md says
-    so, and each Profiler warns once (decision 130). A worker thread's timer inside one
+    so, and each Profiler warns once (decision 125). A worker thread's timer inside one
     Profiler's step is no overlap and still counts."""
     import threading
     import warnings
