@@ -130,7 +130,7 @@ import threading
 import time
 import warnings
 
-from . import _C
+from . import _C, _lifecycle
 
 _PROG = "cprof run"
 _USAGE = ("cprof run [options] script.py [args...]\n"
@@ -415,6 +415,8 @@ class _Session:
             os._exit(EXIT_SIGTERM)
 
     def _enter_critical(self):
+        if _lifecycle.ending is not None:  # the program's os._exit / exec on another thread
+            _lifecycle.park_if_ending()    # is closing the window: never wait on its lock
         self.lock.acquire()
         if threading.current_thread() is threading.main_thread():
             self._critical += 1
@@ -559,7 +561,8 @@ class _Session:
         window open (cprof/_lifecycle.py): closed and written now, partial, end reason."""
         self.finished.set()  # the timer stops; nothing opens the window any more
         self.opened.set()
-        with self.lock:  # a close --duration's timer has begun finishes first
+        with self.lock:  # a close --duration's timer has begun finishes first (it never
+            # parks holding the lock: _enter_critical parks before taking it)
             self.close(f"{reason} called by the program" if reason in ("os._exit", "exec")
                        else reason, reason)
 

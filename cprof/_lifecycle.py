@@ -55,6 +55,8 @@ _handler_installed = False
 _atexit_registered = False
 _critical = 0          # > 0 while some thread is inside cprof's start / step / stop
 _critical_threads = {}  # thread ident -> how deep it is inside those
+ending = None          # the thread ending the windows before os._exit / exec (ident), or None
+_ending_over = threading.Event()  # set when that process end did not happen (a failed exec)
 _term_pending = 0      # the ending signal held back while cprof was busy (0: none)
 _terminating = False
 forks = 0              # forks this process descends from (os.fork children): cheaper than getpid
@@ -116,10 +118,22 @@ def running():
     return [k for k, _ in _running] if _pid == os.getpid() else []
 
 
+def park_if_ending():
+    """Another thread is ending the windows because the process is about to end (os._exit,
+    exec): a start / step / stop / exit from this thread now would race that close (a step
+    finding its window gone raised, and the program died of that instead). It waits: the
+    process ends meanwhile, or (a failed exec) the wait is over and it goes on."""
+    t = ending
+    if t is not None and t != threading.get_ident() and _pid == os.getpid():
+        _ending_over.wait()
+
+
 def enter_critical():
     """cprof's start / step / stop is running (any thread): a SIGTERM waits until it is done,
     so the window is never ended half-opened or half-closed."""
     global _critical
+    if ending is not None:
+        park_if_ending()
     _critical += 1
     ident = threading.get_ident()
     _critical_threads[ident] = _critical_threads.get(ident, 0) + 1
@@ -243,8 +257,14 @@ _CRITICAL_WAIT_S = 5.0  # how long os._exit waits for another thread's start / s
 
 def _process_end_hook(name, original, reason):
     def hook(*args, **kwargs):
-        _end_before_process_end(reason)
-        return original(*args, **kwargs)
+        if reason == "exec" and not _can_exec(args[0] if args else kwargs.get("path")):
+            return original(*args, **kwargs)  # it fails: the program goes on, window and all
+        ended = _end_before_process_end(reason)
+        try:
+            return original(*args, **kwargs)
+        finally:  # only reached when exec failed after all (os._exit never returns)
+            if ended:
+                _process_end_over()
     hook.__name__ = hook.__qualname__ = name
     hook.__doc__ = original.__doc__
     hook._cprof_original = original
@@ -270,16 +290,32 @@ def _remove_process_end_hooks():
     _os_originals.clear()
 
 
+def _can_exec(path):
+    """False when exec(path) is sure to fail (no such file, not executable): the window then
+    stays open, as the program goes on. A failure past this check (ENOEXEC, E2BIG) still
+    ends it."""
+    if isinstance(path, int):
+        return True  # fexecve
+    try:
+        path = os.fsdecode(path)
+        return os.path.isfile(path) and os.access(path, os.X_OK)
+    except (TypeError, ValueError):
+        return True  # let exec say what is wrong with it
+
+
 def _end_before_process_end(reason):
     """os._exit / exec with windows open: they are ended and written first (never raises:
-    the program's call goes on whatever happens here)."""
-    if _pid != os.getpid() or not _running or _terminating:
-        return  # a forked child (its parent writes), or nothing open
+    the program's call goes on whatever happens here). True if this thread ended them (other
+    threads' start / step / stop wait meanwhile: park_if_ending)."""
+    global ending
+    if _pid != os.getpid() or not _running or _terminating or ending is not None:
+        return False  # a forked child (its parent writes), nothing open, or already ending
     if threading.get_ident() in _critical_threads:
         # called by user code cprof runs inside its own stop or step (on_trace_ready): the
         # window is already stopped and that code has its data
         debug("cprof: %s from inside cprof's stop / step: passed through", reason)
-        return
+        return False
+    ending = threading.get_ident()  # from here other threads' cprof calls wait
     if _critical:  # another thread is opening, stepping or closing: let it finish
         import time
         deadline = time.monotonic() + _CRITICAL_WAIT_S
@@ -287,6 +323,15 @@ def _end_before_process_end(reason):
             time.sleep(0.001)
     for _, owner in reversed(list(_running)):
         _end(owner, reason)
+    return True
+
+
+def _process_end_over():
+    """The exec failed: the process goes on; threads parked meanwhile go on too."""
+    global ending, _ending_over
+    ending = None
+    _ending_over.set()
+    _ending_over = threading.Event()
 
 
 # ---- exit ----
@@ -312,14 +357,16 @@ def _at_exit():
 # ---- fork ----
 
 def _after_fork_child():
-    global _pid, _handler_installed, _term_pending, forks
+    global _pid, _handler_installed, _term_pending, forks, _critical, ending
     forks += 1
     running = list(_running) if _pid is not None else []
     _running.clear()
     _pid = None
-    _term_pending = 0  # (_critical stays: the child leaves the sections it is inside)
+    _term_pending = 0
     for ident in [i for i in _critical_threads if i != threading.get_ident()]:
         del _critical_threads[ident]  # the parent's other threads are not in the child
+    _critical = _critical_threads.get(threading.get_ident(), 0)  # only the forking thread's
+    ending = None
     if _handler_installed:
         _handler_installed = False
         _restore_defaults()  # workers end as without cprof

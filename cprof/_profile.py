@@ -422,6 +422,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
     def start(self):
         if not self.enabled:
             return
+        if _lifecycle.ending is not None:  # another thread is ending the process's windows
+            _lifecycle.park_if_ending()
         if self._in_other_process():
             self._forget_in_child()
         if self._started:
@@ -460,6 +462,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         nothing (the window is the parent's)."""
         if not self.enabled:
             return
+        if _lifecycle.ending is not None:  # another thread is ending the process's windows
+            _lifecycle.park_if_ending()
         if self._in_other_process():
             self._forget_in_child()
             return
@@ -550,6 +554,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         given); runs the schedule's transition, writing a trace when a cycle completes."""
         if not self.enabled:
             return
+        if _lifecycle.ending is not None:  # another thread is ending the process's windows
+            _lifecycle.park_if_ending()
         if self._forks != _lifecycle.forks and self._pid is not None:  # _in_other_process
             self._forget_in_child()
             return

@@ -266,6 +266,8 @@ class ProfilerContext:
     def __enter__(self):
         if not self.enabled:
             return self
+        if _lifecycle.ending is not None:  # another thread is ending the process's windows
+            _lifecycle.park_if_ending()
         # before the window opens: nothing to lose yet
         self._cwd = None
         check_output_dir(self.output_dir, self._dir_fix())
@@ -334,6 +336,10 @@ class ProfilerContext:
         partial. In a process forked inside the window: nothing (the parent writes)."""
         if not self.enabled or self._window is None:
             return False
+        if _lifecycle.ending is not None:  # another thread is ending the process's windows
+            _lifecycle.park_if_ending()  # (the one that is passes)
+            if self._window is None or self._window.snapshot is not None:
+                return False
         if self._prof._in_other_process():
             self._prof._forget_in_child()
             self._window = None

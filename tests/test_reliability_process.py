@@ -274,6 +274,37 @@ def test_os_exit_and_exec_write_the_window_first(mode, status, end, tmp_path):
     assert not _cprof_lines(err), err
 
 
+def test_os_exit_from_a_thread_while_main_steps(tmp_path):
+    """The main thread's step() used to race the watchdog's close: it found its window gone,
+    raised, and the program died of that (status 1, no trace). It now waits for the process
+    to end."""
+    for i in range(3):
+        out = tmp_path / str(i)
+        code, _, err = _run("process_end_child.py", "thread_os_exit_stepping", out)
+        assert code == 7, err
+        t = _only_trace(out)
+        assert t["cprof"]["end"] == "os._exit" and "Error" not in err, err
+
+
+def test_a_failed_exec_leaves_the_window_open(tmp_path):
+    code, out, err = _run("process_end_child.py", "failed_exec", tmp_path / "out")
+    assert code == 0, err
+    assert "exec failed: 2" in out
+    t = _only_trace(tmp_path / "out")
+    assert not t["cprof"].get("partial") and t["cprof"]["end"] == "normal"
+    assert [e["name"] for e in ranges_of(t)] == ["work", "after"]
+
+
+def test_a_childs_os_exit_does_not_wait_for_the_parents_other_threads(tmp_path):
+    """A child forked while another parent thread was inside cprof's stop inherited that
+    count: its os._exit waited 5 s for a thread it does not have."""
+    code, out, err = _run("process_end_child.py", "fork_while_a_thread_stops", tmp_path / "out")
+    assert code == 0, err
+    secs = float(out.split("child_s=")[1].split()[0])
+    assert secs < 2.5, out
+    assert len(os.listdir(tmp_path / "out")) == 1  # the child's own trace
+
+
 def test_os_exit_from_on_trace_ready_passes_through_quietly(tmp_path):
     """The window is already stopped when on_trace_ready runs: its os._exit ends the process
     with what the handler wrote, and no warning."""

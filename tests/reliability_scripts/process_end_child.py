@@ -83,5 +83,48 @@ elif MODE == "wrapped_then_closed":  # someone wrapped os._exit in the window: t
         os._exit = theirs
     print(f"kept={os._exit is theirs}", flush=True)
     os._exit(6)
+elif MODE == "thread_os_exit_stepping":  # a watchdog ends it while main steps a profiler
+    p = cprof.profile(activities=["CPU"],
+                      on_trace_ready=cprof.tensorboard_trace_handler(OUT, worker_name="end"))
+
+    def watchdog():
+        time.sleep(0.2)
+        os._exit(7)
+    threading.Thread(target=watchdog, daemon=True).start()
+    p.start()
+    while True:
+        for _ in range(20):
+            with cprof.range("r"):
+                pass
+        p.step()
+elif MODE == "failed_exec":  # an exec that cannot succeed leaves the window open
+    with ctx():
+        work()
+        try:
+            os.execv("/nonexistent/program", ["program"])
+        except OSError as err:
+            print(f"exec failed: {err.errno}", flush=True)
+        with cprof.range("after"):
+            pass
+elif MODE == "fork_while_a_thread_stops":  # another thread inside cprof's stop at fork
+    def slow_ready(prof):
+        time.sleep(1.0)
+
+    def other():
+        q = cprof.profile(activities=["CPU"], on_trace_ready=slow_ready)
+        q.start()
+        q.stop()  # on_trace_ready runs inside cprof's critical section
+    t = threading.Thread(target=other)
+    t.start()
+    time.sleep(0.3)
+    pid = os.fork()
+    if pid == 0:  # the child's own window, ended by os._exit as multiprocessing's are
+        with ctx():
+            work()
+            os._exit(0)
+    t0 = time.monotonic()
+    os.waitpid(pid, 0)
+    print(f"child_s={time.monotonic() - t0:.1f}", flush=True)
+    t.join()
 else:
     raise SystemExit(f"unknown mode {MODE}")
