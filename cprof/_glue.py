@@ -390,7 +390,10 @@ def install(with_stack=False, with_modules=False, record_shapes=False, c_calls=T
                 # torch's operators captured as cpu_op: C calls are python_function, as
                 # torch.profiler writes them (decision 124); else they are how torch's ops
                 # show at all (torch._C._nn.linear as a cpu_op)
-                ops_captured = any(hasattr(p, "ops_note") for p in handle.parts)
+                # (asked for with torch not imported yet: captured once it is, as cprof run's
+                # catch-up does; without torch there are no torch ops to show either way)
+                ops_captured = (any(hasattr(p, "ops_note") for p in handle.parts)
+                                or (ops and sys.modules.get("torch") is None))
                 handle.parts.append(_Tracer(c_calls, min_duration_us,
                                             c_calls_as_ops=not ops_captured))
             except _C.CprofError as err:

@@ -649,3 +649,20 @@ def test_cprofs_own_warnings_are_cprof_lines_and_the_programs_stay_pythons(tmp_p
     assert any(ln.startswith("cprof: GPU activity was asked for") for ln in lines), lines
     assert not any("GpuUnavailableWarning" in ln or "runpy" in ln for ln in lines), lines
     assert any(ln.endswith("UserWarning: mine") and "w.py:2" in ln for ln in lines), lines
+
+
+def test_record_ops_with_stack_writes_c_calls_as_python_functions(tmp_path):
+    """--record-ops: the tracer starts before the program imports torch, whose operators are
+    captured from the import on; C calls must be python_function ranges from the start, as
+    where operators are captured in-process (decision 124), not cpu_op ones next to aten's."""
+    prog = tmp_path / "prog.py"
+    prog.write_text("import torch\n"
+                    "for _ in range(3):\n"
+                    "    isinstance(torch.relu(torch.ones(4)), torch.Tensor)\n")
+    ran = cprof_run("-o", tmp_path / "out", "--with-stack", "--record-ops", prog, timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    t = load_trace(written(ran))
+    ops = {e["name"] for e in ranges_of(t, "cpu_op")}
+    assert "aten::relu" in ops
+    assert not [n for n in ops if n.startswith(("builtins.", "torch._C."))], sorted(ops)[:20]
+    assert [e for e in ranges_of(t, "python_function") if e["name"] == "builtins.isinstance"]
