@@ -51,7 +51,9 @@ def _d(id_, title, severity, summary, **evidence):
 
 SKIP_REASONS = (("no_ts", 'without "ts"'), ("no_dur", 'complete ("X") without "dur"'),
                 ("negative_dur", 'with a negative "dur"'),
-                ("bad_name", 'complete ("X") whose "name" is missing or not a string'))
+                ("bad_name", 'complete ("X") whose "name" is missing or not a string'),
+                ("duplicate", "exact repeats of an earlier event (same ph, name, ts, dur, pid, "
+                 "tid, ids and text)"))
 
 
 def skipped_text(r):
@@ -81,9 +83,12 @@ def diagnose(r):
     if skipped:
         sk = tr["skipped"]
         out.append(_d("skipped_events", "Events the report could not use", "high",
-                      f"{skipped[0].upper()}{skipped[1:]}. The trace is damaged or was written "
-                      "by a tool that leaves these fields out; totals, busy time and the window "
-                      "may be lower than the program's.",
+                      f"{skipped[0].upper()}{skipped[1:]}. " + (
+                          "The trace repeats events (written twice, or two copies joined); "
+                          "each is counted once." if sk["total"] == sk.get("duplicate") else
+                          "The trace is damaged or was written by a tool that leaves these "
+                          "fields out; totals, busy time and the window may be lower than the "
+                          "program's."),
                       **{k: sk[k] for k in ("total",) + tuple(k for k, _ in SKIP_REASONS)
                          if sk.get(k)}))
     if tr.get("partial"):

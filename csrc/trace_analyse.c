@@ -587,8 +587,8 @@ static void add_info(const cprof_trace *t, const char *path, cJSON *root) {
     cJSON_AddNumberToObject(tr, "json_bytes", (double)in->text_bytes);
     /* events the reader could not place or weigh (trace_read.h, cprof_tskip): left out of
      * every figure, counted here so that the report says so */
-    static const char *const skip_names[CPROF_TSKIP_COUNT] = {"total", "no_ts", "no_dur",
-                                                              "negative_dur", "bad_name"};
+    static const char *const skip_names[CPROF_TSKIP_COUNT] = {
+        "total", "no_ts", "no_dur", "negative_dur", "bad_name", "duplicate"};
     uint64_t skipped[CPROF_TSKIP_COUNT] = {0};
     const cprof_tev *ev = cprof_trace_events(t);
     for (size_t i = 0, n = cprof_trace_nevents(t); i < n; i++)

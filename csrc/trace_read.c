@@ -358,7 +358,7 @@ static int event(cprof_js *ps, cprof_trace *t) {
     size_t len = (size_t)(ps->p - ev0);
     if (len > UINT32_MAX) return cprof_js_fail(ps, ev0, "an event longer than 4 GB");
     e->raw_len = (uint32_t)len;
-    if (e->cat) {
+    if (e->cat && !e->skip) { /* a skipped launch must not join kernels (kind OTHER) */
         tstr *c = &t->strs[e->cat];
         if (c->kind == 0xff) c->kind = kind_of(c->s, c->len);
         e->kind = c->kind;
@@ -655,6 +655,7 @@ static int parse_owned(char *text, size_t len, int keep_text, cprof_trace **out,
     int rc = parse_all(&ps, t);
     free(ps.scratch);
     if (!rc) rc = mark_module_twins(t);
+    if (!rc) rc = cprof_tevs_mark_duplicates(t->ev, t->nev, text);
     if (rc == CPROF_E_NOMEM && err && errcap)
         snprintf(err, errcap, "out of memory while parsing the trace (%zu bytes of JSON)", len);
     t->info.text_bytes = len;

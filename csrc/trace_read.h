@@ -61,15 +61,16 @@ typedef struct cprof_tev {
 } cprof_tev;
 
 /* A timed event the analysis cannot place or weigh: the reader keeps it (its raw text, for
- * cprof merge) with ph 0, so every figure leaves it out, and the report counts it by reason
- * ("skipped" in the trace facts, and a warning): a guess (ts 0, dur 0, name "") would change
- * a figure silently. */
+ * cprof merge) with ph 0 and kind OTHER, so every figure leaves it out, and the report counts
+ * it by reason ("skipped" in the trace facts, and a warning): a guess (ts 0, dur 0, name "")
+ * would change a figure silently. */
 enum cprof_tskip {
     CPROF_TSKIP_NONE = 0,
     CPROF_TSKIP_NO_TS,      /* a timed event ('X', 'B', 'E', 'i', 'I', 'C') without "ts" */
     CPROF_TSKIP_NO_DUR,     /* a complete event ('X') without "dur" */
     CPROF_TSKIP_NEG_DUR,    /* a complete event with a negative "dur" */
     CPROF_TSKIP_BAD_NAME,   /* a complete event whose "name" is absent or not a string */
+    CPROF_TSKIP_DUPLICATE,  /* an exact repeat of an earlier range or flow (trace_dedup.c) */
     CPROF_TSKIP_COUNT
 };
 
@@ -162,6 +163,13 @@ int cprof_trace_rank_view(const cprof_trace *t, size_t k, cprof_trace **out);
 /* 1 when input k's view is one of its own (k < info.nmerged): every input of a merge that
  * says where each input's events lie, else the first input of each rank; 0 otherwise. */
 int cprof_trace_merged_view_starts(const cprof_trace *t, size_t k);
+
+/* ---- trace_dedup.c ---- */
+/* Marks each range or flow event ('X', 'B', 'E', 's', 't', 'f') that repeats an earlier one
+ * exactly (ph, name, ts, dur, pid, tid, ids, and the raw text when text, the buffer raw_off
+ * points into, is given) as skipped: CPROF_TSKIP_DUPLICATE, ph 0, kind OTHER. The parser
+ * calls it. Returns 0 or CPROF_E_NOMEM (nothing marked). */
+int cprof_tevs_mark_duplicates(cprof_tev *ev, size_t n, const char *text);
 
 /* ---- trace_analyse.c ---- */
 typedef struct cprof_report_opts {

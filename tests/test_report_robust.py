@@ -708,7 +708,55 @@ def test_events_missing_fields_and_unknown_categories():
     assert r["cuda_api"] == [] and r["memory"] == [] and r["ranges"] == []
     # what the analysis would have had to guess is left out, and counted
     assert r["trace"]["skipped"] == {"total": 6, "no_ts": 3, "no_dur": 1, "negative_dur": 0,
-                                     "bad_name": 2}
+                                     "bad_name": 2, "duplicate": 0}
+
+
+def _gpu_step_events():
+    """Two steps, four launches and their kernels (kB overlaps kA on another stream)."""
+    ev = [{"ph": "M", "pid": 100, "tid": 100, "name": "process_name", "args": {"name": "py"}}]
+    for c, (name, tid, ts, dur, lts) in enumerate([("kA", 7, 1000, 100, 990),
+                                                   ("kA", 7, 1200, 100, 1190),
+                                                   ("kB", 8, 1050, 200, 1040),
+                                                   ("kC", 7, 2000, 50, 1995)], 1):
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 100,
+                   "tid": 100, "ts": lts, "dur": 5, "args": {"correlation": c}})
+        ev.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": tid, "ts": ts,
+                   "dur": dur, "args": {"device": 0, "stream": tid, "correlation": c}})
+    ev.append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 100,
+               "tid": 100, "ts": 900, "dur": 1000})
+    ev.append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 100,
+               "tid": 100, "ts": 1900, "dur": 200})
+    return ev
+
+
+def test_events_written_twice_are_counted_once():
+    """Report audit finding 8: with every event written twice the kernels table doubled, GPU
+    busy did not, and step GPU time was x4 (duplicate launches joined to duplicate kernels on
+    the correlation id). Exact repeats are now skipped and counted as "duplicate"."""
+    once = report_events(_gpu_step_events())
+    twice = report_events(_gpu_step_events() * 2)
+    for key in ("kernels", "cuda_api", "steps", "ranges", "window", "devices", "kernels_total"):
+        assert twice[key] == once[key], key
+    # the metadata event is not a range: repeating it changes nothing and is not counted
+    assert twice["trace"]["skipped"] == {"total": 10, "no_ts": 0, "no_dur": 0,
+                                         "negative_dur": 0, "bad_name": 0, "duplicate": 10}
+    assert once["trace"]["skipped"]["total"] == 0
+
+
+def test_near_duplicates_are_not_dropped():
+    """Only exact repeats go: the same name, time and thread with other args (torch's "Ev
+    Idx", another correlation) are distinct events, and instants are never taken for repeats
+    (whole-µs traces write a free and a new allocation at one µs with the same text)."""
+    op = {"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 1, "tid": 1, "ts": 10,
+          "dur": 0}
+    inst = {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1,
+            "ts": 10, "s": "t", "args": {"Bytes": 512, "Addr": 7}}
+    evs = [dict(op, args={"Ev Idx": 1}), dict(op, args={"Ev Idx": 2}), inst, dict(inst),
+           dict(op, cat="kernel", name="k", args={"correlation": 1}),
+           dict(op, cat="kernel", name="k", args={"correlation": 2})]
+    r = report_events(evs)
+    assert r["trace"]["skipped"]["total"] == 0
+    assert {k["name"]: k["instances"] for k in r["kernels"]} == {"k": 2}
 
 
 def _two_kernels(**kb):
