@@ -31,6 +31,18 @@ class InputError(Exception):
     """A file the user named cannot be used; the message says what to do."""
 
 
+class EmptyTraceError(InputError):
+    """A trace with no events: left out (with a warning) when other inputs have some."""
+
+    def __init__(self, path):
+        super().__init__(f"{path}: the trace holds no events (its traceEvents list is empty): "
+                         "nothing to report; profile a window with work in it")
+        self.path = path
+
+
+EMPTY_LEFT_OUT = "the trace holds no events (its traceEvents list is empty): left out"
+
+
 def _positive_int(text):
     try:
         v = int(text)
@@ -150,9 +162,58 @@ def _drop_merged_duplicates(item, found):
     return kept
 
 
-def find_traces(items):
+def _digest(path):
+    """A hash of the file's bytes, or None when it cannot be read (the reader says why)."""
+    import hashlib
+    h = hashlib.blake2b(digest_size=20)
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError:
+        return None
+    return h.digest()
+
+
+def _drop_repeats(cmd, files):
+    """Each trace once, with a warning for each left out: a file named twice (as itself,
+    through a directory named too, or through a link) or a copy of another (the same bytes)
+    would add every one of its events twice, to the report and to the merged timeline."""
+    kept, seen = [], {}
+    for f in files:
+        real = os.path.realpath(f)
+        if real in seen:
+            how = ("named twice" if f == seen[real] else f"the same file as {seen[real]} "
+                   "(named twice, through a directory or a link)")
+            print(f"cprof {cmd}: warning: {f} is {how}: read once", file=sys.stderr)
+            continue
+        seen[real] = f
+        kept.append(f)
+    by_size = {}  # copies: only files of one size are read through and compared
+    for f in kept:
+        try:
+            by_size.setdefault(os.path.getsize(f), []).append(f)
+        except OSError:
+            pass
+    copies = set()
+    for group in (g for g in by_size.values() if len(g) > 1):
+        first = {}
+        for f in group:
+            d = _digest(f)
+            if d is None:
+                continue
+            if d in first:
+                print(f"cprof {cmd}: warning: {f} has the same content as {first[d]} (a copy "
+                      "of one trace): left out, so that its events count once", file=sys.stderr)
+                copies.add(f)
+            else:
+                first[d] = f
+    return [f for f in kept if f not in copies]
+
+
+def find_traces(items, cmd="report"):
     """Files named, and the trace files inside directories named (sorted; a directory's
-    `cprof merge` output of files beside it is left out)."""
+    `cprof merge` output of files beside it is left out), each once (_drop_repeats)."""
     files = []
     for item in items:
         if os.path.isdir(item):
@@ -167,7 +228,7 @@ def find_traces(items):
             files.append(item)
         else:
             raise InputError(f"{item}: no such file or directory")
-    return files
+    return _drop_repeats(cmd, files)
 
 
 def analyse(path, top=20, short_gap_us=10.0, small_copy_bytes=65536, step_name=None):
@@ -184,8 +245,7 @@ def analyse(path, top=20, short_gap_us=10.0, small_copy_bytes=65536, step_name=N
         raise InputError(f"{path}: {err.strerror or err}") from None
     reports = [json.loads(t) for t in texts]
     if not any(r.get("trace", {}).get("events") for r in reports):
-        raise InputError(f"{path}: the trace holds no events (its traceEvents list is empty): "
-                         "nothing to report; profile a window with work in it")
+        raise EmptyTraceError(path)
     for report in reports:
         report["diagnoses"] = diagnose(report)
         rank = report.get("trace", {}).get("rank")
@@ -283,13 +343,24 @@ def cmd_report(args):
                   f"from {', '.join(k for k, _, _ in TABLES)}")
             return 2
     try:
-        files = find_traces(args.traces)
+        files = find_traces(args.traces, "report")
         clash = _clobbers_trace(args, files)
         if clash:  # checked before the (long) analysis
             _fail("report", clash)
             return 2
-        reports = [r for f in files for r in analyse(f, args.top, args.short_gap_us,
-                                                     args.small_copy_bytes, args.step_range)]
+        reports, empty = [], []
+        for f in files:
+            try:
+                reports.extend(analyse(f, args.top, args.short_gap_us, args.small_copy_bytes,
+                                       args.step_range))
+            except EmptyTraceError as err:  # left out, as cprof merge leaves it out
+                empty.append(err)
+        if not reports:
+            raise empty[0] if len(empty) == 1 else InputError(
+                f"none of the {len(empty)} traces holds any events (their traceEvents lists "
+                "are empty): nothing to report; profile a window with work in it")
+        for err in empty:
+            print(f"cprof report: warning: {err.path}: {EMPTY_LEFT_OUT}", file=sys.stderr)
     except InputError as err:
         return _fail("report", err)
     doc = combine(reports)
@@ -315,7 +386,7 @@ def cmd_report(args):
 
 def cmd_merge(args):
     try:
-        files = find_traces(args.inputs)
+        files = find_traces(args.inputs, "merge")
     except InputError as err:
         return _fail("merge", err)
     out = args.output
@@ -336,10 +407,15 @@ def cmd_merge(args):
         return _fail("merge", f"{out} exists; pass --force to replace it")
     except OSError as err:
         return _fail("merge", f"{err.filename or out}: {err.strerror or err}")
-    reports = [json.loads(t) for t in texts]
-    for f, r in zip(files, reports):
+    reports = []
+    for f, t in zip(files, texts):
+        r = json.loads(t)
+        if not r.get("trace", {}).get("events"):  # left out of the merge by trace_merge
+            print(f"cprof merge: warning: {f}: {EMPTY_LEFT_OUT}", file=sys.stderr)
+            continue
         r["diagnoses"] = diagnose(r)
         _warn_skipped("merge", f, r)
+        reports.append(r)
     rows, diags = rank_table(reports)
     ranks = [r["trace"].get("rank") for r in reports]
     known = [r for r in ranks if r is not None]
@@ -354,6 +430,6 @@ def cmd_merge(args):
     else:
         sys.stdout.write(render({"reports": [], "ranks": rows, "diagnoses": diags},
                                 args.format))
-        print(f"cprof: merged {len(files)} traces ({events:,} events) into {out} "
+        print(f"cprof: merged {len(reports)} traces ({events:,} events) into {out} "
               f"({nbytes / 1e6:.1f} MB)", file=sys.stderr)
     return 0

@@ -214,11 +214,34 @@ static PyObject *py_trace_merge(PyObject *m, PyObject *args, PyObject *kw) {
             else ranked[i] = 0;
         }
     }
+    Py_ssize_t nk = 0; /* inputs with events, moved to the front: an empty one is left out
+                        * (its report says so: events 0), as `cprof report` leaves it out */
+    for (Py_ssize_t i = 0; i < n && !rc; i++) {
+        if (!cprof_trace_nevents(traces[i])) {
+            cprof_trace_free(traces[i]);
+            traces[i] = NULL;
+            continue;
+        }
+        traces[nk] = traces[i];
+        ranks[nk] = ranks[i];
+        ranked[nk] = ranked[i];
+        paths[nk++] = paths[i];
+        if (nk - 1 != i) traces[i] = NULL;
+    }
+    if (!rc && !nk) {
+        rc = CPROF_E_FORMAT;
+        if (n == 1)
+            snprintf(err, sizeof err, "%s: the trace holds no events (its traceEvents list is "
+                     "empty): nothing to merge", paths[0]);
+        else
+            snprintf(err, sizeof err, "none of the %zd inputs holds any events (their "
+                     "traceEvents lists are empty): nothing to merge", n);
+    }
     if (!rc) { /* inputs without a rank: places after every ranked one, labelled "trace i" */
         int64_t next = 0;
-        for (Py_ssize_t i = 0; i < n; i++)
+        for (Py_ssize_t i = 0; i < nk; i++)
             if (ranked[i] && ranks[i] >= next) next = ranks[i] + 1;
-        for (Py_ssize_t i = 0; i < n; i++)
+        for (Py_ssize_t i = 0; i < nk; i++)
             if (!ranked[i]) ranks[i] = next++;
     }
     cprof_sink *sink = NULL;
@@ -227,7 +250,7 @@ static PyObject *py_trace_merge(PyObject *m, PyObject *args, PyObject *kw) {
         if (rc) snprintf(err, sizeof err, "cannot create a file beside %s: %s", out, strerror(err_no));
     }
     if (!rc) {
-        rc = cprof_trace_merge(traces, ranks, ranked, (size_t)n, paths, out, sink, &events);
+        rc = cprof_trace_merge(traces, ranks, ranked, (size_t)nk, paths, out, sink, &events);
         if (!rc) rc = cprof_sink_finish(sink, &err_no);
         if (!rc) rc = cprof_sink_commit(sink, out, replace, &err_no);
         nbytes = cprof_sink_bytes(sink);
@@ -288,8 +311,8 @@ static PyMethodDef report_methods[] = {
      METH_VARARGS | METH_KEYWORDS, "trace_report_bytes(data, ...) -> the report of JSON bytes."},
     {"trace_merge", (PyCFunction)(void (*)(void))py_trace_merge, METH_VARARGS | METH_KEYWORDS,
      "trace_merge(paths, out, ranks=None, gzip=6, replace=False, top=20, step_name=None) -> "
-     "(events, bytes, "
-     "[report JSON of each input])."},
+     "(events, bytes, [report JSON of each input]). Inputs without events are left out of "
+     "the merge (their report's trace.events is 0); none with events is a TraceFormatError."},
     {NULL, NULL, 0, NULL},
 };
 

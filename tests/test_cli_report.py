@@ -514,6 +514,62 @@ def test_merge_puts_ranks_on_one_timeline(tmp_path):
     cprof("merge", d, "-o", out, "--force")
 
 
+def test_a_trace_named_twice_is_read_once(tmp_path):
+    """Audit 000 F4: a trace named twice (itself, through its directory, through a link) or
+    a copy of it was merged and reported twice: every event of its rank doubled."""
+    d = tmp_path / "job"
+    d.mkdir()
+    r0 = _rank_trace(d / "job-rank0.trace.json.gz", 0, 1_700_000_000_000_000_000, 100.0)
+    _rank_trace(d / "job-rank1.trace.json.gz", 1, 1_700_000_000_000_500_000, 130.0)
+    (tmp_path / "link.trace.json.gz").symlink_to(d / "job-rank0.trace.json.gz")
+    copy = tmp_path / "copy.trace.json.gz"
+    copy.write_bytes((d / "job-rank1.trace.json.gz").read_bytes())
+    names = [d, d / "job-rank0.trace.json.gz", tmp_path / "link.trace.json.gz", copy,
+             d / "job-rank1.trace.json.gz"]
+    out = tmp_path / "merged.trace.json.gz"
+    r = cprof("merge", *names, "-o", out)
+    assert "merged 2 traces" in r.stderr
+    assert "job-rank0.trace.json.gz is named twice: read once" in r.stderr
+    assert "link.trace.json.gz is the same file as" in r.stderr
+    assert "copy.trace.json.gz has the same content as" in r.stderr
+    m = load_trace(out)
+    assert len(m["traceEvents"]) == 2 * len(r0["traceEvents"])
+    assert [i["rank"] for i in m["cprof"]["merged"]] == [0, 1]
+    r = cprof("report", *names, "--format", "json")
+    assert "named twice" in r.stderr and "same content" in r.stderr
+    rep = json.loads(r.stdout)
+    assert [row["traces"] for row in rep["ranks"]] == [1, 1]
+    assert [x["kernels_total"]["instances"] for x in rep["reports"]] == [4, 4]
+
+
+def test_an_empty_trace_is_left_out_by_merge_and_report_alike(tmp_path):
+    """Audit 000 F4: merge took a trace with no events that report refused. Both now leave it
+    out with a warning, and fail only when no input has events."""
+    d = tmp_path / "job"
+    d.mkdir()
+    r0 = _rank_trace(d / "job-rank0.trace.json.gz", 0, 1_700_000_000_000_000_000, 100.0)
+    (d / "empty.trace.json").write_text('{"traceEvents": []}')
+    out = tmp_path / "merged.trace.json.gz"
+    r = cprof("merge", d, "-o", out)
+    assert "empty.trace.json: the trace holds no events" in r.stderr and "left out" in r.stderr
+    assert "merged 1 traces" in r.stderr
+    m = load_trace(out)
+    assert len(m["traceEvents"]) == len(r0["traceEvents"])
+    assert [os.path.basename(i["path"]) for i in m["cprof"]["merged"]] == [
+        "job-rank0.trace.json.gz"]
+    r = cprof("report", d, "--format", "json")
+    assert "empty.trace.json: the trace holds no events" in r.stderr and "left out" in r.stderr
+    assert json.loads(r.stdout)["trace"]["rank"] == 0
+    (d / "job-rank0.trace.json.gz").unlink()
+    (d / "empty2.trace.json").write_text("[]")
+    for cmd in (["merge", d, "-o", tmp_path / "m2.trace.json"], ["report", d]):
+        r = cprof(*cmd, check=False)
+        assert r.returncode == 1 and "none of the 2" in r.stderr and "events" in r.stderr, cmd
+    r = cprof("merge", d / "empty.trace.json", "-o", tmp_path / "m3.trace.json", check=False)
+    assert r.returncode == 1 and "holds no events" in r.stderr
+    assert not (tmp_path / "m3.trace.json").exists()
+
+
 def test_merge_keeps_each_inputs_drops_and_end(tmp_path):
     """What an input lost (cprof.dropped) and how its window ended (cprof.end) survive the
     merge: a report on the merged file warns about the drops input by input as one on the
