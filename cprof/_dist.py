@@ -9,21 +9,27 @@ import sys
 _warned_env = set()
 
 
-def _env_int(name, default):
+def _env_int(name, default, minimum):
+    """The variable as a whole number >= minimum, else default: unset or empty silently, any
+    other value (text, RANK=-1) with a warning, once per value."""
     value = os.environ.get(name)
     if value is None or value.strip() == "":
         return default
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
-        if (name, value) not in _warned_env:  # once per value: rank_info runs per window
-            _warned_env.add((name, value))
-            import warnings
-            warnings.warn(f"cprof: ${name}={value!r} is not a whole number; it is ignored (the "
-                          "rank and world size then come from the other variables, else 0 and "
-                          "1), so file names and distributedInfo may not say the right rank",
-                          RuntimeWarning, stacklevel=3)
-        return default
+        number = None
+    if number is not None and number >= minimum:
+        return number
+    if (name, value) not in _warned_env:  # once per value: rank_info runs per window
+        _warned_env.add((name, value))
+        import warnings
+        what = "not a whole number" if number is None else f"below {minimum}"
+        warnings.warn(f"cprof: ${name}={value!r} is {what}; it is ignored (the rank and world "
+                      "size then come from the other variables, else 0 and 1), so file names "
+                      "and distributedInfo may not say the right rank", RuntimeWarning,
+                      stacklevel=3)
+    return default
 
 
 _remembered = {"backend": None, "groups": None}
@@ -89,13 +95,11 @@ def rank_info():
                 return rank, max(world, 1), str(backend) if backend else None
         except Exception:  # a half-initialised process group: fall back to the environment
             pass
-    rank = _env_int("RANK", None)
+    rank = _env_int("RANK", None, 0)
     if rank is None:
-        rank = _env_int("LOCAL_RANK", 0)
-    world = _env_int("WORLD_SIZE", None)
-    if rank < 0:
-        rank = 0
-    if world is None or world < 1:
+        rank = _env_int("LOCAL_RANK", 0, 0)
+    world = _env_int("WORLD_SIZE", None, 1)
+    if world is None:
         world = rank + 1
     if rank >= world:  # inconsistent environment: trust the rank, widen the world
         world = rank + 1

@@ -248,7 +248,10 @@ def render(doc, fmt, sections=None):
             out.append("")
             out.append(_text_table(rows, RANK_COLS))
             out.append("")
-            out.extend(_diag_lines(doc.get("diagnoses", [])) or ["no straggler"])
+            out.extend(_diag_lines(doc.get("diagnoses", [])) or [
+                "no straggler" if any(r.get("steps") for r in doc["ranks"]) else
+                "no steps to compare: no trace has step ranges (torch's ProfilerStep#N, or "
+                "--step-range NAME)"])
         else:
             out.append("## Ranks")
             out.append("")

@@ -144,13 +144,17 @@ def check_output_dir(path, fix="pass another output_dir or set CPROF_PROFILER_DI
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise _C.TraceWriteError(
+                20, f"cprof: the output directory {path!r} is a file, not a directory; {fix}"
+            ) from None
         raise _C.TraceWriteError(
             exc.errno,
             f"cprof: the output directory {path!r} cannot be created ({exc.strerror}); {fix}",
         ) from None
     if not os.path.isdir(path):
         raise _C.TraceWriteError(
-            20, f"cprof: the output path {path!r} exists and is not a directory; {fix}"
+            20, f"cprof: the output directory {path!r} is a file, not a directory; {fix}"
         )
     if not os.access(path, os.W_OK | os.X_OK):
         raise _C.TraceWriteError(

@@ -268,6 +268,12 @@ class ProfilerContext:
             return self
         if _lifecycle.ending is not None:  # another thread is ending the process's windows
             _lifecycle.park_if_ending()
+        if self._prof._started and not self._prof._in_other_process():
+            # cprof.profile's own "start() called twice" names calls the user never made
+            raise _C.WindowStateError(
+                "cprof.ProfilerContext: this context is already open (entered again inside "
+                "its own with block); one window per context at a time: mark a region "
+                "inside it with cprof.range(name)")
         # before the window opens: nothing to lose yet
         self._cwd = None
         check_output_dir(self.output_dir, self._dir_fix())
@@ -651,6 +657,15 @@ _calls_lock = threading.Lock()
 _calls = {"opener": None}
 
 
+def _callable_name(fn):
+    """The name a profiled callable gives its trace: a function's own, a functools.partial's
+    underlying function's, a callable object's class name."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    name = getattr(fn, "__name__", None)
+    return name if isinstance(name, str) and name else type(fn).__name__
+
+
 def profile_function(
     enabled=True,
     activities=None,
@@ -679,7 +694,7 @@ def profile_function(
     def decorator(fn):
         if not callable(fn):
             raise TypeError(f"cprof.profile_function decorates a function, got {fn!r}")
-        name = profile_name or getattr(fn, "__name__", "function")
+        name = profile_name or _callable_name(fn)
         marker = _C.range(name)
         if enabled:
             # the arguments are checked now, where the decorator is applied: a typo or a bad

@@ -542,6 +542,18 @@ def test_a_trace_named_twice_is_read_once(tmp_path):
     assert [x["kernels_total"]["instances"] for x in rep["reports"]] == [4, 4]
 
 
+def test_ranks_without_steps_are_not_called_free_of_stragglers(tmp_path):
+    """Audit 000 F6: "no straggler" was printed when no rank had a step to compare."""
+    d = tmp_path / "job"
+    d.mkdir()
+    for rank in (0, 1):
+        _rank_trace(d / f"job-rank{rank}.trace.json.gz", rank, 1_700_000_000_000_000_000, 100.0)
+    for cmd in (["report", d], ["merge", d, "-o", tmp_path / "m.trace.json"]):
+        out = cprof(*cmd, "--step-range", "no_such_range").stdout
+        assert "no straggler" not in out and "no steps to compare" in out, cmd
+    assert "no straggler" in cprof("report", d).stdout  # steps, and none straggles
+
+
 def test_an_empty_trace_is_left_out_by_merge_and_report_alike(tmp_path):
     """Audit 000 F4: merge took a trace with no events that report refused. Both now leave it
     out with a warning, and fail only when no input has events."""

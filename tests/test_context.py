@@ -401,6 +401,51 @@ def test_nested_context_is_a_clear_error(outdir):
     assert [e["name"] for e in ranges_of(load_trace(outer.trace_path))] == ["still fine"]
 
 
+def test_a_context_entered_inside_itself_says_so(outdir):
+    """Audit 000 F6a: the error named cprof.profile's start(), which the user never called."""
+    ctx = cprof.ProfilerContext(output_dir=outdir, profile_name="self", verbose=False,
+                                with_stack=False, activities=["CPU"])
+    with ctx:
+        path = ctx.trace_path
+        with pytest.raises(cprof.WindowStateError) as ei:
+            with ctx:
+                pass
+        assert "ProfilerContext" in str(ei.value) and "already open" in str(ei.value)
+        assert "start()" not in str(ei.value)
+        assert ctx.trace_path == path  # the open window's path, not a new plan
+        with cprof.range("still fine"):
+            pass
+    assert [e["name"] for e in ranges_of(load_trace(path))] == ["still fine"]
+
+
+def test_profile_function_names_a_partial_or_callable_object_after_what_it_calls(outdir):
+    """Audit 000 F6b: a functools.partial or a callable object was named "function"."""
+    import functools
+
+    def load(path, n=1):
+        return n
+
+    class Sampler:
+        def __call__(self):
+            return 2
+
+    deco = cprof.profile_function(output_dir=outdir, verbose=False, activities=["CPU"])
+    assert deco(functools.partial(functools.partial(load, "x"), n=3))() == 3
+    assert deco(Sampler())() == 2
+    assert sorted(p.name for p in outdir.iterdir()) == ["Sampler.trace.json.gz",
+                                                        "load.trace.json.gz"]
+
+
+def test_an_output_dir_that_is_a_file_is_called_a_file(tmp_path):
+    """Audit 000 F6h: it said "cannot be created (File exists)"."""
+    f = tmp_path / "quick.py"
+    f.write_text("")
+    with pytest.raises(cprof.TraceWriteError, match="is a file, not a directory") as ei:
+        with cprof.ProfilerContext(output_dir=f, verbose=False, activities=["CPU"]):
+            pass
+    assert "File exists" not in str(ei.value)
+
+
 def test_profile_function_keeps_metadata_and_writes(outdir):
     @cprof.profile_function(output_dir=outdir, verbose=False)
     def forward_pass(x, y=2):
@@ -856,6 +901,20 @@ def test_unparsable_rank_variables_warn(tmp_path, monkeypatch):
         with cprof.ProfilerContext(output_dir=tmp_path, profile_name="r", activities=["CPU"],
                                    verbose=False):
             pass
+
+
+@pytest.mark.parametrize("var, value", [("RANK", "-1"), ("LOCAL_RANK", "-1"),
+                                        ("WORLD_SIZE", "0")])
+def test_out_of_range_rank_variables_warn_like_unparsable_ones(tmp_path, monkeypatch, var,
+                                                               value):
+    """Audit 000 F6: RANK=-1 was ignored silently while RANK=abc warned."""
+    from cprof import _dist
+    monkeypatch.setattr(_dist, "_warned_env", set())
+    for v in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv(var, value)
+    with pytest.warns(RuntimeWarning, match=rf"\${var}='{value}' is below [01]; it is ignored"):
+        assert _dist.rank_info()[:2] == (0, 1)
 
 
 def test_a_failed_write_is_reported_once_not_retried_as_an_interrupt(tmp_path):

@@ -394,7 +394,7 @@ def test_path_under_a_file(tmp_path):
     with pytest.raises(cprof.TraceWriteError) as ei:
         ctx.save(out / "x.trace.json")
     assert ei.value.errno in (errno.ENOTDIR, errno.EEXIST)
-    assert "cannot be created" in str(ei.value)
+    assert "is a file, not a directory" in str(ei.value)
     assert out.read_text() == "not a directory"
     _check_complete(ctx.save(tmp_path / "ok.trace.json").path, 100)
 
