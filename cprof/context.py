@@ -272,8 +272,8 @@ class ProfilerContext:
             # cprof.profile's own "start() called twice" names calls the user never made
             raise _C.WindowStateError(
                 "cprof.ProfilerContext: this context is already open (entered again inside "
-                "its own with block); one window per context at a time: mark a region "
-                "inside it with cprof.range(name)")
+                "its own with block); one window per context at a time: close it first, or "
+                "mark a region inside it with cprof.range(name)")
         # before the window opens: nothing to lose yet
         self._cwd = None
         check_output_dir(self.output_dir, self._dir_fix())
