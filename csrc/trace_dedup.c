@@ -6,11 +6,13 @@
 
 #include "trace_read.h"
 
-/* Ranges and flows: their copies double tables and join duplicated launches to duplicated
- * kernels. Instants and counters are left alone: old Kineto traces have whole-µs times, and
- * an allocation freed and made again within one µs writes the same text twice, truly. */
+/* Complete ranges and flows: their copies double tables and join duplicated launches to
+ * duplicated kernels. Instants and counters are left alone: old Kineto traces have whole-µs
+ * times, and an allocation freed and made again within one µs writes the same text twice,
+ * truly. So are B / E pairs: two nested ranges ending in one µs write the same E, a
+ * recursion within one µs the same B. */
 static int dedup_kind(uint8_t ph) {
-    return ph == 'X' || ph == 'B' || ph == 'E' || ph == 's' || ph == 't' || ph == 'f';
+    return ph == 'X' || ph == 's' || ph == 't' || ph == 'f';
 }
 
 static uint64_t mix(uint64_t h, uint64_t v) {
@@ -18,8 +20,20 @@ static uint64_t mix(uint64_t h, uint64_t v) {
     return h ^ (h >> 29);
 }
 
-static uint64_t key_hash(const cprof_tev *e) {
+/* The tail of an event's text, where its args are: events alike in every decoded field but
+ * one arg (torch's "Ev Idx") must not share a hash chain (a quadratic probe otherwise). */
+static uint64_t tail_hash(const cprof_tev *e, const char *text) {
+    if (!text) return 0;
+    uint32_t k = e->raw_len < 64 ? e->raw_len : 64;
+    const unsigned char *p = (const unsigned char *)text + e->raw_off + e->raw_len - k;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (uint32_t i = 0; i < k; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static uint64_t key_hash(const cprof_tev *e, const char *text) {
     uint64_t h = mix(e->ph, e->name);
+    h = mix(h, tail_hash(e, text));
     h = mix(h, (uint64_t)e->ts_ns);
     h = mix(h, (uint64_t)e->dur_ns);
     h = mix(h, (uint64_t)e->pid);
@@ -63,7 +77,7 @@ int cprof_tevs_mark_duplicates(cprof_tev *ev, size_t n, const char *text) {
     for (size_t b0 = 0; b0 < n; b0 += BATCH) {
         size_t nb = n - b0 < BATCH ? n - b0 : BATCH;
         for (size_t k = 0; k < nb; k++) {
-            hs[k] = dedup_kind(ev[b0 + k].ph) ? key_hash(&ev[b0 + k]) : 0;
+            hs[k] = dedup_kind(ev[b0 + k].ph) ? key_hash(&ev[b0 + k], text) : 0;
             __builtin_prefetch(&slot[(size_t)hs[k] & (cap - 1)]);
         }
         for (size_t k = 0; k < nb; k++) {

@@ -655,6 +655,7 @@ def test_record_ops_with_stack_writes_c_calls_as_python_functions(tmp_path):
     """--record-ops: the tracer starts before the program imports torch, whose operators are
     captured from the import on; C calls must be python_function ranges from the start, as
     where operators are captured in-process (decision 124), not cpu_op ones next to aten's."""
+    pytest.importorskip("torch")
     prog = tmp_path / "prog.py"
     prog.write_text("import torch\n"
                     "for _ in range(3):\n"

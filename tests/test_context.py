@@ -606,7 +606,7 @@ def test_mem_without_cuda_says_there_is_no_snapshot(outdir, capsys):
 def _fake_cuda_memory(monkeypatch):
     """torch.cuda's memory-history calls stubbed (no GPU here): each window's snapshot and
     summary say which window they came from. Returns the window counter."""
-    import torch
+    torch = pytest.importorskip("torch")
 
     import cprof._profile
     calls = [0]

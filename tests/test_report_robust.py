@@ -759,6 +759,15 @@ def test_near_duplicates_are_not_dropped():
     assert {k["name"]: k["instances"] for k in r["kernels"]} == {"k": 2}
 
 
+def test_begin_end_pairs_that_repeat_their_text_are_kept():
+    """Two nested ranges ending in one µs write the same E, a recursion within one µs the same
+    B: B / E events are not taken for repeats (they were, with a false "repeats" diagnosis)."""
+    b = {"ph": "B", "cat": "user_annotation", "name": "f", "pid": 1, "tid": 1, "ts": 10}
+    e = {"ph": "E", "cat": "user_annotation", "name": "f", "pid": 1, "tid": 1, "ts": 12}
+    r = report_events([b, dict(b), dict(e), dict(e)])
+    assert r["trace"]["skipped"]["total"] == 0
+
+
 def _two_kernels(**kb):
     """kA [1000, 1100) and kB [1200, 1400) with kB's fields replaced (None: removed)."""
     ka = {"ph": "X", "cat": "kernel", "name": "kA", "ts": 1000, "dur": 100, "pid": 0, "tid": 7}
