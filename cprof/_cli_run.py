@@ -418,6 +418,7 @@ class _Session:
         if _lifecycle.ending is not None:  # the program's os._exit / exec on another thread
             _lifecycle.park_if_ending()    # is closing the window: never wait on its lock
         self.lock.acquire()
+        _lifecycle.hold()  # holding the lock: never parked (the ending thread may need it)
         if threading.current_thread() is threading.main_thread():
             self._critical += 1
 
@@ -425,6 +426,7 @@ class _Session:
         main = threading.current_thread() is threading.main_thread()
         if main:
             self._critical -= 1
+        _lifecycle.release()
         self.lock.release()
         if main and not self._critical and self.signal_pending:
             signum, self.signal_pending = self.signal_pending, 0
@@ -561,8 +563,8 @@ class _Session:
         window open (cprof/_lifecycle.py): closed and written now, partial, end reason."""
         self.finished.set()  # the timer stops; nothing opens the window any more
         self.opened.set()
-        with self.lock:  # a close --duration's timer has begun finishes first (it never
-            # parks holding the lock: _enter_critical parks before taking it)
+        with self.lock:  # a close --duration's timer has begun finishes first (it is never
+            # parked holding the lock: _lifecycle.hold)
             self.close(f"{reason} called by the program" if reason in ("os._exit", "exec")
                        else reason, reason)
 
@@ -1006,6 +1008,9 @@ def _install_torch_hooks(session, capture):
             _install_cuda_profiler_api(session, torch)
 
     torch = sys.modules.get("torch")
+    if torch is None:
+        from . import _glue
+        _glue.ops_at_torch_import = True  # _catch_up_ops: the window's C calls are no ops
     if torch is not None:
         _safe_hook(hook, torch)
     else:

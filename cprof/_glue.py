@@ -283,6 +283,11 @@ class _Installed:
             self.parts.pop()
 
 
+# True under cprof run: torch's operators asked for are captured when the program imports
+# torch (cprof/_cli_run.py _catch_up_ops), after the window opened
+ops_at_torch_import = False
+
+
 class _Tracer:
     def __init__(self, c_calls, min_duration_us, c_calls_as_ops=True):
         from . import _pystack
@@ -390,10 +395,12 @@ def install(with_stack=False, with_modules=False, record_shapes=False, c_calls=T
                 # torch's operators captured as cpu_op: C calls are python_function, as
                 # torch.profiler writes them (decision 124); else they are how torch's ops
                 # show at all (torch._C._nn.linear as a cpu_op)
-                # (asked for with torch not imported yet: captured once it is, as cprof run's
-                # catch-up does; without torch there are no torch ops to show either way)
+                # (or asked for, torch not imported yet, and cprof run's catch-up will capture
+                # them at its import; elsewhere nothing would, and the C calls stay how
+                # torch's ops show)
                 ops_captured = (any(hasattr(p, "ops_note") for p in handle.parts)
-                                or (ops and sys.modules.get("torch") is None))
+                                or (ops and ops_at_torch_import
+                                    and sys.modules.get("torch") is None))
                 handle.parts.append(_Tracer(c_calls, min_duration_us,
                                             c_calls_as_ops=not ops_captured))
             except _C.CprofError as err:

@@ -57,6 +57,8 @@ _critical = 0          # > 0 while some thread is inside cprof's start / step / 
 _critical_threads = {}  # thread ident -> how deep it is inside those
 ending = None          # the thread ending the windows before os._exit / exec (ident), or None
 _ending_over = threading.Event()  # set when that process end did not happen (a failed exec)
+_held = threading.local()  # .n > 0: this thread holds a lock a process end may need (cprof run)
+PARK_LIMIT_S = 60.0    # a parked thread goes on after this: a lock cycle through user code
 _term_pending = 0      # the ending signal held back while cprof was busy (0: none)
 _terminating = False
 forks = 0              # forks this process descends from (os.fork children): cheaper than getpid
@@ -123,9 +125,26 @@ def park_if_ending():
     exec): a start / step / stop / exit from this thread now would race that close (a step
     finding its window gone raised, and the program died of that instead). It waits: the
     process ends meanwhile, or (a failed exec) the wait is over and it goes on."""
-    t = ending
-    if t is not None and t != threading.get_ident() and _pid == os.getpid():
-        _ending_over.wait()
+    over, t = _ending_over, ending
+    if t is None or t == threading.get_ident() or _pid != os.getpid():
+        return
+    if threading.get_ident() in _critical_threads or getattr(_held, "n", 0):
+        # already inside cprof's open / step / close (or holding cprof run's session lock):
+        # the ending thread waits for exactly this to finish; parking here would stall it
+        return
+    # bounded: an on_trace_ready run by the ending thread may want a lock this thread holds
+    # around its step(); after the limit this thread goes on (and may find its window gone)
+    over.wait(PARK_LIMIT_S)
+
+
+def hold():
+    """This thread holds a lock the ending of windows may need (cprof run's session lock):
+    it must not park (park_if_ending) until release()."""
+    _held.n = getattr(_held, "n", 0) + 1
+
+
+def release():
+    _held.n = getattr(_held, "n", 0) - 1
 
 
 def enter_critical():

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -810,3 +811,53 @@ def test_a_profile_left_open_at_exit_with_nowhere_to_write_says_so(tmp_path):
                          timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
     assert ran.returncode == 1
     assert "still open at RuntimeError, with no on_trace_ready: its 1000 ranges" in ran.stderr
+
+
+def test_a_thread_inside_cprofs_own_sections_is_never_parked(monkeypatch):
+    """While another thread ends the windows (os._exit), a thread already inside cprof's
+    open / step / close, or holding cprof run's session lock, goes on: the ending thread
+    waits for exactly that (parking it stalled os._exit 5 s, or hung cprof run)."""
+    monkeypatch.setattr(_lifecycle, "_pid", os.getpid())
+    monkeypatch.setattr(_lifecycle, "PARK_LIMIT_S", 30.0)
+    t0 = time.monotonic()
+    _lifecycle.enter_critical()  # inside before the ending began
+    monkeypatch.setattr(_lifecycle, "ending", -1)  # some other thread is ending
+    try:
+        _lifecycle.enter_critical()  # nested: goes on
+        _lifecycle.leave_critical()
+        _lifecycle.park_if_ending()
+    finally:
+        monkeypatch.setattr(_lifecycle, "ending", None)
+        _lifecycle.leave_critical()
+    monkeypatch.setattr(_lifecycle, "ending", -1)
+    _lifecycle.hold()
+    try:
+        _lifecycle.park_if_ending()
+    finally:
+        _lifecycle.release()
+        monkeypatch.setattr(_lifecycle, "ending", None)
+    assert time.monotonic() - t0 < 5
+    # any other thread is parked, up to the limit
+    monkeypatch.setattr(_lifecycle, "ending", -1)
+    monkeypatch.setattr(_lifecycle, "PARK_LIMIT_S", 0.2)
+    t0 = time.monotonic()
+    _lifecycle.park_if_ending()
+    assert time.monotonic() - t0 >= 0.19
+
+
+def test_c_calls_stay_operators_where_no_catch_up_captures_torchs(tmp_path):
+    """cprof.profile(with_stack) opened before `import torch`, outside cprof run: nothing
+    captures torch's operators later, so C calls stay the cpu_op ranges torch's ops show as."""
+    pytest.importorskip("torch")
+    code = ("import sys, json\n"
+            f"sys.path.insert(0, {ROOT!r})\n"
+            "import cprof\n"
+            "with cprof.profile(with_stack=True) as p:\n"
+            "    import torch\n"
+            "    torch.nn.functional.linear(torch.ones(2, 2), torch.ones(2, 2))\n"
+            f"p.export_chrome_trace({str(tmp_path / 't.json')!r})\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    ev = json.load(open(tmp_path / "t.json"))["traceEvents"]
+    assert [e for e in ev if e.get("cat") == "cpu_op" and e["name"] == "torch._C._nn.linear"]
