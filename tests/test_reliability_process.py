@@ -818,6 +818,8 @@ def test_a_thread_inside_cprofs_own_sections_is_never_parked(monkeypatch):
     open / step / close, or holding cprof run's session lock, goes on: the ending thread
     waits for exactly that (parking it stalled os._exit 5 s, or hung cprof run)."""
     monkeypatch.setattr(_lifecycle, "_pid", os.getpid())
+    monkeypatch.setattr(_lifecycle, "_critical_threads", {})
+    monkeypatch.setattr(_lifecycle, "_critical", 0)
     monkeypatch.setattr(_lifecycle, "PARK_LIMIT_S", 30.0)
     t0 = time.monotonic()
     _lifecycle.enter_critical()  # inside before the ending began
@@ -837,7 +839,10 @@ def test_a_thread_inside_cprofs_own_sections_is_never_parked(monkeypatch):
         _lifecycle.release()
         monkeypatch.setattr(_lifecycle, "ending", None)
     assert time.monotonic() - t0 < 5
-    # any other thread is parked, up to the limit
+    # any other thread is parked, up to the limit (this one, outside every section now;
+    # fresh tables: earlier tests' bookkeeping does not count)
+    monkeypatch.setattr(_lifecycle, "_critical_threads", {})
+    monkeypatch.setattr(_lifecycle, "_held", threading.local())
     monkeypatch.setattr(_lifecycle, "ending", -1)
     monkeypatch.setattr(_lifecycle, "PARK_LIMIT_S", 0.2)
     t0 = time.monotonic()
