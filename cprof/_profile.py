@@ -9,6 +9,7 @@ import json
 import operator
 import os
 import socket
+import re
 import sys
 import time
 import uuid
@@ -106,11 +107,15 @@ def normalize_activities(activities, default=None):
                               f"{types}: cprof collects every type of an activity; the filter "
                               "is not applied", RuntimeWarning, stacklevel=3)
                 flat.append(key)
+        elif isinstance(a, str) and re.search(r"[,\s]", a.strip()):
+            # "CPU,MEM" / "CPU GPU": the form cprof run --activities takes, and what a config
+            # file, YAML or environment variable gives create_profiler_from_args
+            flat.extend(p for p in re.split(r"[,\s]+", a) if p)
         else:
             flat.append(a)
     for a in flat:
         name = getattr(a, "name", a)
-        canon = _ACTIVITY_ALIASES.get(name.upper()) if isinstance(name, str) else None
+        canon = _ACTIVITY_ALIASES.get(name.strip().upper()) if isinstance(name, str) else None
         if canon is None and type(a).__name__ == "ProfilerActivity" and isinstance(name, str):
             # torch.profiler's other devices (XPU, MTIA, HPU, PrivateUse1): torch accepts
             # them in a list with CPU; cprof collects NVIDIA GPUs only

@@ -117,3 +117,16 @@ def test_create_from_a_mapping_and_flag_words(tmp_path):
     assert r.enabled and r.with_stack is False
     with pytest.raises(TypeError, match="args is None"):
         cprof.create_profiler_from_args(None)
+
+
+def test_activities_as_one_string_from_a_config(tmp_path):
+    """A config file, YAML or environment variable gives the activities as one string, in the
+    comma form cprof run --activities takes (or with spaces, as on the command line)."""
+    for text, want in (("CPU,MEM", ["CPU", "MEM"]), ("cpu, gpu", ["CPU", "GPU"]),
+                       ("CPU GPU MEM", ["CPU", "GPU", "MEM"]), ("GPU", ["GPU"])):
+        p = cprof.create_profiler_from_args({"profile": "true", "profile_activities": text})
+        assert p.activities == want, text
+    with pytest.raises(ValueError, match="unknown profiler activity .FOO."):
+        cprof.create_profiler_from_args({"profile": "true", "profile_activities": "CPU,FOO"})
+    assert cprof.ProfilerContext(activities="CPU,MEM", output_dir=tmp_path).activities == [
+        "CPU", "MEM"]
