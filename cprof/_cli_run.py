@@ -93,8 +93,9 @@ What the program sees and what comes back
     normal end. The metadata's "cprof_run" entry records the options and what opened and
     closed the window.
   - At the end: "cprof: trace written to PATH (N events, SIZE)", or, when the window never
-    opened (the program ended before --delay, the capture range never began), "cprof: no
-    trace written: the capture range never started (...)"; the exit code is the program's
+    opened, "cprof: no trace written: the window never opened (the program ended after
+    S s, before --delay D s)" or "...: the capture range never started (no range named
+    ...)"; the exit code is the program's
     either way. A trace that cannot be written where asked (a full disk, the directory gone)
     is written to the temporary directory ($TMPDIR, else /tmp) instead, and the error says
     where; only if that fails too does it say the trace is lost.
@@ -624,8 +625,9 @@ class _Session:
                     why += f", before --duration {self.opts.duration:g} s"
                 self._close(why, exc_type)
             elif self.state == "waiting":
-                self.out.info(f"no trace written: the capture range never started "
-                              f"({self._never_reason()})")
+                what = "the capture range never started" if self.opts.capture else \
+                    "the window never opened"
+                self.out.info(f"no trace written: {what} ({self._never_reason()})")
 
     def _capture_desc(self, ended=False):
         kind, name = self.opts.capture or (None, None)
