@@ -570,6 +570,13 @@ def memory_begin(prof):
         return  # CPU-only memory, as torch.profiler(activities=[CPU], profile_memory=True)
     torch = sys.modules.get("torch")
     if not _cuda(torch):
+        if "GPU" not in prof.activities and not getattr(prof, "_said_no_cuda_memory", False):
+            # (with GPU asked for, GpuUnavailableWarning has said it; verbose=False must not
+            # leave the missing snapshot to the trace's metadata alone)
+            prof._said_no_cuda_memory = True
+            _warn.warn("cprof: MEM asked for a CUDA memory snapshot, but torch has no CUDA "
+                       "here (or it is not imported): none will be written; the trace tracks "
+                       "CPU memory only")
         return
     try:
         torch.cuda.memory._record_memory_history(max_entries=100000)

@@ -476,9 +476,14 @@ class ProfilerContext:
             )
             stem = path[: len(path) - len(suffix)] if suffix else path
         gzip = suffix.endswith(".gz") if path is not None else self.gzip
-        result = self._window.write(stem, suffix, gzip=gzip, replace=replace,
-                                    retry="save(path)",
-                                    top=self._prof._top_members(self._window))
+        try:
+            result = self._window.write(stem, suffix, gzip=gzip, replace=replace,
+                                        retry="save(path)",
+                                        top=self._prof._top_members(self._window))
+        except _C.TraceWriteError:
+            if self.result is None:  # trace_path must not name a file that was never written
+                self.trace_path = None
+            raise
         return self._written(result)
 
     def _written(self, result):

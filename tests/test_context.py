@@ -352,8 +352,10 @@ def test_failed_write_keeps_data_for_save(tmp_path, monkeypatch):
             with cprof.range("precious"):
                 pass
             os.rmdir(out)  # the directory vanishes while profiling
+    assert ctx.trace_path is None  # it named a file that was never written
     dest = tmp_path / "elsewhere" / "saved.trace.json"
     ctx.save(dest)
+    assert ctx.trace_path == dest
     assert [e["name"] for e in ranges_of(load_trace(dest))] == ["precious"]
     assert not any(p.name.endswith(".tmp") for p in (tmp_path / "elsewhere").iterdir())
 
@@ -979,3 +981,22 @@ def test_a_directory_or_name_that_is_not_utf8_is_written(tmp_path):
     assert os.listdir(os.fsencode(d)) == [b"n\xff.trace.json.gz"]
     assert str(c.trace_path) == os.path.join(d, os.fsdecode(b"n\xff") + ".trace.json.gz")
     assert "r" in [e["name"] for e in ranges_of(load_trace(c.trace_path))]
+
+
+def test_mem_without_cuda_warns_once_that_no_snapshot_is_written(tmp_path):
+    """verbose=False: the missing snapshot was said only in the trace's metadata."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available: the snapshot is written")
+    ctx = cprof.ProfilerContext(activities=["CPU", "MEM"], output_dir=tmp_path,
+                                profile_name="m", verbose=False, with_stack=False)
+    with pytest.warns(RuntimeWarning, match="no CUDA here.*none will be written") as got:
+        with ctx:
+            torch.ones(4)
+    assert len([w for w in got if "CUDA memory snapshot" in str(w.message)]) == 1
+    assert got[0].filename == __file__  # attributed to the user's with line
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same context again: said once
+        with ctx:
+            torch.ones(4)
+    assert not list(tmp_path.glob("*.pickle"))
