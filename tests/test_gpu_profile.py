@@ -158,31 +158,53 @@ def test_memory_snapshot_for_memory_viz(tmp_path):
     assert any(e.get("ph") == "C" or e.get("cat") == "gpu_memory" for e in t["traceEvents"])
 
 
+def test_operator_observer_is_built_for_this_torch():
+    """cprof._torch_ops (operators with shapes, profile_memory's allocation reports) is built
+    by setup.py against the torch it finds, and a failed build is optional: cprof then runs
+    without operator shapes and allocation events, and test_op_shapes.py skips. On the GPU
+    machine (torch 2.11+cu130, not the torch cprof is developed against) that must be loud."""
+    pytest.importorskip("torch")
+    from cprof import _ops
+    mod, why = _ops.observer()
+    assert mod is not None, (f"{why} -- on this machine: is g++ installed? see the build "
+                             "log of `python setup.py build_ext --inplace` (gpu_check.sh: "
+                             "build.log)")
+
+
 def test_profile_memory_reports_cuda_allocations_per_operator(tmp_path):
     """profile_memory with CUDA: the caching allocator's reports of each tensor allocation and
     release are "[memory]" events on device 0 (Device Type 1), the ops that allocated carry
-    them as CUDA Mem / Self CUDA Mem, and the table has torch's CUDA memory columns."""
+    them as CUDA Mem / Self CUDA Mem, and the table has torch's CUDA memory columns.
+    The allocator reports the size of the block it hands out: 4 MiB when it splits a larger
+    cached block or makes a new one, up to 1 MiB more when an earlier test left a free block
+    of 4-5 MiB it takes whole (it splits large-pool blocks only past 1 MiB to spare)."""
     import torch
 
     import cprof
     torch.ones(1, device="cuda")
     torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    lo, hi = 4 << 20, 5 << 20
     with cprof.profile(activities=["CPU", "CUDA"], profile_memory=True) as p:
         a = torch.empty(1 << 20, device="cuda")  # 4 MiB
         b = a * 2
         del a, b
         torch.cuda.synchronize()
     empties = [e for e in p.events() if e.name == "aten::empty"]
-    assert any(e.device_memory_usage == 4 << 20 for e in empties), \
-        [(e.name, e.device_memory_usage) for e in empties]
+    got = [e.device_memory_usage for e in empties if lo <= e.device_memory_usage <= hi]
+    assert len(got) == 1, [(e.name, e.device_memory_usage) for e in empties]
     mul = [e for e in p.events() if e.name == "aten::mul"]
-    assert mul and mul[0].device_memory_usage == 4 << 20 and mul[0].cuda_memory_usage == 4 << 20
+    assert mul and lo <= mul[0].device_memory_usage <= hi
+    assert mul[0].cuda_memory_usage == mul[0].device_memory_usage
     table = p.key_averages().table(sort_by="self_cuda_memory_usage", row_limit=5)
-    assert "CUDA Mem" in table and "Self CUDA Mem" in table and "4.00 MB" in table
+    assert "CUDA Mem" in table and "Self CUDA Mem" in table
+    assert re.search(r"\b4\.\d\d MB\b", table), table
     t = load_trace(p.export_chrome_trace(str(tmp_path / "m.json")))
     cuda = [e for e in t["traceEvents"] if e.get("name") == "[memory]"
             and e["args"]["Device Type"] == 1]
-    assert [e["args"]["Bytes"] for e in cuda].count(4 << 20) == 2
-    assert [e["args"]["Bytes"] for e in cuda].count(-(4 << 20)) == 2
+    sizes = sorted(e["args"]["Bytes"] for e in cuda if abs(e["args"]["Bytes"]) >= lo)
+    # each tensor's allocation and its release, the same block size
+    assert sorted(-s for s in sizes if s < 0) == sorted(s for s in sizes if s > 0), sizes
+    assert sorted(s for s in sizes if s > 0) == sorted([got[0], mul[0].device_memory_usage])
     assert all(e["args"]["Device Id"] == 0 and e["args"]["Total Reserved"] > 0 for e in cuda)
     assert t["cprof"]["memory"]["cuda0_peak_allocated_bytes_reported"] >= 8 << 20
