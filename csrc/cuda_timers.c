@@ -11,7 +11,14 @@
  * region and the start of the next, an outer and an inner start). No launch fits in that gap
  * (a launch costs more host time than share_ns), so the two would mark the same place in the
  * stream; on an idle GPU the shared stamp is at most share_ns early. A record is ~1.3 us of
- * driver time on an H200 VM, so adjacent regions cost one record each instead of two. */
+ * driver time on an H200 VM, so adjacent regions cost one record each instead of two.
+ *
+ * Contexts: an event can only be recorded on a stream of the context it was created in
+ * (CUDA_ERROR_INVALID_HANDLE otherwise), and a process may time regions on several devices (a
+ * bucket timer given another device's stream, a thread whose current device differs). So each
+ * pooled event keeps the context current when it was made, a record takes one made in the
+ * context current now, and an event whose record fails is destroyed, never pooled again: put
+ * back on top of the pool it was handed out first to every later region, which all failed. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,12 +45,17 @@ static char fail[160];             /* why the last resolve left a region unmeasu
 static region *regions;
 static uint32_t nregions, regions_cap, nopen;
 static uint32_t generation;        /* bumps at each resolve: stale slots are ignored */
-static CUevent *pool;
+typedef struct {
+    CUevent e;
+    CUcontext ctx;                 /* current when it was created (cuEventCreate's context) */
+} pooled;
+static pooled *pool;
 static uint32_t npool, pool_cap, pool_total;
-static CUevent *used;              /* events recorded since the last resolve (<= 2 per region) */
+static pooled *used;               /* events recorded since the last resolve (<= 2 per region) */
 static uint32_t nused;
 static struct {
     CUevent e;
+    CUcontext ctx;
     uintptr_t stream;
     uint64_t t_after;              /* host clock when its cuEventRecord returned */
     int valid;
@@ -72,30 +84,45 @@ int cprof_timers_cuda_init(void) {
     return CPROF_OK;
 }
 
-static int event_get(CUevent *e) {
-    if (npool) {
-        *e = pool[--npool];
+/* An event of context ctx: the pool's latest of that context (one context: the top), else a
+ * new one (warm-up only: the pool keeps every event it ever made). */
+static int event_get(CUcontext ctx, pooled *out) {
+    for (uint32_t i = npool; i-- > 0;) {
+        if (pool[i].ctx != ctx) continue;
+        *out = pool[i];
+        pool[i] = pool[--npool];
         return CPROF_OK;
     }
-    /* warm-up only: the pool keeps every event it ever made */
-    if (api->cuEventCreate(e, CU_EVENT_DEFAULT) != CUDA_SUCCESS) return CPROF_E_UNAVAILABLE;
+    if (api->cuEventCreate(&out->e, CU_EVENT_DEFAULT) != CUDA_SUCCESS) return CPROF_E_UNAVAILABLE;
+    out->ctx = ctx;
     pool_total++;
     return CPROF_OK;
 }
 
-static void event_put(CUevent e) {
+static void event_drop(CUevent e) {
+    api->cuEventDestroy(e);
+    pool_total--;
+}
+
+static void event_put(pooled p) {
     if (npool == pool_cap) {
         uint32_t ncap = pool_cap ? pool_cap * 2 : 64;
-        CUevent *np = realloc(pool, ncap * sizeof *np);
+        pooled *np = realloc(pool, ncap * sizeof *np);
         if (!np) { /* cannot keep it: give it back to the driver */
-            api->cuEventDestroy(e);
-            pool_total--;
+            event_drop(p.e);
             return;
         }
         pool = np;
         pool_cap = ncap;
     }
-    pool[npool++] = e;
+    pool[npool++] = p;
+}
+
+/* The context current on this thread (NULL: none, or the driver would not say). */
+static CUcontext current_ctx(void) {
+    CUcontext ctx = NULL;
+    if (api->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS) ctx = NULL;
+    return ctx;
 }
 
 uint64_t cprof_timers_share_ns(int64_t set) {
@@ -109,26 +136,29 @@ uint64_t cprof_timers_share_ns(int64_t set) {
  * with the regions, two entries per region. */
 static int boundary(uintptr_t stream, CUevent *out) {
     uint64_t now = cprof_clock_now_ns();
-    if (last.valid && last.stream == stream && now >= last.t_after &&
+    CUcontext ctx = current_ctx();
+    if (last.valid && last.stream == stream && last.ctx == ctx && now >= last.t_after &&
         now - last.t_after <= share_ns) {
         *out = last.e;
         n_shared++;
         return CPROF_OK;
     }
-    CUevent e;
-    if (event_get(&e) != CPROF_OK) return CPROF_E_UNAVAILABLE;
-    if (api->cuEventRecord(e, (CUstream)stream) != CUDA_SUCCESS) {
-        event_put(e);
+    pooled p;
+    if (event_get(ctx, &p) != CPROF_OK) return CPROF_E_UNAVAILABLE;
+    if (api->cuEventRecord(p.e, (CUstream)stream) != CUDA_SUCCESS) {
+        /* the stream is another context's (or gone): this event is no use here */
+        event_drop(p.e);
         last.valid = 0;
         return CPROF_E_UNAVAILABLE;
     }
-    used[nused++] = e;
+    used[nused++] = p;
     n_records++;
-    last.e = e;
+    last.e = p.e;
+    last.ctx = ctx;
     last.stream = stream;
     last.t_after = cprof_clock_now_ns();
     last.valid = 1;
-    *out = e;
+    *out = p.e;
     return CPROF_OK;
 }
 
@@ -140,7 +170,7 @@ int cprof_timer_begin(int cuda, uintptr_t stream, uint32_t *slot) {
         region *nr = realloc(regions, ncap * sizeof *nr);
         if (!nr) return CPROF_E_NOMEM;
         regions = nr;
-        CUevent *nu = realloc(used, 2 * (size_t)ncap * sizeof *nu);
+        pooled *nu = realloc(used, 2 * (size_t)ncap * sizeof *nu);
         if (!nu) return CPROF_E_NOMEM; /* regions grew: harmless, capacity stays as it was */
         used = nu;
         regions_cap = ncap;
@@ -268,17 +298,18 @@ int cprof_timers_sync_stream(uintptr_t stream) {
 
 int cprof_timers_event_floor(uint64_t n, uintptr_t stream, uint64_t *ns_total) {
     if (cuda_state != 1) return CPROF_E_UNAVAILABLE;
-    CUevent a, b;
-    if (event_get(&a) != CPROF_OK) return CPROF_E_UNAVAILABLE;
-    if (event_get(&b) != CPROF_OK) {
+    CUcontext ctx = current_ctx();
+    pooled a, b;
+    if (event_get(ctx, &a) != CPROF_OK) return CPROF_E_UNAVAILABLE;
+    if (event_get(ctx, &b) != CPROF_OK) {
         event_put(a);
         return CPROF_E_UNAVAILABLE;
     }
     int rc = CPROF_OK;
     uint64_t t0 = cprof_clock_now_ns();
     for (uint64_t i = 0; i < n && rc == CPROF_OK; i++)
-        if (api->cuEventRecord(a, (CUstream)stream) != CUDA_SUCCESS ||
-            api->cuEventRecord(b, (CUstream)stream) != CUDA_SUCCESS)
+        if (api->cuEventRecord(a.e, (CUstream)stream) != CUDA_SUCCESS ||
+            api->cuEventRecord(b.e, (CUstream)stream) != CUDA_SUCCESS)
             rc = CPROF_E_UNAVAILABLE;
     *ns_total = cprof_clock_now_ns() - t0;
     if (api->cuStreamSynchronize((CUstream)stream) != CUDA_SUCCESS) rc = CPROF_E_UNAVAILABLE;

@@ -968,3 +968,54 @@ def test_loader_prefers_the_cupti_already_mapped(fake, tmp_path):
                            args=["map:" + mapped, str(other)])
     assert r["rc"] == -11
     assert mapped in r["cupti_error"] and "second CUPTI" in r["cupti_error"]
+
+
+TIMERS_TWO_CONTEXTS = """
+import ctypes, json, sys, time
+sys.path.insert(0, {root!r})
+import cprof, cprof._C as C
+fake = ctypes.CDLL({so!r})
+S1, S0 = 0x7171, 0x7272  # a stream of device 1, one of device 0
+fake.fake_cuda_stream_ctx(ctypes.c_uint64(S1), 1)
+prof = cprof.Profiler(cprof.ProfilerConfig(output_dir={out!r}, run_name="ctx",
+                      warmup_runs=0, model_profiling=True, print_per_run=False), timing="cuda")
+prof.begin_run()
+with prof.step_timing_ctx():
+    fake.fake_cuda_set_current(1)  # torch.cuda.device(1): its events, its stream
+    with cprof.cuda_bucket_timer("dev1", stream=S1):
+        time.sleep(0.002)
+    with cprof.cuda_bucket_timer("wrong", stream=S0):  # device 0's stream, device 1 current
+        time.sleep(0.002)
+    fake.fake_cuda_set_current(0)
+prof.end_run()
+prof.begin_run()
+for _ in range(3):
+    with prof.step_timing_ctx():
+        with cprof.cuda_bucket_timer("dev0"):
+            time.sleep(0.002)
+prof.end_run()
+s = prof.summary()
+print(json.dumps({{"b": s["buckets_model_avg_ms"], "steps": s["stats"]["steps"],
+                  "unmeasured": s["meta"].get("steps_unmeasured"),
+                  "live": fake.fake_cuda_live_events(), "counts": C.timers_counts()}}))
+"""
+
+
+def test_cuda_timers_keep_each_context_s_events_apart(tmp_path):
+    """An event records only on a stream of the context it was made in (cuda.h): a region timed
+    on device 1 (its own stream, or device 0's stream by mistake) must not leave device-1
+    events in the pool that the next device-0 regions are handed and fail with. They were put
+    back on top of the pool, so every later region of the process went unmeasured (and a step
+    region raised); now events are kept per context and a failed one is destroyed."""
+    code = TIMERS_TWO_CONTEXTS.format(root=ROOT, so=FAKE_SO, out=str(tmp_path))
+    env = dict(os.environ, CPROF_LIBCUDA_PATH=FAKE_SO, CPROF_CUPTI_PATH=FAKE_SO)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["steps"] == 4
+    assert out["b"].get("dev1", 0) * 4 >= 1.5  # timed on device 1's stream (in 1 step of 4)
+    assert "wrong" not in out["b"]  # recorded on a stream of another context: not a time
+    assert out["b"].get("dev0", 0) * 4 / 3 >= 1.5, out  # and device 0's (3 steps of 4) after it
+    # the event whose record failed was destroyed, not pooled: what lives is what the pool holds
+    assert out["live"] == out["counts"]["events"], out

@@ -21,6 +21,12 @@
  *    fake_cupti_set_other_subscriber() pretends another tool holds CUPTI.
  * The driver part: one device "Fake GPU (cprof tests)", compute 9.0, 132 SMs, 80 GiB; events
  * stamp CLOCK_MONOTONIC when recorded and cuEventElapsedTime gives the difference in ms.
+ * Contexts as the real driver checks them: FAKE_CTXS primary contexts, the one current on a
+ * thread chosen by fake_cuda_set_current(i) (default 0, as if PyTorch had made device 0's
+ * current); an event belongs to the context current when it was created, a stream handle to
+ * context 0 unless fake_cuda_stream_ctx() said otherwise (stream 0: the current one), and
+ * cuEventRecord / cuEventElapsedTime refuse events of another context with
+ * CUDA_ERROR_INVALID_HANDLE, as documented in cuda.h.
  * Control functions and entry points may be called from any thread. */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -107,6 +113,7 @@ struct CUctx_st {
 };
 struct CUevent_st {
     unsigned int flags;
+    int ctx;    /* index of the context current at its creation */
     int recorded;
     int waited; /* a cuEventSynchronize since its record: the next returns at once */
     uint64_t t_ns;
@@ -165,7 +172,14 @@ static int g_async, g_kick, g_worker_stop;
 static int g_cu_initialized;
 static int g_events_pending;
 static uint64_t g_live_events;
-static struct CUctx_st g_ctx;
+#define FAKE_CTXS 4
+static struct CUctx_st g_ctxs[FAKE_CTXS];
+static _Thread_local int tls_ctx; /* the context current on this thread */
+static struct {
+    uintptr_t stream;
+    int ctx;
+} g_stream_ctx[32];
+static int g_nstream_ctx;
 
 /* Kernel names live for the whole process, as CUPTI's do until its module unloads. */
 static char **g_names;
@@ -910,8 +924,44 @@ FAKE_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx) {
     FAKE_ENTER(cuCtxGetCurrent, CUresult);
     DRIVER_NEEDS_INIT();
     if (!pctx) return CUDA_ERROR_INVALID_VALUE;
-    *pctx = &g_ctx; /* as if PyTorch had made the primary context current */
+    *pctx = &g_ctxs[tls_ctx]; /* as if PyTorch had made a primary context current */
     return CUDA_SUCCESS;
+}
+
+/* Makes context i (0 .. FAKE_CTXS-1) current on the calling thread (cudaSetDevice(i)). */
+FAKE_EXPORT int fake_cuda_set_current(int i) {
+    if (i < 0 || i >= FAKE_CTXS) return -1;
+    tls_ctx = i;
+    return 0;
+}
+
+/* Says that stream handle `stream` belongs to context i (a stream of device i). */
+FAKE_EXPORT int fake_cuda_stream_ctx(uint64_t stream, int i) {
+    if (i < 0 || i >= FAKE_CTXS || !stream) return -1;
+    pthread_mutex_lock(&g_lock);
+    int k = 0;
+    while (k < g_nstream_ctx && g_stream_ctx[k].stream != (uintptr_t)stream) k++;
+    if (k == g_nstream_ctx) {
+        if (k == 32) {
+            pthread_mutex_unlock(&g_lock);
+            return -1;
+        }
+        g_nstream_ctx++;
+    }
+    g_stream_ctx[k].stream = (uintptr_t)stream;
+    g_stream_ctx[k].ctx = i;
+    pthread_mutex_unlock(&g_lock);
+    return 0;
+}
+
+static int stream_ctx(CUstream s) {
+    if (!s) return tls_ctx; /* the legacy default stream of the current context */
+    int ctx = 0;
+    pthread_mutex_lock(&g_lock);
+    for (int k = 0; k < g_nstream_ctx; k++)
+        if (g_stream_ctx[k].stream == (uintptr_t)s) ctx = g_stream_ctx[k].ctx;
+    pthread_mutex_unlock(&g_lock);
+    return ctx;
 }
 
 FAKE_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags) {
@@ -921,6 +971,7 @@ FAKE_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags) {
     CUevent e = calloc(1, sizeof *e);
     if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
     e->flags = Flags;
+    e->ctx = tls_ctx;
     __atomic_add_fetch(&g_live_events, 1, __ATOMIC_RELAXED);
     *phEvent = e;
     return CUDA_SUCCESS;
@@ -950,6 +1001,7 @@ FAKE_EXPORT uint64_t fake_cuda_records_on(uint64_t stream) {
 FAKE_EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
     FAKE_ENTER(cuEventRecord, CUresult);
     if (!hEvent) return CUDA_ERROR_INVALID_HANDLE;
+    if (hEvent->ctx != stream_ctx(hStream)) return CUDA_ERROR_INVALID_HANDLE; /* cuda.h */
     for (int i = 0; i < 32; i++)
         if (!g_record_streams[i].n || g_record_streams[i].stream == (uintptr_t)hStream) {
             g_record_streams[i].stream = (uintptr_t)hStream;
@@ -987,7 +1039,8 @@ FAKE_EXPORT CUresult cuEventSynchronize(CUevent hEvent) {
 
 static CUresult elapsed(float *ms, CUevent a, CUevent b) {
     if (!ms) return CUDA_ERROR_INVALID_VALUE;
-    if (!a || !b || !a->recorded || !b->recorded) return CUDA_ERROR_INVALID_HANDLE;
+    if (!a || !b || !a->recorded || !b->recorded || a->ctx != b->ctx)
+        return CUDA_ERROR_INVALID_HANDLE;
     if ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
     if (events_pending()) return CUDA_ERROR_NOT_READY;
     *ms = (float)((double)((int64_t)(b->t_ns - a->t_ns)) / 1e6);
