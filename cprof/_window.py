@@ -593,11 +593,22 @@ def _kineto_idle():
 
 
 def _sync_cuda():
-    """torch.cuda.synchronize() when the program has initialised CUDA through torch."""
+    """torch.cuda.synchronize() on every device the program has used, when it has initialised
+    CUDA through torch. Not the current device alone: work still running on another one at
+    stop (a model split across GPUs, DataParallel) would reach CUPTI's forced flush without an
+    end and be dropped as incomplete. A device without a primary context ran nothing, and
+    synchronizing it would create one (hundreds of MiB of GPU memory)."""
     torch = sys.modules.get("torch")
     try:
-        if torch is not None and torch.cuda.is_initialized():
+        if torch is None or not torch.cuda.is_initialized():
+            return
+        has_ctx = getattr(torch._C, "_cuda_hasPrimaryContext", None)
+        if has_ctx is None:
             torch.cuda.synchronize()
+            return
+        for i in range(torch.cuda.device_count()):
+            if has_ctx(i):
+                torch.cuda.synchronize(i)
     except Exception:  # a broken CUDA context must not lose the CPU trace
         pass
 

@@ -777,3 +777,27 @@ def test_a_schedules_window_that_cannot_open_raises_once_and_leaves_nothing(tmp_
     assert not [w for w in res["warnings"] if "stopping after an exception failed" in w], \
         res["warnings"]
     assert res["after"] == ["after"]
+
+
+def test_stop_synchronizes_every_device_the_program_used(monkeypatch):
+    """At stop cprof waits for launched work so its records are complete. torch.cuda.synchronize()
+    alone waits for the current device: kernels still running on another GPU (a model split
+    across devices) reached CUPTI's forced flush without an end and were dropped as incomplete.
+    Every device with a primary context is synchronized; one without is left alone (it ran
+    nothing, and synchronizing it would create a context)."""
+    torch = pytest.importorskip("torch")
+    from cprof import _window
+
+    synced = []
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
+    monkeypatch.setattr(torch._C, "_cuda_hasPrimaryContext", lambda i: i in (0, 2),
+                        raising=False)
+    _window._sync_cuda()
+    assert synced == [0, 2]
+    # a torch without the query: the current device, as before
+    monkeypatch.delattr(torch._C, "_cuda_hasPrimaryContext")
+    synced.clear()
+    _window._sync_cuda()
+    assert synced == [None]
