@@ -67,6 +67,20 @@ def skipped_text(r):
             "figure of this report counts them")
 
 
+def rank_problem(r):
+    """distributedInfo's rank or world size that the reader refused (not a whole number >= 0,
+    >= 1 for the world size; a string of digits is read as the number), in words; None when
+    there is none."""
+    tr = r.get("trace", {})
+    bits = [f"distributedInfo.{k} is {tr[k + '_invalid']}, not a whole number >= {low}"
+            for k, low in (("rank", 0), ("world_size", 1)) if tr.get(k + "_invalid")]
+    if not bits:
+        return None
+    return "; ".join(bits) + (": the trace is read as one without a rank (listed on its "
+                              "own, compared with no rank)" if tr.get("rank_invalid") else
+                              ": the world size is left out")
+
+
 def diagnose(r):
     """The diagnoses of one trace's report, most severe first."""
     out = []
@@ -91,6 +105,30 @@ def diagnose(r):
                           "program's."),
                       **{k: sk[k] for k in ("total",) + tuple(k for k, _ in SKIP_REASONS)
                          if sk.get(k)}))
+    bad = rank_problem(r)
+    if bad:
+        out.append(_d("bad_rank", "distributedInfo holds no usable rank", "medium",
+                      f"{bad[0].upper()}{bad[1:]}. Fix the writer (a rank is a whole number "
+                      ">= 0, a world size one >= 1) or name the rank traces' files apart.",
+                      **{k: tr[k] for k in ("rank_invalid", "world_size_invalid") if k in tr}))
+    lk = r.get("links") or {}
+    if lk.get("gpu_ops_without_correlation"):
+        n, tot = lk["gpu_ops_without_correlation"], lk.get("gpu_ops", 0)
+        out.append(_d(
+            "unlinked_gpu_ops", "GPU work not linked to its launches", "medium",
+            f"{n:,} of the {tot:,} GPU ops carry no args.correlation and no ac2g flow arrow "
+            "joins them to a launch call, so their time counts toward no step, range or "
+            "module (it is in unattributed_gpu_us; the kernel, busy and idle figures are "
+            "whole). The writer of this trace left the links out: torch.profiler and cprof "
+            "write both.", gpu_ops=tot, without_correlation=n))
+    if lk.get("unpaired_begin_end"):
+        n = lk["unpaired_begin_end"]
+        out.append(_d(
+            "unpaired_begin_end", "Begin/end events left unpaired", "medium",
+            f"{n:,} duration event{'s' if n != 1 else ''} written as \"B\" / \"E\" could not "
+            "be paired (an E with no B open on its thread, a B never ended, or a B without a "
+            "name): not analysed, so a step or range written that way is missing from the "
+            "tables. Paired B / E events are read as ranges.", unpaired=n))
     if tr.get("partial"):
         out.append(_d("partial", "The trace is partial", "medium",
                       f"Collection ended early ({tr.get('end', 'unknown')}); the last step may "
@@ -202,7 +240,8 @@ def diagnose(r):
         if m.get("grows_every_step"):
             out.append(_d(
                 "memory_growth", f"{m['series'].split(' (')[0]} grows every step", "medium",
-                f"{m['series']} is higher at the start of each of {m['steps']} steps: "
+                f"{m['series']} is higher at each step's start than at the one before: "
+                f"{m['steps_growing']} increases over {m['steps']} step starts, "
                 f"+{_fmt_bytes(m['per_step_bytes'])} per step, {_fmt_bytes(m['start_bytes'])} "
                 f"to {_fmt_bytes(m['end_bytes'])} over the window. Memory that grows step "
                 "after step is a leak (tensors kept across steps: a loss appended to a list "
@@ -210,7 +249,8 @@ def diagnose(r):
                 "growing cache) or a cache still warming up; profile more steps, and if it "
                 "keeps growing, find what holds it (a CUDA memory snapshot with "
                 "profile_memory, or gc.get_referrers).",
-                series=m["series"], steps=m["steps"], per_step_bytes=round(m["per_step_bytes"]),
+                series=m["series"], step_starts=m["steps"],
+                steps_growing=m["steps_growing"], per_step_bytes=round(m["per_step_bytes"]),
                 growth_bytes=m["growth_bytes"], peak_bytes=m["peak_bytes"]))
     if not r.get("devices"):
         out.append(_d("cpu_only", "No GPU activity in this trace", "info",
@@ -238,7 +278,8 @@ def _rank_rows(reports):
     for key in order:
         rs = groups[key]
         steps = [s["cpu_us"] for r in rs for s in r.get("steps", [])]
-        devs = [d for r in rs for d in r.get("devices", [])]
+        devs = [(r.get("window", {}).get("dur_us", 0.0), d) for r in rs
+                for d in r.get("devices", [])]
         paths = list(dict.fromkeys(r["trace"]["path"] for r in rs))
         coll = sum(r.get("collectives", {}).get("total_us", 0.0) for r in rs)
         rows.append({
@@ -249,14 +290,29 @@ def _rank_rows(reports):
             "step_med_us": round(statistics.median(steps), 3) if steps else None,
             "step_mean_us": round(statistics.fmean(steps), 3) if steps else None,
             "step_max_us": round(max(steps), 3) if steps else None,
-            "gpu_busy_pct": round(statistics.fmean(d["util_pct"] for d in devs), 2)
-            if devs else None,
+            # busy time over window time, pooled: a long window weighs more than a short one
+            "gpu_busy_pct": round(100.0 * sum(d["busy_us"] for _, d in devs)
+                                  / sum(w for w, _ in devs), 2)
+            if devs and sum(w for w, _ in devs) > 0 else
+            (0.0 if devs else None),
             "collective_us": round(coll, 3),
             # collective time per step: a rank that others wait for spends least in them
             "collective_step_us": round(coll / len(steps), 3) if steps else None,
             "straggler": False,
         })
     return rows
+
+
+def rank_verdict(rows, diags):
+    """The line printed under the rank table when no cross-rank diagnosis speaks: a verdict
+    only where at least two ranks have steps."""
+    if diags:
+        return None
+    if sum(1 for r in rows if r["rank"] is not None and r.get("step_med_us")) >= 2:
+        return "no straggler"
+    return ("no steps to compare: no trace has step ranges (torch's ProfilerStep#N, or "
+            "--step-range NAME)" if not any(r.get("steps") for r in rows) else
+            "no steps to compare across ranks: fewer than two ranks have steps")
 
 
 def rank_table(reports):
@@ -277,6 +333,16 @@ def rank_table(reports):
                 "rank (no distributedInfo: torch.distributed was not initialised when they "
                 "were written), so they are listed side by side but not compared as ranks.",
                 traces=len(rows)))
+        ranked = [r for r in rows if r["rank"] is not None]
+        if len(ranked) >= 2:  # ranks, but fewer than two with steps: no verdict either way
+            bare = [r["rank"] for r in ranked if not r["step_med_us"]]
+            diags.append(_d(
+                "no_steps_to_compare", "No steps to compare across ranks", "info",
+                f"{len(bare)} of the {len(ranked)} ranks have no steps (rank"
+                f"{'s' if len(bare) != 1 else ''} {', '.join(str(b) for b in bare)}): no steps to "
+                "compare, so there is no verdict on stragglers. Steps are torch's ProfilerStep#N "
+                "ranges (a profiler schedule with prof.step()), or the ranges --step-range "
+                "NAME names.", ranks=len(ranked), ranks_without_steps=len(bare)))
         return rows, diags
     typical = statistics.median(r["step_med_us"] for r in known)
     for row in known:

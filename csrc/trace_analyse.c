@@ -222,7 +222,7 @@ typedef struct frame {
     uint32_t idx;
     int64_t end, gpu;
     uint64_t kernels;
-    uint8_t outermost, compiled;
+    uint8_t outermost, compiled, is_step;
 } frame;
 
 typedef struct step {
@@ -240,6 +240,10 @@ typedef struct attribution {
     size_t nsteps, capsteps;
     uint64_t regions, nested, max_depth, compiled_functions;
     int64_t unattributed_gpu;
+    int64_t step_until; /* the end of the latest step on the thread swept: a range named like
+                         * the steps that starts before it is inside that step, part of it and
+                         * no step of its own (by time: torch's python_function frames do not
+                         * nest properly around ProfilerStep#N, so the stack cannot tell) */
 } attribution;
 
 /* GPU time and op count of each correlation id (kernels, copies, sets). */
@@ -322,8 +326,8 @@ static void pop_frame(const cprof_trace *t, attribution *a, frame *stack, size_t
         stack[*depth - 1].gpu = sat_add(stack[*depth - 1].gpu, f->gpu);
         stack[*depth - 1].kernels += f->kernels;
     }
-    int64_t num = step_of(t, a, e->name);
-    if (num >= 0) {
+    if (f->is_step) {
+        int64_t num = step_of(t, a, e->name);
         if (a->nsteps == a->capsteps) {
             size_t cap = a->capsteps ? a->capsteps * 2 : 64;
             step *ns = realloc(a->steps, cap * sizeof *ns);
@@ -439,8 +443,10 @@ static int attribute(const cprof_trace *t, attribution *a) {
     uint64_t compiled_depth = 0;
     for (size_t q = 0; q < ni; q++) {
         const item *it = &items[q];
-        if (q && (it->pid != items[q - 1].pid || it->tid != items[q - 1].tid))
+        if (!q || it->pid != items[q - 1].pid || it->tid != items[q - 1].tid) {
             while (depth) pop_frame(t, a, stack, &depth, active, &compiled_depth);
+            a->step_until = INT64_MIN;
+        }
         while (depth && stack[depth - 1].end <= it->ts)
             pop_frame(t, a, stack, &depth, active, &compiled_depth);
         const cprof_tev *e = &ev[it->idx];
@@ -473,8 +479,10 @@ static int attribute(const cprof_trace *t, attribution *a) {
         const char *nm = cprof_trace_str(t, e->name, &nl);
         if (nl == 16 && memcmp(nm, "CompiledFunction", 16) == 0) a->compiled_functions++;
         if (!a->by_name[e->name].kind) a->by_name[e->name].kind = e->kind;
+        uint8_t is_step = step_of(t, a, e->name) >= 0 && e->ts_ns >= a->step_until;
+        if (is_step) a->step_until = e->ts_ns + e->dur_ns;
         stack[depth++] = (frame){it->idx, e->ts_ns + e->dur_ns, 0, 0,
-                                 (uint8_t)(active[e->name]++ == 0), (uint8_t)compiled};
+                                 (uint8_t)(active[e->name]++ == 0), (uint8_t)compiled, is_step};
     }
     while (depth) pop_frame(t, a, stack, &depth, active, &compiled_depth);
     rc = steps_by_time(t, a, &gm);
@@ -540,6 +548,9 @@ static int ranked_table(const cprof_trace *t, const attribution *a, int which, i
         cJSON_AddNumberToObject(o, "calls", (double)g->calls);
         cJSON_AddNumberToObject(o, "cpu_us", us(g->cpu));
         cJSON_AddNumberToObject(o, "gpu_us", us(g->gpu));
+        /* every GPU op (kernels, copies, sets); "kernels" is the same count under the name
+         * reports before decision 131 gave it */
+        cJSON_AddNumberToObject(o, "gpu_ops", (double)g->kernels);
         cJSON_AddNumberToObject(o, "kernels", (double)g->kernels);
     }
     free(r);
@@ -581,6 +592,9 @@ static void add_info(const cprof_trace *t, const char *path, cJSON *root) {
     if (in->world_size != CPROF_TEV_NONE)
         cJSON_AddNumberToObject(tr, "world_size", (double)in->world_size);
     else cJSON_AddNullToObject(tr, "world_size");
+    /* a rank given but no rank (1.5, -1, "one"): read as absent, its text kept for a warning */
+    if (in->rank_invalid) add_str(tr, "rank_invalid", t, in->rank_invalid);
+    if (in->world_size_invalid) add_str(tr, "world_size_invalid", t, in->world_size_invalid);
     cJSON_AddBoolToObject(tr, "partial", in->partial == 1);
     if (in->end_reason) add_str(tr, "end", t, in->end_reason);
     cJSON_AddNumberToObject(tr, "events", (double)cprof_trace_nevents(t));
@@ -656,6 +670,21 @@ int cprof_report_build(const cprof_trace *t, const cprof_report_opts *opts, cons
         }
     }
     if (w0 > w1) w0 = w1 = 0;
+    /* what the figures cannot use, said rather than left out silently: B / E events left
+     * unpaired (trace_implicit.c), GPU ops linked to no launch (no args.correlation, no ac2g
+     * flow): no step, range or module gets their time */
+    uint64_t unpaired = 0, gpu_ops = 0, no_corr = 0;
+    for (size_t i = 0; i < n; i++) {
+        unpaired += ev[i].ph == 'B' || ev[i].ph == 'E';
+        if (cprof_trace_is_gpu_op(&ev[i])) {
+            gpu_ops++;
+            no_corr += ev[i].correlation == CPROF_TEV_NONE;
+        }
+    }
+    cJSON *lk = cJSON_AddObjectToObject(root, "links");
+    cJSON_AddNumberToObject(lk, "gpu_ops", (double)gpu_ops);
+    cJSON_AddNumberToObject(lk, "gpu_ops_without_correlation", (double)no_corr);
+    cJSON_AddNumberToObject(lk, "unpaired_begin_end", (double)unpaired);
     cJSON *win = cJSON_AddObjectToObject(root, "window");
     cJSON_AddNumberToObject(win, "start_us", us(w0));
     cJSON_AddNumberToObject(win, "end_us", us(w1));
@@ -759,6 +788,7 @@ int cprof_report_build(const cprof_trace *t, const cprof_report_opts *opts, cons
         cJSON_AddNumberToObject(s, "start_us", us(a.steps[i].start));
         cJSON_AddNumberToObject(s, "cpu_us", us(a.steps[i].cpu));
         cJSON_AddNumberToObject(s, "gpu_us", us(a.steps[i].gpu));
+        cJSON_AddNumberToObject(s, "gpu_ops", (double)a.steps[i].kernels); /* as ranges' */
         cJSON_AddNumberToObject(s, "kernels", (double)a.steps[i].kernels);
     }
     {

@@ -411,9 +411,35 @@ static int object_members(cprof_js *ps, cprof_trace *t, member_fn fn, const char
     }
 }
 
+/* distributedInfo's rank (>= 0) / world_size (>= 1): a whole number or digits in a string. Else
+ * (1.5, -1, "one") absent, never guessed, its text in *bad for a warning. null: absent. */
+static int rank_value(cprof_js *ps, cprof_trace *t, int64_t min, int64_t *out, uint32_t *bad) {
+    cprof_js_ws(ps);
+    const char *v0 = ps->p, *s;
+    int64_t v = -1, milli;
+    size_t n;
+    double d;
+    int exact, is_int, c = ps->p < ps->end ? *ps->p : 0;
+    if (c == 'n') return cprof_js_literal(ps, "null", 4);
+    if (c == '"') {
+        if (cprof_js_str(ps, &s, &n)) return CPROF_E_FORMAT;
+        for (size_t i = 0; i < n && n <= 15 && (i == 0 || v >= 0); i++)
+            v = s[i] < '0' || s[i] > '9' ? -1 : (v < 0 ? 0 : v * 10) + (s[i] - '0');
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+        if (cprof_js_num(ps, &d, &milli, &exact, &is_int)) return CPROF_E_FORMAT;
+        if (d >= 0 && d < 1e15 && d == (double)(int64_t)d) v = (int64_t)d;
+    } else if (cprof_js_skip(ps, 1)) {
+        return CPROF_E_FORMAT;
+    }
+    *out = v >= min ? v : CPROF_TEV_NONE;
+    n = (size_t)(ps->p - v0);
+    return v >= min ? CPROF_OK : intern(t, v0, n < 64 ? n : 64, bad);
+}
+
 static int dist_member(cprof_js *ps, cprof_trace *t, const char *k, size_t kn) {
-    if (KEY(k, kn, "rank")) return int_value(ps, &t->info.rank);
-    if (KEY(k, kn, "world_size")) return int_value(ps, &t->info.world_size);
+    if (KEY(k, kn, "rank")) return rank_value(ps, t, 0, &t->info.rank, &t->info.rank_invalid);
+    if (KEY(k, kn, "world_size"))
+        return rank_value(ps, t, 1, &t->info.world_size, &t->info.world_size_invalid);
     if (KEY(k, kn, "backend")) {
         cprof_js_ws(ps);
         if (ps->p < ps->end && *ps->p == '"') {
@@ -656,6 +682,8 @@ static int parse_owned(char *text, size_t len, int keep_text, cprof_trace **out,
     free(ps.scratch);
     if (!rc) rc = mark_module_twins(t);
     if (!rc) rc = cprof_tevs_mark_duplicates(t->ev, t->nev, text);
+    if (!rc) rc = cprof_tevs_pair_begin_end(t->ev, t->nev);
+    if (!rc) rc = cprof_tevs_link_flows(t, t->ev, t->nev);
     if (rc == CPROF_E_NOMEM && err && errcap)
         snprintf(err, errcap, "out of memory while parsing the trace (%zu bytes of JSON)", len);
     t->info.text_bytes = len;

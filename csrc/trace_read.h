@@ -135,6 +135,9 @@ typedef struct cprof_merged_input {
 /* Top-level facts. Absent numbers are CPROF_TEV_NONE; absent spans have len 0. */
 typedef struct cprof_trace_info {
     int64_t rank, world_size;
+    uint32_t rank_invalid;      /* distributedInfo.rank / world_size given but no whole number */
+    uint32_t world_size_invalid; /* (>= 0 / >= 1): its text (string id; 0: none); the value is
+                                  * then absent */
     int64_t base_time_ns;       /* baseTimeNanoseconds (ts values are relative to it) */
     uint32_t backend;           /* distributedInfo.backend string id */
     int partial;                /* cprof.partial: 1 true, 0 false, -1 absent */
@@ -170,6 +173,18 @@ int cprof_trace_merged_view_starts(const cprof_trace *t, size_t k);
  * points into, is given) as skipped: CPROF_TSKIP_DUPLICATE, ph 0, kind OTHER. The parser
  * calls it. Returns 0 or CPROF_E_NOMEM (nothing marked). */
 int cprof_tevs_mark_duplicates(cprof_tev *ev, size_t n, const char *text);
+
+/* ---- trace_implicit.c (the parser calls both, after cprof_tevs_mark_duplicates) ---- */
+/* GPU ops and launch calls ('X') without args.correlation get one through Kineto's ac2g flow
+ * arrows: a flow's start ('s') at a launch call's thread and ts, its end ('f') at a GPU op's
+ * pid / tid (device, stream) and ts; the op takes the launch's correlation (the id of the
+ * launch's first flow). Events that have a correlation are left alone. 0 or CPROF_E_NOMEM. */
+int cprof_tevs_link_flows(const cprof_trace *t, cprof_tev *ev, size_t n);
+/* Each 'E' ends the latest 'B' still open on its pid / tid (at one ts, in the order written):
+ * the B becomes a complete range ('X', dur = E.ts - B.ts) and the E ph 0. A B left open, an E
+ * with none open, and a B without a name stay 'B' / 'E': the analysis counts them unpaired.
+ * 0 or CPROF_E_NOMEM. */
+int cprof_tevs_pair_begin_end(cprof_tev *ev, size_t n);
 
 /* ---- trace_analyse.c ---- */
 typedef struct cprof_report_opts {

@@ -590,7 +590,7 @@ def test_string_pid_tid():
     assert r["kernels"][0]["instances"] == 2 and r["kernels"][0]["total_us"] == 11
     # the launch on thread "other" is not inside aten::mm (thread "main")
     assert r["ranges"] == [{"name": "aten::mm", "cat": "cpu_op", "calls": 1, "cpu_us": 50,
-                            "gpu_us": 5, "kernels": 1}]
+                            "gpu_us": 5, "gpu_ops": 1, "kernels": 1}]
     assert r["unattributed_gpu_us"] == 6
     d, = r["devices"]
     assert d["device"] == 0 and d["busy_us"] == 11
@@ -843,7 +843,7 @@ def test_kineto_capitalised_categories():
     assert {m["kind"]: (m["count"], m["bytes"], m["pageable"]) for m in r["memory"]} == {
         "HtoD": (1, 100, 1), "memset": (1, 100, 0)}
     assert r["ranges"] == [{"name": "aten::mm", "cat": "cpu_op", "calls": 1, "cpu_us": 10,
-                            "gpu_us": 10, "kernels": 2}]
+                            "gpu_us": 10, "gpu_ops": 2, "kernels": 2}]
     assert r["sync"]["calls"] == 1 and r["sync"]["total_us"] == 20
     assert r["launches"]["calls"] == 1
     d, = r["devices"]
@@ -1487,3 +1487,137 @@ def test_base_time_is_reported_exactly():
         {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]})
         .encode())
     assert r["trace"]["base_time_ns"] == 1700000000123456789
+
+
+# ---- audit "report" section 9: recursion, steps nested in steps, ac2g-only links, B / E
+# pairs, distributedInfo ranks, the gpu_ops key ----
+
+def _X(cat, name, pid, tid, ts, dur, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
+            "args": args}
+
+
+def _launch(ts, corr, kts, kdur=10, stream=7, cat="kernel", name="k", **kargs):
+    """A launch call on thread 1 of pid 1 and its GPU op (correlation corr; None: left out)."""
+    c = {} if corr is None else {"correlation": corr}
+    return [_X("cuda_runtime", "cudaLaunchKernel", 1, 1, ts, 2, **c),
+            _X(cat, name, 0, stream, kts, kdur, device=0, stream=stream, **c, **kargs)]
+
+
+def test_a_range_named_like_the_steps_inside_a_step_is_part_of_it():
+    """--step-range NAME with a nested NAME counted the inner range as another step, so its
+    GPU work counted twice."""
+    evs = ([_X("user_annotation", "step", 1, 1, 0, 100), _X("user_annotation", "step", 1, 1, 10, 50)]
+           + _launch(20, 1, 30) + [_X("user_annotation", "step", 1, 1, 200, 100)]
+           + _launch(210, 2, 220, kdur=5))
+    r = report_events(evs, step_name="step")
+    assert [(s["step"], s["start_us"], s["cpu_us"], s["gpu_us"], s["gpu_ops"]) for s in r["steps"]] == [
+        (0, 0, 100, 10, 1), (1, 200, 100, 5, 1)]
+    assert sum(s["gpu_us"] for s in r["steps"]) == r["kernels_total"]["total_us"]
+    # a range that opens in a step and ends after it (torch's python_function frames around
+    # prof.step() do) does not make the next step a nested one
+    evs = [_X("user_annotation", "ProfilerStep#1", 1, 1, 0, 100),
+           _X("python_function", "step", 1, 1, 90, 20),
+           _X("user_annotation", "ProfilerStep#2", 1, 1, 100, 100)]
+    assert [s["step"] for s in report_events(evs)["steps"]] == [1, 2]
+
+
+def test_recursion_counts_time_once_and_every_call():
+    """Documented (usage.md, ranges): a name nested in itself counts its time once (the
+    outermost call's), while calls counts every level."""
+    evs = ([_X("cpu_op", "f", 1, 1, 0, 100), _X("cpu_op", "f", 1, 1, 10, 50)]
+           + _launch(20, 1, 30))
+    (f,) = report_events(evs)["ranges"]
+    assert (f["calls"], f["cpu_us"], f["gpu_us"], f["gpu_ops"]) == (2, 100, 10, 1)
+
+
+def _ac2g(fid, pid, tid, ts, ph):
+    e = {"ph": ph, "cat": "ac2g", "name": "ac2g", "id": fid, "pid": pid, "tid": tid, "ts": ts}
+    if ph == "f":
+        e["bp"] = "e"
+    return e
+
+
+def test_ac2g_flows_link_gpu_work_without_correlation_ids():
+    """A trace with ac2g flows but no args.correlation gave 0 GPU time to every step and range,
+    saying nothing."""
+    from cprof._diagnose import diagnose
+    # one launch with two ops (two flows from one launch call), one with one
+    evs = [_X("user_annotation", "ProfilerStep#1", 1, 1, 0, 100), _X("cpu_op", "aten::mm", 1, 1, 5, 40)]
+    evs += _launch(20, None, 30) + [_X("gpu_memset", "Memset", 0, 7, 45, 3, device=0, stream=7)]
+    evs += [_ac2g(5, 1, 1, 20, "s"), _ac2g(5, 0, 7, 30, "f"),
+            _ac2g(6, 1, 1, 20, "s"), _ac2g(6, 0, 7, 45, "f")]
+    evs += _launch(60, None, 70, kdur=4) + [_ac2g(9, 1, 1, 60, "s"), _ac2g(9, 0, 7, 70, "f")]
+    r = report_events(evs)
+    assert r["links"] == {"gpu_ops": 3, "gpu_ops_without_correlation": 0, "unpaired_begin_end": 0}
+    (mm,) = r["ranges"]
+    assert (mm["gpu_us"], mm["gpu_ops"]) == (13, 2)
+    assert [(s["gpu_us"], s["gpu_ops"]) for s in r["steps"]] == [(17, 3)]
+    assert r["unattributed_gpu_us"] == 0
+    assert "unlinked_gpu_ops" not in [d["id"] for d in diagnose(r)]
+    # without the flows: nothing links, and the report says so
+    r = report_events([e for e in evs if e["ph"] != "s" and e["ph"] != "f"])
+    assert r["links"]["gpu_ops_without_correlation"] == 3
+    assert r["ranges"][0]["gpu_us"] == 0
+    (d,) = [d for d in diagnose(r) if d["id"] == "unlinked_gpu_ops"]
+    assert d["evidence"] == {"gpu_ops": 3, "without_correlation": 3}
+    assert "no args.correlation and no ac2g flow" in d["summary"]
+    # a correlation the trace gives is never replaced by a flow's id
+    evs2 = _launch(20, 3, 30) + [_ac2g(8, 1, 1, 20, "s"), _ac2g(8, 0, 7, 30, "f")]
+    evs2 += [_X("cpu_op", "g", 1, 1, 0, 100)]
+    assert report_events(evs2)["ranges"][0]["gpu_us"] == 10
+
+
+def test_begin_end_pairs_are_read_as_ranges():
+    """ph B / E duration events were ignored silently: steps written that way were missing."""
+    from cprof._diagnose import diagnose
+    evs = [{"ph": "B", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0},
+           {"ph": "B", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10}]
+    evs += _launch(20, 1, 30)
+    evs += [{"ph": "E", "pid": 1, "tid": 1, "ts": 50}, {"ph": "E", "pid": 1, "tid": 1, "ts": 100}]
+    r = report_events(evs)
+    assert [(s["step"], s["cpu_us"], s["gpu_us"]) for s in r["steps"]] == [(1, 100, 10)]
+    assert [(x["name"], x["cpu_us"], x["gpu_us"]) for x in r["ranges"]] == [("aten::mm", 40, 10)]
+    assert r["links"]["unpaired_begin_end"] == 0
+    assert r["window"]["dur_us"] == 100
+    # an E with nothing open, a B never ended: left out, counted, said
+    evs += [{"ph": "E", "pid": 1, "tid": 2, "ts": 5},
+            {"ph": "B", "cat": "cpu_op", "name": "open", "pid": 1, "tid": 1, "ts": 120}]
+    r = report_events(evs)
+    assert r["links"]["unpaired_begin_end"] == 2 and len(r["steps"]) == 1
+    (d,) = [d for d in diagnose(r) if d["id"] == "unpaired_begin_end"]
+    assert d["evidence"] == {"unpaired": 2}
+
+
+@pytest.mark.parametrize("rank, want, bad", [
+    (1, 1, None), ("1", 1, None), (0, 0, None), (None, None, None),
+    (1.5, None, "1.5"), (-1, None, "-1"), ("one", None, '"one"'), (True, None, "true"),
+    ("", None, '""'), ("-1", None, '"-1"')])
+def test_distributed_info_rank_is_a_whole_number_or_refused(rank, want, bad):
+    """A string rank was ignored silently, 1.5 became rank 1 and -1 was a rank."""
+    from cprof._diagnose import diagnose
+    doc = {"distributedInfo": {"rank": rank, "world_size": 2},
+           "traceEvents": [_X("cpu_op", "f", 1, 1, 0, 10)]}
+    r = report_bytes(json.dumps(doc).encode())
+    assert r["trace"]["rank"] == want and r["trace"].get("rank_invalid") == bad
+    assert r["trace"]["world_size"] == 2
+    ids = [d["id"] for d in diagnose(r)]
+    assert ("bad_rank" in ids) == (bad is not None)
+
+
+def test_world_size_below_one_is_refused():
+    doc = {"distributedInfo": {"rank": 0, "world_size": 0},
+           "traceEvents": [_X("cpu_op", "f", 1, 1, 0, 10)]}
+    r = report_bytes(json.dumps(doc).encode())
+    assert (r["trace"]["rank"], r["trace"]["world_size"], r["trace"]["world_size_invalid"]) == (
+        0, None, "0")
+
+
+def test_gpu_ops_key_counts_copies_and_sets_and_kernels_stays_for_old_readers():
+    """A step's JSON key was "kernels" while it counts every GPU op."""
+    evs = [_X("user_annotation", "ProfilerStep#1", 1, 1, 0, 100), _X("cpu_op", "aten::copy_", 1, 1, 5, 60)]
+    evs += _launch(10, 1, 30) + _launch(20, 2, 45, cat="gpu_memcpy", name="Memcpy HtoD", bytes=4)
+    r = report_events(evs)
+    for row in r["steps"] + r["ranges"]:
+        assert row["gpu_ops"] == row["kernels"] == 2, row
+    assert r["kernels_total"]["instances"] == 1

@@ -1,0 +1,141 @@
+/* What a trace says only implicitly, made explicit after parsing so that the analysis reads
+ * one form: GPU work linked to its launch through Kineto's ac2g flow arrows when the events
+ * carry no args.correlation, and B / E duration pairs turned into complete ranges. The parser
+ * calls both (trace_read.c). Pure C on the caller's events: any thread, GIL released. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "trace_read.h"
+
+/* ---- launches and GPU work linked through ac2g flows ---- */
+
+typedef struct keyed {
+    int64_t pid, tid, ts;
+    size_t idx;
+} keyed;
+
+static int cmp_keyed(const void *a, const void *b) {
+    const keyed *x = a, *y = b;
+    if (x->pid != y->pid) return x->pid < y->pid ? -1 : 1;
+    if (x->tid != y->tid) return x->tid < y->tid ? -1 : 1;
+    if (x->ts != y->ts) return x->ts < y->ts ? -1 : 1;
+    return (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+static int is_launch_side(const cprof_tev *e) {
+    return e->kind == CPROF_TK_RUNTIME || e->kind == CPROF_TK_DRIVER;
+}
+
+static int needs_link(const cprof_tev *e) {
+    return e->ph == 'X' && e->correlation == CPROF_TEV_NONE &&
+           (is_launch_side(e) || cprof_trace_is_gpu_op(e));
+}
+
+/* The first event of v (sorted) at (pid, tid, ts) on the launch side (launch 1) or the GPU
+ * side (launch 0), or (size_t)-1. */
+static size_t find_at(const cprof_tev *ev, const keyed *v, size_t n, const cprof_tev *f,
+                      int launch) {
+    keyed k = {f->pid, f->tid, f->ts_ns, 0};
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (cmp_keyed(&v[mid], &k) < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    for (; lo < n && v[lo].pid == k.pid && v[lo].tid == k.tid && v[lo].ts == k.ts; lo++)
+        if (is_launch_side(&ev[v[lo].idx]) == launch) return v[lo].idx;
+    return (size_t)-1;
+}
+
+static int is_ac2g(const cprof_trace *t, const cprof_tev *e) {
+    size_t n;
+    const char *s = cprof_trace_str(t, e->cat, &n);
+    return e->kind == CPROF_TK_FLOW && e->flow_id != CPROF_TEV_NONE && n == 4 &&
+           memcmp(s, "ac2g", 4) == 0;
+}
+
+int cprof_tevs_link_flows(const cprof_trace *t, cprof_tev *ev, size_t n) {
+    size_t nneed = 0, nflow = 0;
+    for (size_t i = 0; i < n; i++) {
+        nneed += needs_link(&ev[i]);
+        nflow += (ev[i].ph == 's' || ev[i].ph == 'f') && is_ac2g(t, &ev[i]);
+    }
+    if (!nneed || !nflow) return CPROF_OK; /* Kineto's and cprof's traces: every event linked */
+    keyed *v = malloc(nneed * sizeof *v);
+    size_t *launch_of = malloc(nflow * sizeof *launch_of); /* by flow slot: the launch event */
+    cprof_keyidx flows = {0};
+    int rc = CPROF_E_NOMEM;
+    if (!v || !launch_of || cprof_keyidx_init(&flows, nflow)) goto out;
+    nneed = 0;
+    for (size_t i = 0; i < n; i++)
+        if (needs_link(&ev[i])) v[nneed++] = (keyed){ev[i].pid, ev[i].tid, ev[i].ts_ns, i};
+    qsort(v, nneed, sizeof *v, cmp_keyed);
+    /* the flow's start sits on its launch call (same thread, same ts, as Kineto and cprof
+     * write it): the launch takes the id of its first flow as its correlation */
+    for (size_t i = 0; i < n; i++) {
+        const cprof_tev *f = &ev[i];
+        if (f->ph != 's' || !is_ac2g(t, f)) continue;
+        int added;
+        int64_t slot = cprof_keyidx_put(&flows, f->flow_id, &added);
+        if (slot < 0 || !added) continue; /* a flow id started twice: the first start kept */
+        size_t l = find_at(ev, v, nneed, f, 1);
+        launch_of[slot] = l;
+        if (l != (size_t)-1 && ev[l].correlation == CPROF_TEV_NONE) ev[l].correlation = f->flow_id;
+    }
+    /* its end sits on the GPU op (the op's device and stream, its start): the op takes the
+     * launch's correlation, so one launch with several flows (several ops) joins them all */
+    for (size_t i = 0; i < n; i++) {
+        const cprof_tev *f = &ev[i];
+        if (f->ph != 'f' || !is_ac2g(t, f)) continue;
+        int64_t slot = cprof_keyidx_get(&flows, f->flow_id);
+        if (slot < 0 || launch_of[slot] == (size_t)-1) continue;
+        size_t g = find_at(ev, v, nneed, f, 0);
+        if (g != (size_t)-1 && ev[g].correlation == CPROF_TEV_NONE)
+            ev[g].correlation = ev[launch_of[slot]].correlation;
+    }
+    rc = CPROF_OK;
+out:
+    free(v);
+    free(launch_of);
+    cprof_keyidx_free(&flows);
+    return rc;
+}
+
+/* ---- B / E duration pairs ---- */
+
+int cprof_tevs_pair_begin_end(cprof_tev *ev, size_t n) {
+    size_t nbe = 0;
+    for (size_t i = 0; i < n; i++) nbe += ev[i].ph == 'B' || ev[i].ph == 'E';
+    if (!nbe) return CPROF_OK;
+    keyed *v = malloc(nbe * sizeof *v);
+    size_t *open = malloc(nbe * sizeof *open);
+    if (!v || !open) {
+        free(v);
+        free(open);
+        return CPROF_E_NOMEM;
+    }
+    nbe = 0;
+    for (size_t i = 0; i < n; i++)
+        if (ev[i].ph == 'B' || ev[i].ph == 'E') v[nbe++] = (keyed){ev[i].pid, ev[i].tid, ev[i].ts_ns, i};
+    /* by thread and time; at one time, in the order written (the Trace Event Format's rule:
+     * an E ends the latest B still open on its thread) */
+    qsort(v, nbe, sizeof *v, cmp_keyed);
+    size_t depth = 0;
+    for (size_t q = 0; q < nbe; q++) {
+        if (q && (v[q].pid != v[q - 1].pid || v[q].tid != v[q - 1].tid)) depth = 0;
+        cprof_tev *e = &ev[v[q].idx];
+        if (e->ph == 'B') {
+            open[depth++] = v[q].idx;
+            continue;
+        }
+        if (!depth) continue; /* an E with no B open: stays E, counted as unpaired */
+        cprof_tev *b = &ev[open[--depth]];
+        if (!b->name) continue; /* a range with no name: both stay, unpaired */
+        b->ph = 'X';
+        b->dur_ns = e->ts_ns - b->ts_ns;
+        e->ph = 0; /* its end is the range's end now */
+    }
+    free(v);
+    free(open);
+    return CPROF_OK;
+}
