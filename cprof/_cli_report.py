@@ -19,12 +19,16 @@ import os
 import sys
 
 from . import _C
-from ._diagnose import diagnose, rank_table, skipped_text
+from ._diagnose import diagnose, rank_problem, rank_table, skipped_text
 from ._report_format import TABLES, render
 from ._window import is_stream, write_target
 
 FORMATS = ("table", "csv", "json", "md")
 TRACE_GLOBS = ("*.trace.json", "*.trace.json.gz", "*.pt.trace.json", "*.pt.trace.json.gz")
+# other JSON in a directory (torch's export_chrome_trace("trace.json"), HTA's own names) is
+# read when its text shows a trace (_looks_like_trace): cprof's summary.json / config.json and
+# a report written with --format json sit beside traces and are no traces
+JSON_GLOBS = ("*.json", "*.json.gz")
 
 
 class InputError(Exception):
@@ -140,6 +144,65 @@ def merged_inputs(path, limit=8 << 20):
     return [i.get("path") for i in info.get("merged", []) if isinstance(i, dict)]
 
 
+def _head(path, limit, stop):
+    """The first bytes of a plain or gzip file: up to limit, or until stop (a compiled
+    regex) matches; None when it cannot be read (the reader reports that when it matters)."""
+    import gzip
+    import zlib
+    try:
+        with open(path, "rb") as raw:
+            gz = raw.read(2) == b"\x1f\x8b"
+        with (gzip.open(path, "rb") if gz else open(path, "rb")) as f:
+            head = b""
+            while len(head) < limit:
+                chunk = f.read(1 << 16)
+                if not chunk:
+                    break
+                head += chunk
+                if stop.search(head):
+                    break
+            return head
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error):
+        return None
+
+
+def _looks_like_trace(path):
+    """A JSON file holds a Chrome trace: an object with a "traceEvents" key (found in its first
+    8 MB: Kineto writes deviceProperties and cprof its merge list before it), or the array form
+    whose first element is an event (has "ph"). cprof's report JSON ("schema":
+    "cprof.report/..."), summary.json and config.json hold neither."""
+    import re
+    key = re.compile(rb'"traceEvents"\s*:')
+    head = _head(path, 8 << 20, re.compile(rb'"traceEvents"\s*:|^[\xef\xbb\xbf\s]*\['))
+    if head is None:
+        return False
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if text.startswith(b"["):
+        return re.match(rb'\[\s*[{\]]', text) is not None and re.search(rb'"ph"\s*:', text) is not None
+    return (text.startswith(b"{") and key.search(head) is not None
+            and re.search(rb'^\{\s*"schema"\s*:\s*"cprof\.report/', text) is None)
+
+
+def _find_in_dir(item):
+    """The traces in directory item: files named like traces (TRACE_GLOBS), and other *.json /
+    *.json.gz files whose text shows a trace. Raises InputError when there is none."""
+    named = {f for g in TRACE_GLOBS for f in glob.glob(os.path.join(item, g))}
+    others = sorted({f for g in JSON_GLOBS for f in glob.glob(os.path.join(item, g))} - named)
+    found, not_traces = set(named), []
+    for f in others:
+        if os.path.isfile(f) and _looks_like_trace(f):
+            found.add(f)
+        else:
+            not_traces.append(os.path.basename(f))
+    if not found:
+        skipped = (f"; {', '.join(not_traces[:5])}{' ...' if len(not_traces) > 5 else ''} "
+                   "hold no traceEvents" if not_traces else "")
+        raise InputError(f"{item}: no trace files in this directory (looked for "
+                         f"{', '.join(TRACE_GLOBS)} and other *.json[.gz] files holding a "
+                         f"\"traceEvents\" list{skipped}); name the trace files instead")
+    return sorted(found)
+
+
 def _drop_merged_duplicates(item, found):
     """A directory holding rank traces and a `cprof merge` output of those same files: the
     merged file is left out (with a note), so each rank is counted once. Named explicitly, a
@@ -217,10 +280,7 @@ def find_traces(items, cmd="report"):
     files = []
     for item in items:
         if os.path.isdir(item):
-            found = sorted({f for g in TRACE_GLOBS for f in glob.glob(os.path.join(item, g))})
-            if not found:
-                raise InputError(f"{item}: no trace files in this directory (looked for "
-                                 f"{', '.join(TRACE_GLOBS)})")
+            found = _find_in_dir(item)
             files.extend(_drop_merged_duplicates(item, found))
         elif os.path.exists(item):
             if not os.path.isfile(item):
@@ -255,11 +315,12 @@ def analyse(path, top=20, short_gap_us=10.0, small_copy_bytes=65536, step_name=N
 
 
 def _warn_skipped(cmd, path, report):
-    """A warning on stderr for the events the reader left out (also a diagnosis in the
-    report): seen even with -o, --tables or --format json."""
-    text = skipped_text(report)
-    if text:
-        print(f"cprof {cmd}: warning: {path}: {text}", file=sys.stderr)
+    """A warning on stderr for the events the reader left out and for a distributedInfo rank
+    it refused (each also a diagnosis in the report): seen even with -o, --tables or
+    --format json."""
+    for text in (skipped_text(report), rank_problem(report)):
+        if text:
+            print(f"cprof {cmd}: warning: {path}: {text}", file=sys.stderr)
 
 
 def combine(reports):

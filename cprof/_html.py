@@ -368,9 +368,9 @@ def _steps_chart(kind, steps):
         bw = slot * 0.4
         for i, s in enumerate(steps):
             x = L + i * slot + slot * 0.1
-            body.append('<g><title>%s: CPU %s, GPU %s, %s kernels</title>'
+            body.append('<g><title>%s: CPU %s, GPU %s, %s GPU ops</title>'
                         % (esc(s.get("name") or "step %s" % s.get("step")), esc(fmt_us(cpu[i])),
-                           esc(fmt_us(gpu[i])), esc(fmt_int(s.get("kernels")))))
+                           esc(fmt_us(gpu[i])), esc(fmt_int(s.get("gpu_ops")))))
             body.append('<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>'
                         % (x, Y(cpu[i]), bw, Y(0) - Y(cpu[i]), BLUE))
             body.append('<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/></g>'
@@ -510,9 +510,9 @@ def _steps(rep, gpu):
                  ("GPU / CPU", esc(fmt_pct(_pct_of(sum(gpu_t), sum(cpu)))))])
     rows = [[_num(s.get("step")), esc(s.get("name")), (_ms(s.get("start_us")), _f(s.get("start_us"))),
              _dur(s.get("cpu_us")), _dur(s.get("gpu_us")), _pc(_pct_of(s.get("gpu_us"), s.get("cpu_us"))),
-             _num(s.get("kernels"))] for s in steps]
+             _num(s.get("gpu_ops"))] for s in steps]
     table = _table([("Step", True), ("Name", False), ("Start (ms)", True), ("CPU", True), ("GPU", True),
-                    ("GPU/CPU", True), ("Kernels", True)], rows)
+                    ("GPU/CPU", True), ("GPU ops", True)], rows)
     return ('<div class="grid2"><div>%s</div><div><h4>Step time (CPU)</h4>%s</div></div>%s'
             '<details class="more"><summary>all %d steps</summary>%s</details>'
             % (_histogram("step-histogram", cpu), stats, _steps_chart("steps", steps), len(steps), table))
@@ -617,9 +617,9 @@ def _ranges(rows, what):
     if not rows:
         return _empty("no %s in this trace" % what)
     return _table([("Name", False), ("Category", False), ("Calls", True), ("CPU", True), ("GPU", True),
-                   ("Kernels", True)],
+                   ("GPU ops", True)],
                   [[_name_cell(r.get("name")), esc(r.get("cat")), _num(r.get("calls")), _dur(r.get("cpu_us")),
-                    _dur(r.get("gpu_us")), _num(r.get("kernels"))] for r in rows])
+                    _dur(r.get("gpu_us")), _num(r.get("gpu_ops"))] for r in rows])
 
 
 def _compiled(rep):

@@ -3,7 +3,7 @@ in C (csrc/trace_analyse.c, trace_gaps.c); this only lays out its small tables."
 import csv
 import io
 
-from ._diagnose import _fmt_bytes, _fmt_us, small_copy_limit
+from ._diagnose import _fmt_bytes, _fmt_us, rank_verdict, small_copy_limit
 
 # (key, title, columns): columns are (field, header, kind) with kind f3 (3 decimals), int,
 # pct, str, bytes
@@ -41,13 +41,13 @@ TABLES = [
         ("cpu_text", "CPU during the gap", "str")]),
     ("steps", "Steps", [
         ("step", "Step", "int"), ("cpu_us", "CPU (us)", "f3"), ("gpu_us", "GPU (us)", "f3"),
-        ("kernels", "GPU ops", "int"), ("name", "Name", "str")]),
+        ("gpu_ops", "GPU ops", "int"), ("name", "Name", "str")]),
     ("ranges", "Top Ranges by GPU Time", [
         ("gpu_us", "GPU (us)", "f3"), ("cpu_us", "CPU (us)", "f3"), ("calls", "Calls", "int"),
-        ("kernels", "GPU ops", "int"), ("cat", "Category", "str"), ("name", "Name", "str")]),
+        ("gpu_ops", "GPU ops", "int"), ("cat", "Category", "str"), ("name", "Name", "str")]),
     ("modules", "Top Modules by GPU Time", [
         ("gpu_us", "GPU (us)", "f3"), ("cpu_us", "CPU (us)", "f3"), ("calls", "Calls", "int"),
-        ("kernels", "GPU ops", "int"), ("name", "Name", "str")]),
+        ("gpu_ops", "GPU ops", "int"), ("name", "Name", "str")]),
 ]
 RANK_COLS = [("rank", "Rank", "int"), ("traces", "Traces", "int"), ("steps", "Steps", "int"),
              ("step_med_us", "Step med (us)", "f3"), ("step_mean_us", "Step mean (us)", "f3"),
@@ -249,15 +249,14 @@ def render(doc, fmt, sections=None):
             out.append(_text_table(rows, RANK_COLS))
             out.append("")
             out.extend(_diag_lines(doc.get("diagnoses", [])) or [
-                "no straggler" if any(r.get("steps") for r in doc["ranks"]) else
-                "no steps to compare: no trace has step ranges (torch's ProfilerStep#N, or "
-                "--step-range NAME)"])
+                rank_verdict(doc["ranks"], doc.get("diagnoses"))])
         else:
             out.append("## Ranks")
             out.append("")
             out.append(_md_table(rows, RANK_COLS))
             out.append("")
-            out.extend(_md_diag_lines(doc.get("diagnoses", [])))
+            out.extend(_md_diag_lines(doc.get("diagnoses", [])) or [
+                f"_{rank_verdict(doc['ranks'], doc.get('diagnoses'))}_"])
         out.append("")
     for i, r in enumerate(reports):
         if i:

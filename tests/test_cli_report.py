@@ -1074,3 +1074,103 @@ def test_json_report_keeps_only_the_tables_asked_for(gpu_trace):
     assert "kernels" in some and "steps" in some
     assert "cuda_api" in full and "cuda_api" not in some and "gaps" not in some
     assert some["trace"] == full["trace"] and some["diagnoses"] == full["diagnoses"]
+
+
+# ---- audit "report" section 9 and the CLI audit: pooled busy %, refused ranks, memory
+# growth words, trace.json in a directory, verdicts without steps ----
+
+def _busy_trace(path, rank, window_us, busy_us):
+    """A rank trace: one step over window_us, one kernel busy_us long."""
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1,
+           "ts": 0, "dur": window_us},
+          {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+           "ts": 1, "dur": 1, "args": {"correlation": 1}},
+          {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 2, "dur": busy_us,
+           "args": {"device": 0, "stream": 7, "correlation": 1}}]
+    di = {"world_size": 2}
+    if rank is not None:
+        di["rank"] = rank
+    with open(path, "w") as f:
+        json.dump({"distributedInfo": di, "traceEvents": ev}, f)
+
+
+def test_pooled_gpu_busy_is_busy_time_over_window_time(tmp_path):
+    """A rank's GPU busy % over several traces was the mean of their percentages."""
+    _busy_trace(tmp_path / "r0a.trace.json", 0, 1000, 100)   # 10 %
+    _busy_trace(tmp_path / "r0b.trace.json", 0, 100, 50)     # 50 %
+    _busy_trace(tmp_path / "r1.trace.json", 1, 1000, 250)
+    doc = json.loads(cprof("report", tmp_path, "--format", "json").stdout)
+    row = {r["rank"]: r for r in doc["ranks"]}
+    assert row[0]["traces"] == 2
+    assert row[0]["gpu_busy_pct"] == round(100 * 150 / 1100, 2)  # 13.64, not 30
+    assert row[1]["gpu_busy_pct"] == 25.0
+
+
+def test_a_rank_that_is_no_rank_is_refused_with_a_warning_naming_the_file(tmp_path):
+    """distributedInfo "rank": "1" was ignored, 1.5 read as 1 and -1 taken as a rank."""
+    _busy_trace(tmp_path / "a.trace.json", "1", 1000, 100)
+    _busy_trace(tmp_path / "b.trace.json", 1.5, 1000, 100)
+    _busy_trace(tmp_path / "c.trace.json", -1, 1000, 100)
+    r = cprof("report", tmp_path, "--format", "json")
+    doc = json.loads(r.stdout)
+    assert [x["trace"]["rank"] for x in doc["reports"]] == [1, None, None]
+    for name, text in (("b", "1.5"), ("c", "-1")):
+        assert (f"{tmp_path / name}.trace.json: distributedInfo.rank is {text}, not a whole "
+                "number >= 0" in r.stderr), r.stderr
+    assert "a.trace.json:" not in r.stderr
+    assert [x["rank"] for x in doc["ranks"]] == [1, None, None]
+    assert "bad_rank" in [d["id"] for d in doc["reports"][1]["diagnoses"]]
+    # cprof merge reads the ranks alike: the refused ones are inputs without a rank
+    r = cprof("merge", tmp_path, "-o", tmp_path / "m.trace.json")
+    assert "distributedInfo.rank is 1.5" in r.stderr and "distributedInfo.rank is -1" in r.stderr
+    m = load_trace(tmp_path / "m.trace.json")
+    assert [(i["rank"], i.get("ranked", True)) for i in m["cprof"]["merged"]] == [
+        (1, True), (2, False), (3, False)]
+
+
+def test_memory_growth_words_agree_with_the_table(tmp_path):
+    """The diagnosis said "higher at the start of each of 5 steps" beside Steps growing = 4."""
+    mib = 1 << 20
+    rep, doc = _report(_memory_trace(tmp_path / "leak.json", [100 * mib + i * 4 * mib
+                                                              for i in range(6)]))
+    (d,) = [d for d in rep["diagnoses"] if d["id"] == "memory_growth"]
+    assert "4 increases over 5 step starts" in d["summary"]
+    assert d["evidence"]["steps_growing"] == 4 and d["evidence"]["step_starts"] == 5
+    assert "steps" not in d["evidence"]
+
+
+def test_directory_finds_plain_json_traces_and_leaves_other_json_out(tmp_path):
+    """torch's export_chrome_trace("trace.json") was not found in a directory (only
+    *.trace.json was looked for); cprof's own JSON beside traces is no trace."""
+    _busy_trace(tmp_path / "trace.json", 0, 1000, 100)
+    with gzip.open(tmp_path / "other.json.gz", "wt") as f:  # the array form, gzip
+        json.dump([{"ph": "X", "cat": "cpu_op", "name": "f", "pid": 1, "tid": 1, "ts": 0,
+                    "dur": 5}], f)
+    (tmp_path / "summary.json").write_text(json.dumps({"runs": [{"meta": {}}], "steps": []}))
+    (tmp_path / "config.json").write_text(json.dumps([{"lr": 1}]))
+    (tmp_path / "notes.json").write_text("not json at all")
+    cprof("report", tmp_path / "trace.json", "--format", "json", "-o", tmp_path / "out.json")
+    doc = json.loads(cprof("report", tmp_path, "--format", "json").stdout)
+    assert sorted(os.path.basename(x["trace"]["path"]) for x in doc["reports"]) == [
+        "other.json.gz", "trace.json"]
+    empty = tmp_path / "none"
+    empty.mkdir()
+    (empty / "summary.json").write_text("{}")
+    r = cprof("report", empty, check=False)
+    assert r.returncode == 1 and "no trace files" in r.stderr and "summary.json" in r.stderr
+
+
+def test_no_straggler_verdict_when_only_one_rank_has_steps(tmp_path):
+    """"no straggler" was printed with steps in one rank only: nothing to compare."""
+    d = tmp_path / "job"
+    d.mkdir()
+    _rank_trace(d / "job-rank0.trace.json.gz", 0, 1_700_000_000_000_000_000, 100.0)
+    doc = _rank_trace(d / "job-rank1.trace.json.gz", 1, 1_700_000_000_000_000_000, 100.0)
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if "ProfilerStep" not in e["name"]]
+    with gzip.open(d / "job-rank1.trace.json.gz", "wt") as f:
+        json.dump(doc, f)
+    for cmd in (["report", d], ["report", d, "--format", "md"],
+                ["merge", d, "-o", tmp_path / "m.trace.json", "--format", "md"]):
+        out = cprof(*cmd).stdout
+        assert "no straggler" not in out and "no steps to compare" in out, (cmd, out)
+        assert "rank 1)" in out
