@@ -53,8 +53,9 @@ _pid = None            # the process that registered them
 _last_exc_at_open = None
 _handler_installed = False
 _atexit_registered = False
-_critical = 0          # > 0 while some thread is inside cprof's start / step / stop
-_critical_threads = {}  # thread ident -> how deep it is inside those
+# thread ident -> how deep it is inside cprof's start / step / stop (only threads inside: the
+# dict is empty when none is; each change is one store, so an interrupt never splits it)
+_critical_threads = {}
 ending = None          # the thread ending the windows before os._exit / exec (ident), or None
 _ending_over = threading.Event()  # set when that process end did not happen (a failed exec)
 _held = threading.local()  # .n > 0: this thread holds a lock a process end may need (cprof run)
@@ -111,7 +112,7 @@ def closed(key):
     _running[:] = [r for r in _running if r[0] is not key]
     if not _running:
         _remove_process_end_hooks()
-    if not _critical and not _terminating:
+    if not _critical_threads and not _terminating:
         _sync_sigterm()
 
 
@@ -147,27 +148,53 @@ def release():
     _held.n = getattr(_held, "n", 0) - 1
 
 
-def enter_critical():
+def enter_critical(owner=None):
     """cprof's start / step / stop is running (any thread): a SIGTERM waits until it is done,
-    so the window is never ended half-opened or half-closed."""
-    global _critical
+    so the window is never ended half-opened or half-closed. Returns this thread's depth
+    before, for leave_critical. owner (the profile or context): its outermost section's depth
+    is kept on it (_critical_at) until that section is left, for leave_left_over."""
     if ending is not None:
         park_if_ending()
-    _critical += 1
     ident = threading.get_ident()
-    _critical_threads[ident] = _critical_threads.get(ident, 0) + 1
+    before = _critical_threads.get(ident, 0)
+    if owner is not None and getattr(owner, "_critical_at", None) is None:
+        owner._critical_at = before
+    _critical_threads[ident] = before + 1
+    return before
 
 
-def leave_critical():
-    global _critical, _term_pending
-    _critical -= 1
+def critical_depth():
+    """How deep this thread is inside cprof's open / step / close (0: not)."""
+    return _critical_threads.get(threading.get_ident(), 0)
+
+
+def leave_left_over(owner):
+    """A section owner entered that an interrupt kept from being left: leave it now (called
+    from owner's handlers of interrupts, and when its window has closed)."""
+    depth = getattr(owner, "_critical_at", None)
+    if depth is not None:
+        leave_critical(depth, owner)
+
+
+def leave_critical(depth=None, owner=None):
+    """Leaves the section entered by the enter_critical() that returned depth (None: the
+    innermost). With depth it is idempotent: a KeyboardInterrupt landing at this call's entry
+    (a Ctrl-C at the wrong moment) left the section counted for good, which held back every
+    later SIGTERM; owner's handler leaves it again (leave_left_over)."""
+    global _term_pending
     ident = threading.get_ident()
-    depth = _critical_threads.get(ident, 0) - 1
-    if depth > 0:
-        _critical_threads[ident] = depth
-    else:
-        _critical_threads.pop(ident, None)
-    if _critical or _terminating:
+    now = _critical_threads.get(ident, 0)
+    target = max(now - 1, 0) if depth is None else depth
+    if now > target:
+        if target > 0:
+            _critical_threads[ident] = target
+        else:
+            _critical_threads.pop(ident, None)
+    if owner is not None and depth is not None and getattr(owner, "_critical_at", None) == depth:
+        owner._critical_at = None  # (after the store: an interrupt before it leaves it to redo)
+    if now <= target:
+        return  # left already
+    if _critical_threads or _terminating:
         return
     if _term_pending:
         signum, _term_pending = _term_pending, 0
@@ -229,7 +256,7 @@ def _on_sigterm(signum, frame):
     global _term_pending
     if _terminating:
         return  # a second signal while the trace is written: the first one ends the process
-    if _critical:
+    if _critical_threads:
         _term_pending = signum  # acted on when cprof's start / step / stop is done
         return
     _terminate(signum)
@@ -335,10 +362,10 @@ def _end_before_process_end(reason):
         debug("cprof: %s from inside cprof's stop / step: passed through", reason)
         return False
     ending = threading.get_ident()  # from here other threads' cprof calls wait
-    if _critical:  # another thread is opening, stepping or closing: let it finish
+    if _critical_threads:  # another thread is opening, stepping or closing: let it finish
         import time
         deadline = time.monotonic() + _CRITICAL_WAIT_S
-        while _critical and time.monotonic() < deadline:
+        while _critical_threads and time.monotonic() < deadline:
             time.sleep(0.001)
     for _, owner in reversed(list(_running)):
         _end(owner, reason)
@@ -376,7 +403,7 @@ def _at_exit():
 # ---- fork ----
 
 def _after_fork_child():
-    global _pid, _handler_installed, _term_pending, forks, _critical, ending
+    global _pid, _handler_installed, _term_pending, forks, ending
     forks += 1
     running = list(_running) if _pid is not None else []
     _running.clear()
@@ -384,7 +411,6 @@ def _after_fork_child():
     _term_pending = 0
     for ident in [i for i in _critical_threads if i != threading.get_ident()]:
         del _critical_threads[ident]  # the parent's other threads are not in the child
-    _critical = _critical_threads.get(threading.get_ident(), 0)  # only the forking thread's
     ending = None
     if _handler_installed:
         _handler_installed = False

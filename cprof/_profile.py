@@ -438,7 +438,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             _glue.prewarm(self.with_stack, self.with_modules, self.record_shapes,
                           self.record_ops)
         try:
-            _lifecycle.enter_critical()
+            depth = _lifecycle.enter_critical(self)
             try:
                 try:
                     self._run_transitions(ProfilerAction.NONE, self.current_action)
@@ -451,7 +451,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                 _lifecycle.opened(self, self._lifecycle_owner)
                 self._enter_step()
             finally:
-                _lifecycle.leave_critical()
+                _lifecycle.leave_critical(depth, self)
         except BaseException as err:
             # interrupted (Ctrl-C) once the window was open: a with block does not call
             # __exit__ when __enter__ raised, so it is closed here, never left open to refuse
@@ -483,7 +483,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             raise _C.WindowStateError(
                 "cprof.profile: stop() without start(); use `with cprof.profile(...)` or call "
                 "start() first")
-        _lifecycle.enter_critical()
+        depth = _lifecycle.enter_critical(self)
         try:
             self._exit_step()
             self._started = False
@@ -493,7 +493,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                 self._uninstall_glue()
                 _lifecycle.closed(self)
         finally:
-            _lifecycle.leave_critical()
+            _lifecycle.leave_critical(depth, self)
+            _lifecycle.leave_left_over(self)  # a step's, interrupted as it left (window closed)
 
     # -- process lifecycle (_lifecycle.py) --
     def _in_other_process(self):
@@ -575,7 +576,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         # transition is empty (same action, except RECORD_AND_SAVE): ~0.15 us saved a step
         critical = prev is not action or action is ProfilerAction.RECORD_AND_SAVE
         if critical:
-            _lifecycle.enter_critical()
+            depth = _lifecycle.enter_critical(self)
         try:
             self.step_num += 1
             self.current_action = action
@@ -592,7 +593,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                 self._enter_step()
         finally:
             if critical:
-                _lifecycle.leave_critical()
+                _lifecycle.leave_critical(depth, self)
 
     def __enter__(self):
         self.start()
@@ -603,6 +604,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         window open or the capture hooks installed: close it now, marked partial with err, and
         keep it as the last window (export_chrome_trace / ProfilerContext write it), so the
         next window can open. on_trace_ready is not called: the stop was interrupted."""
+        _lifecycle.leave_left_over(self)  # the interrupt may have landed as it was left
         if self._window is None and self._glue is None:
             return
         try:

@@ -285,7 +285,7 @@ class ProfilerContext:
         self.trace_path = pathlib.Path(stem + suffix)
         was_open = self._prof._started  # entered again while open: that window is not ours
         try:
-            _lifecycle.enter_critical()  # a SIGTERM now is acted on once the window is set up
+            depth = _lifecycle.enter_critical(self)  # a SIGTERM waits until the window is set up
             try:
                 self._prof.start()
                 self._window = self._prof._window
@@ -299,8 +299,9 @@ class ProfilerContext:
                     "strict": self.strict,
                 })
             finally:
-                _lifecycle.leave_critical()
+                _lifecycle.leave_critical(depth, self)
         except BaseException as err:
+            _lifecycle.leave_left_over(self)  # the interrupt may have landed as it was left
             # interrupted (Ctrl-C) after the window opened: the with block will not run its
             # __exit__, so the window is closed here (trace written, partial), never left open
             # to refuse every later window
@@ -350,7 +351,7 @@ class ProfilerContext:
             self._prof._forget_in_child()
             self._window = None
             return False
-        _lifecycle.enter_critical()  # a SIGTERM now waits until the trace is written
+        depth = _lifecycle.enter_critical(self)  # a SIGTERM now waits until the trace is written
         try:
             self._prof.__exit__(exc_type, exc, tb)
             self._window = self._prof._last
@@ -370,10 +371,11 @@ class ProfilerContext:
                     f"cprof: the trace could not be written ({err}); call save(path) to write "
                     "it elsewhere")
         finally:
-            _lifecycle.leave_critical()
+            _lifecycle.leave_critical(depth, self)
         return False
 
     def _exit_failed(self, err):
+        _lifecycle.leave_left_over(self)  # the interrupt may have landed as it was left
         if self.enabled and self._window is not None:
             self._salvage(err)  # interrupted (Ctrl-C) before the window closed
 

@@ -769,6 +769,8 @@ def test_a_ctrl_c_anywhere_in_open_or_close_leaves_no_window_open(where, api, ou
     monkeypatch.undo()
     assert not _C.active() and not _C.gpu_active()
     assert _lifecycle.running() == []
+    # no section left counted (it held back every later SIGTERM)
+    assert _lifecycle.critical_depth() == 0 and not _lifecycle._critical_threads
     if os.path.isdir(outdir):  # no probe, no temp file left
         assert not [f for f in os.listdir(outdir) if f.startswith(".")]
     if where in ("exit_entry", "window_stop", "glue_remove"):  # the body ran: its data kept
@@ -780,6 +782,20 @@ def test_a_ctrl_c_anywhere_in_open_or_close_leaves_no_window_open(where, api, ou
         else:
             assert "work" in [e.name for e in p.events()]
     _fresh_window_works(outdir)
+
+
+def test_a_ctrl_c_as_a_step_leaves_its_section_is_not_left_counted(monkeypatch):
+    """A KeyboardInterrupt landing as step() leaves its section: the section stayed counted
+    for good, so every later SIGTERM was held back as if cprof were busy; the window's stop
+    (the with block's exit) leaves it."""
+    p = cprof.profile(activities=CPU, schedule=cprof.schedule(wait=0, warmup=0, active=1))
+    with pytest.raises(KeyboardInterrupt):
+        with p:
+            _raise_once(monkeypatch, _lifecycle, "leave_critical")
+            p.step()  # RECORD_AND_SAVE -> NONE: a critical step
+    monkeypatch.undo()
+    assert _lifecycle.critical_depth() == 0 and not _lifecycle._critical_threads
+    assert not _C.active()
 
 
 def test_end_open_window_ends_a_window_nothing_else_can(outdir):
@@ -819,7 +835,6 @@ def test_a_thread_inside_cprofs_own_sections_is_never_parked(monkeypatch):
     waits for exactly that (parking it stalled os._exit 5 s, or hung cprof run)."""
     monkeypatch.setattr(_lifecycle, "_pid", os.getpid())
     monkeypatch.setattr(_lifecycle, "_critical_threads", {})
-    monkeypatch.setattr(_lifecycle, "_critical", 0)
     monkeypatch.setattr(_lifecycle, "PARK_LIMIT_S", 30.0)
     t0 = time.monotonic()
     _lifecycle.enter_critical()  # inside before the ending began
