@@ -274,6 +274,11 @@ def _check_program(kind, target):
                      "cprof run [options] -m module [args...]")
     if kind == "script":
         if not os.path.exists(target):
+            if target.strip().upper() in ("CPU", "GPU", "CUDA", "MEM"):
+                # --activities CPU GPU train.py, in the form of seed 000's --profile-activities
+                raise _Usage(f"no such file: {target}; --activities takes one comma-separated "
+                             f"list (--activities CPU,{target.strip().upper()}), not several "
+                             "words")
             raise _Usage(f"no such file: {target}")
         if os.path.isdir(target) and not os.path.isfile(os.path.join(target, "__main__.py")):
             raise _Usage(f"{target} is a directory without __main__.py; pass the script to run")

@@ -490,6 +490,8 @@ def test_name_output_dir_no_gzip_quiet_report(tmp_path):
     (("-m",), "no program given"),
     (("-m", "no_such_module_xyz"), "no module named 'no_such_module_xyz'"),
     (("--activities", "CPU,TPU", BASIC), "unknown profiler activity 'TPU'"),
+    (("--activities", "CPU", "GPU", BASIC), "no such file: GPU; --activities takes one "
+                                             "comma-separated list (--activities CPU,GPU)"),
     (("--capture-range", "nvtx", BASIC), "--capture-range must be cudaProfilerApi or "
                                           "range:NAME"),
     (("--capture-range", "range:", BASIC), "--capture-range must be"),
