@@ -92,7 +92,8 @@ What the program sees and what comes back
     non-zero sys.exit, KeyboardInterrupt, "Terminated" for SIGTERM); sys.exit(0) is a
     normal end. The metadata's "cprof_run" entry records the options and what opened and
     closed the window.
-  - At the end: "cprof: trace written to PATH (N events, SIZE)", or, when the window never
+  - At the end: "cprof: trace written to PATH (N events, SIZE, S s to write)", as
+    ProfilerContext prints it, or, when the window never
     opened, "cprof: no trace written: the window never opened (the program ended after
     S s, before --delay D s)" or "...: the capture range never started (no range named
     ...)"; the exit code is the program's
@@ -559,7 +560,8 @@ class _Session:
             out.error("the trace could not be written (see the warning above)")
             return
         self.summary = ctx.summary
-        out.info(f"trace written to {r.path} ({r.events} events, {_fmt_size(r.bytes)})")
+        out.info(f"trace written to {r.path} ({r.events} events, {_fmt_size(r.bytes)}, "
+                 f"{r.seconds:.3f} s to write)")
         if exc_type is not None:
             out.info("the trace is partial: the program ended with "
                      f"{getattr(exc_type, '__name__', exc_type)} while the window was open")

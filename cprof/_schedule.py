@@ -55,8 +55,9 @@ def _count(name, value, minimum, who="cprof.schedule"):
     return value
 
 
-def schedule(*, wait, warmup, active, repeat=0, skip_first=0, skip_first_wait=0):
+def schedule(wait, warmup, active, repeat=0, skip_first=0, *, skip_first_wait=0):
     """Returns a callable step -> ProfilerAction with torch.profiler.schedule's semantics.
+    Positional or by keyword (torch's takes keywords only; code written for it runs as is).
 
     Skips ``skip_first`` steps, then cycles: ``wait`` steps idle, ``warmup`` steps collected and
     discarded, ``active`` steps recorded (the last one RECORD_AND_SAVE, after which the trace is

@@ -16,7 +16,8 @@ BASIC = os.path.join(SCRIPTS, "basic.py")
 TIMED = os.path.join(SCRIPTS, "timed.py")
 CAPTURE = os.path.join(SCRIPTS, "capture.py")
 MODEL = os.path.join(SCRIPTS, "model.py")
-WRITTEN = re.compile(r"^cprof: trace written to (\S+) \((\d+) events, [\d.]+ (B|KB|MB|GB)\)$",
+WRITTEN = re.compile(r"^cprof: trace written to (\S+) \((\d+) events, [\d.]+ (B|KB|MB|GB), "
+                     r"\d+\.\d{3} s to write\)$",
                      re.M)
 
 

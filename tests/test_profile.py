@@ -57,8 +57,11 @@ def test_invalid_schedules_raise_clear_errors(bad):
 def test_schedule_types_are_checked():
     with pytest.raises(TypeError, match="whole number"):
         cprof.schedule(wait=1.5, warmup=1, active=1)
+    # positional, as issue 5 writes it (torch's is keyword-only: a superset)
+    assert cprof.schedule(1, 2, 3, 4, 5).params == cprof.schedule(
+        wait=1, warmup=2, active=3, repeat=4, skip_first=5).params
     with pytest.raises(TypeError):
-        cprof.schedule(1, 1, 1)  # keyword-only, as torch
+        cprof.schedule(1, 1, 1, 0, 0, 0)  # skip_first_wait stays keyword-only
     # whole floats are steps, as torch takes them
     assert cprof.schedule(wait=1.0, warmup=1, active=2.0).params["active"] == 2
     with pytest.warns(UserWarning, match="warmup"):  # torch's warning, as torch gives it
