@@ -1097,8 +1097,9 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         memory views are the trace's memory counter track (profile_memory=True) and the CUDA
         memory snapshot (export_memory_snapshot, for pytorch.org/memory_viz)."""
         raise NotImplementedError(
-            "cprof.profile has no export_memory_timeline; with profile_memory=True the trace "
-            "has a memory counter track, and export_memory_snapshot(path) writes the CUDA "
+            "cprof.profile has no export_memory_timeline (torch.profiler deprecates it for the "
+            "CUDA memory history); with profile_memory=True the trace has a memory counter "
+            "track and [memory] events, and export_memory_snapshot(path) writes the CUDA "
             "memory history for pytorch.org/memory_viz")
 
     def toggle_collection_dynamic(self, enable, activities):
