@@ -24,7 +24,7 @@ work=build/fuzz
 mkdir -p "$work/artifacts"
 
 # the csrc files each harness needs (trace_merge brings its own in-memory sink)
-reader="csrc/trace_read.c csrc/trace_dedup.c csrc/json_scan.c csrc/trace_analyse.c csrc/trace_gaps.c csrc/trace_memory.c csrc/jsonw.c"
+reader="csrc/trace_read.c csrc/trace_dedup.c csrc/trace_implicit.c csrc/json_scan.c csrc/trace_analyse.c csrc/trace_gaps.c csrc/trace_memory.c csrc/jsonw.c"
 declare -A srcs=(
   [trace_report]="$reader"
   [trace_merge]="$reader csrc/trace_merge.c"
