@@ -228,7 +228,6 @@ class Window:
         self.partial = False
         self.end_reason = None
         self.pid = None  # the process that opened it: elsewhere (a forked child) it is not ours
-        self.held_at_start = 0  # range memory earlier results held when it opened (bytes)
         self.names_refused_at_start = 0  # _C.names_refused() when it opened
         # toggle_collection_dynamic: CPU collection off; CUDA off since (cprof clock ns, 0 =
         # the window's start) and the closed intervals it was off, [(off_ns, on_ns)]
@@ -255,10 +254,7 @@ class Window:
                 "ProfilerContext / call stop()) before opening another; if nothing can close "
                 "it (a Ctrl-C landed on its with block's exit), cprof.end_open_window() ends it "
                 "and writes its trace, marked partial")
-        _C.set_buffer_cap(int(self.buffer_mb * (1 << 20)))
-        mem = _C.memory()
-        # range memory that results of earlier windows still hold counts against the cap
-        self.held_at_start = max(mem["allocated_bytes"] - mem["pooled_bytes"], 0)
+        _C.set_buffer_cap(int(self.buffer_mb * (1 << 20)))  # this window's (decision 137)
         self.names_refused_at_start = _C.names_refused()
         try:
             _C.start(cpu_on=not self.cpu_off)  # (a Ctrl-C may be raised as it returns)
@@ -372,7 +368,7 @@ class Window:
             self.toggles.append({"enable": bool(enable),
                                  "activities": [a for a, on in (("CPU", cpu), ("CUDA", cuda))
                                                 if on],
-                                 "ts_us": (now + _C.unix_offset_ns()) // 1000})
+                                 "ts_us": int(now + _C.unix_offset_ns()) // 1000})
 
     def _cuda_off_intervals(self):
         if self.cuda_off_since is None:
@@ -414,19 +410,10 @@ class Window:
                 "(f'request {i}') fill it: give them a fixed name and put the varying part in "
                 "the range's args, or profile in a fresh process.")
         if snap.dropped:
-            held = self.held_at_start
-            if held >= self.buffer_mb * (1 << 20) / 4:
-                fix = (f"Results of earlier windows still held {held / (1 << 20):.1f} MiB of "
-                       "range memory when it opened, which counts against the cap (a "
-                       "cprof.profile or ProfilerContext object, or its events, kept alive): "
-                       "release them (del the object) or raise buffer_size_mb above what they "
-                       "hold to keep the ranges")
-            else:
-                fix = "Raise buffer_size_mb to keep them"
             _warn.warn(
                 f"cprof: {snap.dropped} of {snap.dropped + snap.ranges} ranges were dropped "
-                f"because the range buffer cap ({self.buffer_mb} MiB) was reached; the trace "
-                f"says so in its metadata. {fix}.")
+                f"because the window's range buffer cap ({self.buffer_mb} MiB) was reached; "
+                "the trace says so in its metadata. Raise buffer_size_mb to keep them.")
         return snap
 
     def _check_gpu_drops(self):

@@ -147,12 +147,21 @@ typedef struct cprof_snapshot {
     uint64_t toggled_off;       /* pushes not recorded while CPU collection was toggled off */
 } cprof_snapshot;
 
-/* Memory cap for range chunks (all threads, all held snapshots). Default 256 MiB.
- * Only valid while no window is open. */
+/* Memory cap for one window's range chunks (all threads; chunks held by snapshots, earlier
+ * windows' results, are not counted). Default 256 MiB. Only valid while no window is open. */
 int cprof_events_set_cap(uint64_t cap_bytes);
 uint64_t cprof_events_cap(void);
-uint64_t cprof_events_bytes_in_use(void);
-uint64_t cprof_events_bytes_pooled(void);
+
+/* The chunk pool (chunk_pool.c). get: a chunk, or NULL at the cap (over_cap: past it, for
+ * ProfilerStep ranges). put: a list back (held: it was a snapshot's, see hold). hold: a
+ * window's list now belongs to a snapshot. bytes: 0 allocated, 1 free, 2 held. */
+cprof_chunk *cprof_pool_get(int over_cap);
+void cprof_pool_put(cprof_chunk *list, int held);
+void cprof_pool_hold(cprof_chunk *list);
+int cprof_pool_set_cap(uint64_t bytes);
+uint64_t cprof_pool_bytes(int which);
+void cprof_pool_lock(void); /* around fork() (events.c's atfork handlers) */
+void cprof_pool_unlock(void);
 
 /* Opens a window, recording (cpu_on) or with CPU collection toggled off. CPROF_E_STATE if one
  * is open. Caller holds the GIL. */

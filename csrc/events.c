@@ -3,7 +3,7 @@
  * Threads: push/pop/start/stop are called with the GIL held, which serialises every mutation of
  * a thread's buffer and of the window state (so the hot path takes no lock and no atomic RMW).
  * The registry mutex only guards the thread list against thread-exit destructors; the chunk pool
- * has its own mutex because snapshots are freed with the GIL released.
+ * (chunk_pool.c) has its own mutex because snapshots are freed with the GIL released.
  * The exception is torch's operators (ops_itt.c): they begin and end in C++ with the GIL released,
  * on any thread. Their push/pop take the thread's own op lock (uncontended: only stop and the
  * stats ever take another thread's), and stop takes each thread's op lock while it detaches that
@@ -11,7 +11,6 @@
  * a table under their own mutex, which stop empties before it detaches the threads' records.
  * Lock order: registry, then a thread's op lock, then the async table, then the pool. */
 #define _GNU_SOURCE
-#include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -66,103 +65,12 @@ static uint64_t g_window_id;
 static uint64_t g_start_ns;
 static uint32_t g_key_seq, g_key_fwd; /* "Sequence number", "Fwd thread id" (0: not interned) */
 
-static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
-static cprof_chunk *pool;      /* free chunks, reused before any new allocation */
-static uint64_t pool_free;     /* chunks on that list */
-static uint64_t pool_allocated_bytes;
-static uint64_t cap_bytes = 256ull << 20;
 static void (*new_thread_hook)(void); /* the binding's: names a thread at its first record */
-
-/* ---- chunk pool ---- */
-
-/* over_cap: a chunk for ProfilerStep ranges past the cap (slot_slow) */
-static cprof_chunk *chunk_get(int over_cap) {
-    cprof_chunk *c = NULL;
-    pthread_mutex_lock(&pool_lock);
-    if (pool) {
-        c = pool;
-        pool = c->next;
-        pool_free--;
-    } else if (over_cap || pool_allocated_bytes + sizeof(cprof_chunk) <= cap_bytes) {
-        c = malloc(sizeof(cprof_chunk));
-        if (c) pool_allocated_bytes += sizeof(cprof_chunk);
-    }
-    pthread_mutex_unlock(&pool_lock);
-    if (c) {
-        c->next = NULL;
-        c->count = 0;
-    }
-    return c;
-}
-
-/* Frees pooled chunks above the cap; returns how many. Pool lock held. */
-static int pool_trim_locked(void) {
-    int n = 0;
-    while (pool && pool_allocated_bytes > cap_bytes) {
-        cprof_chunk *c = pool;
-        pool = c->next;
-        pool_free--;
-        free(c);
-        pool_allocated_bytes -= sizeof(cprof_chunk);
-        n++;
-    }
-    return n;
-}
-
-/* Chunks (64 KiB, below glibc's mmap threshold) come from the heap, which free() returns to
- * the system only at its top: without a trim a lowered cap would not lower RSS. */
-static void release_to_os(void) {
-#ifdef __GLIBC__
-    malloc_trim(0);
-#endif
-}
-
-static void chunks_put(cprof_chunk *list) {
-    if (!list) return;
-    cprof_chunk *last = list;
-    uint64_t n = 1;
-    while (last->next) {
-        last = last->next;
-        n++;
-    }
-    pthread_mutex_lock(&pool_lock);
-    last->next = pool;
-    pool = list;
-    pool_free += n;
-    /* a lowered cap takes effect here: give back memory above it */
-    int freed = pool_trim_locked();
-    pthread_mutex_unlock(&pool_lock);
-    if (freed) release_to_os();
-}
 
 int cprof_events_set_cap(uint64_t bytes) {
     if (bytes < sizeof(cprof_chunk)) return CPROF_E_ARG;
     if (g_active) return CPROF_E_STATE;
-    pthread_mutex_lock(&pool_lock);
-    cap_bytes = bytes;
-    int freed = pool_trim_locked();
-    pthread_mutex_unlock(&pool_lock);
-    if (freed) release_to_os();
-    return CPROF_OK;
-}
-
-uint64_t cprof_events_cap(void) { return cap_bytes; }
-
-uint64_t cprof_events_bytes_in_use(void) {
-    pthread_mutex_lock(&pool_lock);
-    uint64_t b = pool_allocated_bytes;
-    pthread_mutex_unlock(&pool_lock);
-    return b;
-}
-
-/* Bytes of allocated chunks that are free in the pool; the rest are held by threads recording
- * in the open window and by snapshots not yet released (results still alive), and count
- * against the cap. */
-uint64_t cprof_events_bytes_pooled(void) {
-    pthread_mutex_lock(&pool_lock);
-    uint64_t b = pool_free * sizeof(cprof_chunk);
-    pthread_mutex_unlock(&pool_lock);
-    return b;
+    return cprof_pool_set_cap(bytes);
 }
 
 /* ---- thread registration ---- */
@@ -234,7 +142,7 @@ CPROF_INLINE tstate *gil_thread(void) {
 void cprof_events_set_new_thread_hook(void (*hook)(void)) { new_thread_hook = hook; }
 
 static void tstate_free(tstate *t) {
-    chunks_put(t->head);
+    cprof_pool_put(t->head, 0);
     free(t->stack);
     free(t->seq);
     free(t->tstack);
@@ -257,12 +165,12 @@ static void link_chunk(tstate *t, cprof_chunk *c) {
 static CPROF_NOINLINE cprof_record *slot_slow(tstate *t, uint8_t cat) {
     if (t->tail && t->tail->count < CPROF_CHUNK_RECORDS)  /* capped: its reserve chunk */
         return cat == CPROF_CAT_STEP ? &t->tail->rec[t->tail->count++] : NULL;
-    cprof_chunk *c = t->room ? chunk_get(0) : NULL;
+    cprof_chunk *c = t->room ? cprof_pool_get(0) : NULL;
     if (c) {
         t->room = CPROF_CHUNK_RECORDS;
     } else {
         t->room = 0;
-        if (cat != CPROF_CAT_STEP || !(c = chunk_get(1))) return NULL;
+        if (cat != CPROF_CAT_STEP || !(c = cprof_pool_get(1))) return NULL;
     }
     link_chunk(t, c);
     return &t->tail->rec[t->tail->count++];
@@ -816,11 +724,11 @@ static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static void atfork_prepare(void) {
     pthread_mutex_lock(&registry_lock); /* the lock order: registry, async table, pool */
     pthread_mutex_lock(&async_lock);
-    pthread_mutex_lock(&pool_lock);
+    cprof_pool_lock();
 }
 
 static void atfork_parent(void) {
-    pthread_mutex_unlock(&pool_lock);
+    cprof_pool_unlock();
     pthread_mutex_unlock(&async_lock);
     pthread_mutex_unlock(&registry_lock);
 }
@@ -840,7 +748,7 @@ void cprof_events_fork_child(void) {
         if (t != me) atomic_store_explicit(&t->dead, 1, memory_order_release); /* gone here */
         /* this copy of the window's records is the child's memory: back to its pool */
         if (t->window_id == g_window_id) {
-            chunks_put(t->head);
+            cprof_pool_put(t->head, 0);
             t->head = t->tail = NULL;
             t->nrecords = t->dropped = 0;
         }
@@ -964,6 +872,7 @@ int cprof_events_stop(cprof_snapshot **out) {
         d->nrecords = t->nrecords;
         d->dropped = t->dropped;
         d->chunks = t->head;
+        cprof_pool_hold(t->head); /* results from now on: off the next window's cap */
         snap->nrecords += t->nrecords;
         snap->dropped += t->dropped;
         /* ranges still open: close them at stop time (at its exit for a thread that has
@@ -991,7 +900,7 @@ int cprof_events_stop(cprof_snapshot **out) {
 
 void cprof_snapshot_free(cprof_snapshot *snap) {
     if (!snap) return;
-    for (size_t i = 0; i < snap->nthreads; i++) chunks_put(snap->threads[i].chunks);
+    for (size_t i = 0; i < snap->nthreads; i++) cprof_pool_put(snap->threads[i].chunks, 1);
     free(snap->threads);
     free(snap);
 }

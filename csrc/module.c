@@ -504,9 +504,10 @@ static PyObject *mod_set_cap(PyObject *module, PyObject *arg) {
 }
 
 static PyObject *mod_memory(PyObject *module, PyObject *unused) {
-    return Py_BuildValue("{sKsKsKsn}", "cap_bytes", (unsigned long long)cprof_events_cap(),
-                         "allocated_bytes", (unsigned long long)cprof_events_bytes_in_use(),
-                         "pooled_bytes", (unsigned long long)cprof_events_bytes_pooled(),
+    return Py_BuildValue("{sKsKsKsKsn}", "cap_bytes", (unsigned long long)cprof_events_cap(),
+                         "allocated_bytes", (unsigned long long)cprof_pool_bytes(0),
+                         "pooled_bytes", (unsigned long long)cprof_pool_bytes(1),
+                         "held_bytes", (unsigned long long)cprof_pool_bytes(2),
                          "chunk_bytes", (Py_ssize_t)sizeof(cprof_chunk));
 }
 
