@@ -16,7 +16,8 @@ _ops.prepare_env()  # before torch loads, or torch's operators cannot be recorde
 from ._C import (CprofError, CuptiBusyError, GpuUnavailableError, NoOpenRangeError,
                  TraceFormatError, TraceWriteError, WindowStateError)
 from ._features import features
-from ._profile import (GpuUnavailableWarning, ProfilerActivity, kineto_available, profile,
+from ._profile import (ActivityError, GpuUnavailableWarning, ProfilerActivity,
+                       StacksUnavailableError, kineto_available, profile,
                        supported_activities, tensorboard_trace_handler)
 from ._results import DeviceType, EventList, FunctionEventAvg, ProfilerEvent
 from ._schedule import ProfilerAction, ScheduleError, min_steps, schedule
@@ -33,6 +34,8 @@ from .runprof import (ENGINE_BUCKET_ORDER, MODEL_BUCKET_ORDER, NullProfiler, Pro
 __version__ = _C.__version__
 
 __all__ = [
+    "ActivityError",
+    "StacksUnavailableError",
     "end_open_window",
     "DeviceType",
     "EventList",

@@ -290,11 +290,11 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         try:
             min_duration_us = float(min_duration_us)
         except (TypeError, ValueError):
-            raise TypeError("cprof.profile: min_duration_us must be a number") from None
+            raise TypeError(f"{who}: min_duration_us must be a number") from None
         if not min_duration_us >= 0:
-            raise ValueError("cprof.profile: min_duration_us must be >= 0 microseconds")
-        buffer_size_mb = check_buffer_size_mb(buffer_size_mb, "cprof.profile")
-        self.gpu_buffer_mb = check_gpu_buffer_mb(gpu_buffer_mb, "cprof.profile")
+            raise ValueError(f"{who}: min_duration_us must be >= 0 microseconds")
+        buffer_size_mb = check_buffer_size_mb(buffer_size_mb, who)
+        self.gpu_buffer_mb = check_gpu_buffer_mb(gpu_buffer_mb, who)
         self.record_shapes = bool(record_shapes)
         self.profile_memory = "MEM" in self.activities
         self.with_stack = flag(with_stack, who, "with_stack")
@@ -353,16 +353,17 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         self._mem_sampling = False  # the CPU memory sampler runs for this window (_glue)
         self.action_map = self._build_action_map()
 
+    # seed 002's profiling section: its values for what a config leaves out
     _CONFIG_DEFAULTS = dict(wait=3, warmup=1, active=3, repeat=1, skip_first=0,
-                            record_shapes=False, profile_memory=False, with_stack=False,
+                            record_shapes=True, profile_memory=True, with_stack=False,
                             with_modules=False)
 
     @classmethod
     def from_config(cls, config, trace_dir, use_gzip=False, worker_name=None, **kwargs):
         """A profiler from a training config's profiling section (seed 002): a mapping or an
         object with wait / warmup / active / repeat (/ skip_first) and record_shapes /
-        profile_memory / with_stack (/ with_modules); missing ones take seed 002's defaults
-        (3, 1, 3, 1, off). ``None`` (seed 002's ``profiling:None``) gives a disabled profiler:
+        profile_memory / with_stack (/ with_modules); missing ones take seed 002's values
+        (3, 1, 3, 1; record_shapes and profile_memory on, with_stack and with_modules off). ``None`` (seed 002's ``profiling:None``) gives a disabled profiler:
         its with block, step() and stop() do nothing. Traces go to ``trace_dir`` through
         tensorboard_trace_handler(trace_dir, worker_name, use_gzip) (``*.pt.trace.json``;
         pass ``worker_name=f"rank{rank}"`` to put the rank in the file names). Extra keyword

@@ -1,5 +1,6 @@
 """add_profiler_args / create_profiler_from_args."""
 import argparse
+import os
 
 import pytest
 
@@ -126,7 +127,24 @@ def test_activities_as_one_string_from_a_config(tmp_path):
                        ("CPU GPU MEM", ["CPU", "GPU", "MEM"]), ("GPU", ["GPU"])):
         p = cprof.create_profiler_from_args({"profile": "true", "profile_activities": text})
         assert p.activities == want, text
-    with pytest.raises(ValueError, match="unknown profiler activity .FOO."):
+    with pytest.raises(cprof.ActivityError, match="unknown profiler activity .FOO."):
         cprof.create_profiler_from_args({"profile": "true", "profile_activities": "CPU,FOO"})
     assert cprof.ProfilerContext(activities="CPU,MEM", output_dir=tmp_path).activities == [
         "CPU", "MEM"]
+
+
+def test_every_error_the_docs_name_is_importable_from_cprof():
+    """usage.md's Errors section names classes to catch; `except cprof.X` must not itself
+    fail (ActivityError and StacksUnavailableError were not exported)."""
+    import re
+    from conftest import ROOT
+    with open(os.path.join(ROOT, "docs", "usage.md")) as f:
+        text = f.read()
+    section = text[text.index("## Errors"):]
+    section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
+    names = set(re.findall(r"`(?:cprof\.)?([A-Z][A-Za-z]*(?:Error|Warning))`", section))
+    names -= {"RuntimeError", "ValueError", "TypeError", "AssertionError", "OSError",
+              "RuntimeWarning"}
+    assert {"ActivityError", "StacksUnavailableError", "WindowStateError"} <= names
+    for name in names:
+        assert isinstance(getattr(cprof, name, None), type), name

@@ -1084,6 +1084,11 @@ def test_from_config_accepts_objects_and_rejects_unknown_keys(tmp_path):
 
     p = cprof.profile.from_config(Cfg(), tmp_path / "t", activities=CPU)
     assert p.record_steps
+    # what a config leaves out takes seed 002's values (record_shapes, profile_memory: true)
+    q = cprof.profile.from_config({"active": 1}, tmp_path / "t", activities=CPU)
+    assert (q.record_shapes, q.profile_memory, q.with_stack, q.with_modules) == (
+        True, True, False, False)
+    assert q.schedule.params["wait"] == 3 and q.schedule.params["repeat"] == 1
     with pytest.raises(ValueError, match="unknown profiling option"):
         cprof.profile.from_config(dict(SEED_002, wiat=3), tmp_path / "t")
 
