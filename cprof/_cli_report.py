@@ -146,22 +146,25 @@ def merged_inputs(path, limit=8 << 20):
 
 def _head(path, limit, stop):
     """The first bytes of a plain or gzip file: up to limit, or until stop (a compiled
-    regex) matches; None when it cannot be read (the reader reports that when it matters)."""
+    regex) matches; None when it cannot be read (the reader reports that when it matters).
+    Each chunk is searched once (from a little before it: a match across two chunks is
+    found), never the whole head again: a big JSON that is no trace took seconds."""
     import gzip
     import zlib
     try:
         with open(path, "rb") as raw:
             gz = raw.read(2) == b"\x1f\x8b"
         with (gzip.open(path, "rb") if gz else open(path, "rb")) as f:
-            head = b""
+            head = bytearray()
             while len(head) < limit:
                 chunk = f.read(1 << 16)
                 if not chunk:
                     break
+                start = max(len(head) - 4096, 0)
                 head += chunk
-                if stop.search(head):
+                if stop.search(head, start):
                     break
-            return head
+            return bytes(head)
     except (OSError, EOFError, gzip.BadGzipFile, zlib.error):
         return None
 

@@ -1174,3 +1174,26 @@ def test_no_straggler_verdict_when_only_one_rank_has_steps(tmp_path):
         out = cprof(*cmd).stdout
         assert "no straggler" not in out and "no steps to compare" in out, (cmd, out)
         assert "rank 1)" in out
+
+
+def test_a_big_json_that_is_no_trace_is_passed_over_quickly(tmp_path):
+    """Directory discovery searched the whole head again after each 64 KiB read: one 9 MB
+    JSON without "traceEvents" (a tokenizer.json, a dataset beside the traces) took ~6 s."""
+    import time
+
+    from cprof._cli_report import _find_in_dir, _looks_like_trace
+    big = tmp_path / "tokenizer.json"
+    with open(big, "w") as f:
+        f.write('{"model": {"vocab": {')
+        f.write(",".join(f'"tok{i}": {i}' for i in range(600_000)))
+        f.write("}}}")
+    assert big.stat().st_size > 9 << 20
+    _busy_trace(tmp_path / "trace.json", 0, 1000, 100)
+    t0 = time.perf_counter()
+    assert not _looks_like_trace(big)
+    assert _find_in_dir(str(tmp_path)) == [str(tmp_path / "trace.json")]
+    assert time.perf_counter() - t0 < 1.5
+    # a "traceEvents" key that straddles two reads is still found
+    pad = (1 << 16) - len('{"x": "') - 5
+    (tmp_path / "split.json").write_text('{"x": "' + "a" * pad + '", "traceEvents": []}')
+    assert _looks_like_trace(tmp_path / "split.json")
