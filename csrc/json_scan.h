@@ -25,6 +25,14 @@ CPROF_INLINE void cprof_js_ws(cprof_js *ps) {
     ps->p = p;
 }
 
+/* The length of s[0..n) cut to at most cap bytes, never inside a UTF-8 character (a cut one
+ * read back as U+FFFD in a warning that quotes the text). */
+CPROF_INLINE size_t cprof_js_cut(const char *s, size_t n, size_t cap) {
+    if (n <= cap) return n;
+    while (cap && ((unsigned char)s[cap] & 0xC0) == 0x80) cap--;
+    return cap;
+}
+
 /* Each returns 0, CPROF_E_FORMAT (the message in err: what, where) or CPROF_E_NOMEM. */
 int cprof_js_fail(cprof_js *ps, const char *at, const char *what);
 int cprof_js_expect(cprof_js *ps, char c, const char *what);

@@ -432,8 +432,7 @@ static int rank_value(cprof_js *ps, cprof_trace *t, int64_t min, int64_t *out, u
         return CPROF_E_FORMAT;
     }
     *out = v >= min ? v : CPROF_TEV_NONE;
-    n = (size_t)(ps->p - v0);
-    return v >= min ? CPROF_OK : intern(t, v0, n < 64 ? n : 64, bad);
+    return v >= min ? CPROF_OK : intern(t, v0, cprof_js_cut(v0, (size_t)(ps->p - v0), 64), bad);
 }
 
 static int dist_member(cprof_js *ps, cprof_trace *t, const char *k, size_t kn) {

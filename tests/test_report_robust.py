@@ -1621,3 +1621,14 @@ def test_gpu_ops_key_counts_copies_and_sets_and_kernels_stays_for_old_readers():
     for row in r["steps"] + r["ranges"]:
         assert row["gpu_ops"] == row["kernels"] == 2, row
     assert r["kernels_total"]["instances"] == 1
+
+
+def test_a_refused_rank_quoted_in_the_warning_is_cut_between_characters():
+    """The refused text is quoted up to 64 bytes: the cut fell inside a UTF-8 character, which
+    the warning showed as U+FFFD."""
+    for text in ("é" * 40, "日本" * 30):
+        doc = {"distributedInfo": {"rank": text}, "traceEvents": [_X("cpu_op", "f", 1, 1, 0, 10)]}
+        r = report_bytes(json.dumps(doc, ensure_ascii=False).encode())
+        bad = r["trace"]["rank_invalid"]
+        assert "\ufffd" not in bad and len(bad.encode()) <= 64, bad
+        assert (text[:len(bad) - 1], len(bad.encode()) > 60) == (bad[1:], True)
