@@ -131,6 +131,7 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 
 from . import _C, _lifecycle
 
@@ -1124,7 +1125,7 @@ class _Run:
         session = self.session = _Session(ctx, opts, out)
         # the program's os._exit / exec (or an exit with the window open) closes the window
         # through the session, so cprof run's lock, messages and fallback write apply
-        ctx._prof._lifecycle_owner = session
+        ctx._prof._lifecycle_owner = weakref.ref(session)
         if (threading.current_thread() is threading.main_thread()
                 and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
                 and _C.signal_default(signal.SIGTERM)):  # no C handler either

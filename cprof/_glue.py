@@ -574,9 +574,11 @@ def memory_begin(prof):
             # (with GPU asked for, GpuUnavailableWarning has said it; verbose=False must not
             # leave the missing snapshot to the trace's metadata alone)
             prof._said_no_cuda_memory = True
-            _warn.warn("cprof: MEM asked for a CUDA memory snapshot, but torch has no CUDA "
-                       "here (or it is not imported): none will be written; the trace tracks "
-                       "CPU memory only")
+            why = ("torch has no CUDA here" if torch is not None else
+                   "torch was not imported when the window opened (under cprof run, --delay "
+                   "lets the program import it first)")
+            _warn.warn(f"cprof: MEM asked for a CUDA memory snapshot, but {why}: none will be "
+                       "written; the trace tracks CPU memory only")
         return
     try:
         torch.cuda.memory._record_memory_history(max_entries=100000)

@@ -347,7 +347,10 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         self._window_exc = None
         self._pid = None           # the process that started it (see _in_other_process)
         self._forks = 0
-        self._lifecycle_owner = self  # what ends the window at SIGTERM / exit (_lifecycle)
+        # what ends the window at SIGTERM / exit (_lifecycle): this profile (None), else a weak
+        # reference to the ProfilerContext / cprof run session around it (a strong one made
+        # a reference cycle: `del` freed the results only at the next garbage collection)
+        self._lifecycle_owner = None
         self.traces_ready = 0
         self.memory = None         # memory snapshot of the last window (profile_memory + CUDA)
         self._mem_sampling = False  # the CPU memory sampler runs for this window (_glue)
@@ -396,12 +399,16 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
 
     # -- torch's transition table --
     def _build_action_map(self):
+        # the class's functions, called with the profile (_transit): bound methods here made
+        # each profile a reference cycle, so `del prof` freed its results only at the next
+        # garbage collection
         A = ProfilerAction
-        prep, start, stop, ready = (self._prepare_trace, self._start_trace, self._stop_trace,
-                                    self._trace_ready)
+        cls = type(self)
+        prep, start, stop, ready = (cls._prepare_trace, cls._start_trace, cls._stop_trace,
+                                    cls._trace_ready)
 
         def bad(msg):
-            return lambda: warnings.warn(f"Incorrect schedule: {msg}", stacklevel=4)
+            return lambda _: warnings.warn(f"Incorrect schedule: {msg}", stacklevel=4)
 
         return {
             (A.NONE, A.NONE): [], (A.NONE, A.WARMUP): [prep],
@@ -422,7 +429,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
 
     def _transit(self, prev, cur):
         for action in self.action_map.get((prev, cur), ()):
-            action()
+            action(self)
 
     # -- public API --
     def start(self):
@@ -449,7 +456,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                     raise
                 self._pid = os.getpid()
                 self._forks = _lifecycle.forks
-                _lifecycle.opened(self, self._lifecycle_owner)
+                _lifecycle.opened(self, self._lifecycle_owner and self._lifecycle_owner() or self)
                 self._enter_step()
             finally:
                 _lifecycle.leave_critical(depth, self)

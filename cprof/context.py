@@ -6,6 +6,7 @@ import pathlib
 import threading
 import time
 import warnings
+import weakref
 
 from . import _C
 from . import _warn
@@ -230,7 +231,7 @@ class ProfilerContext:
         if not self._prof.enabled:  # this rank is not profiled
             self.enabled = False
         # SIGTERM / exit with the window open end it through this object: its file naming
-        self._prof._lifecycle_owner = self
+        self._prof._lifecycle_owner = weakref.ref(self)
 
     # -- paths --
     def _dir_fix(self):

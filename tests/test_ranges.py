@@ -446,6 +446,33 @@ def test_results_kept_alive_do_not_count_against_the_next_windows_cap(tmp_path):
     assert m["allocated_bytes"] - m["held_bytes"] <= max(m["cap_bytes"], 256 << 20)
 
 
+def test_del_frees_a_profiles_results_without_waiting_for_the_garbage_collector(tmp_path):
+    """A profile (and a ProfilerContext's) was a reference cycle (its action table held its
+    own bound methods, its lifecycle owner itself or its context): `del prof` kept its ranges
+    in memory until Python's cycle collector happened to run."""
+    import weakref
+    gc.collect()
+    base = C.memory()["held_bytes"]
+    gc.disable()
+    try:
+        with cprof.profile(activities=["CPU"]) as prof:
+            for _ in range(5000):
+                with cprof.range("x"):
+                    pass
+        assert C.memory()["held_bytes"] > base
+        del prof
+        assert C.memory()["held_bytes"] == base
+        ctx = cprof.ProfilerContext(output_dir=tmp_path, activities=["CPU"], verbose=False,
+                                    with_stack=False)
+        with ctx:
+            pass
+        gone = weakref.ref(ctx._prof)
+        del ctx
+        assert gone() is None
+    finally:
+        gc.enable()
+
+
 def test_set_cap_rejected_while_open():
     C.start()
     try:
