@@ -86,6 +86,7 @@ static PyObject *raise_core_error(module_state *st, int code, const char *what, 
  * written as a literal is the same object on every call, so the common case is one compare.
  * It holds a reference to each key, so an address cannot be reused by another string while
  * cached. GIL-protected. */
+#define NAME_DICT_MAX 65536 /* entries of the str -> id dict before it starts afresh */
 #define NAME_PTR_CACHE 256
 static struct {
     PyObject *key;
@@ -146,6 +147,10 @@ static int name_id_slow(module_state *st, PyObject *name, uint32_t *id) {
     }
     PyObject *v = PyLong_FromUnsignedLong(*id);
     if (!v) return -1;
+    /* The dict is a cache in front of the C table (which finds a name again on its own): kept
+     * bounded, so the distinct names of a long run (a schedule's ProfilerStep#N, per-request
+     * names) cost their C copy only, not a str, an int and a dict slot each for good */
+    if (PyDict_GET_SIZE(st->name_cache) >= NAME_DICT_MAX) PyDict_Clear(st->name_cache);
     rc = PyDict_SetItem(st->name_cache, name, v);
     Py_DECREF(v);
     return rc;

@@ -520,3 +520,25 @@ print(json.dumps({{"msgs": msgs, "refused": t["cprof"].get("names_refused"),
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["early"] and got["refused"] >= 1000 and got["marked"] == got["refused"]
     assert any("name table is full" in m for m in got["msgs"]), got["msgs"]
+
+
+def test_distinct_names_do_not_keep_python_objects_for_good():
+    """Each distinct name (a schedule's ProfilerStep#N, names made per request) kept a str, an
+    int and a dict slot for the process's life in the binding's name dict, beside its copy
+    in the C name table: the dict is now a bounded cache in front of that table."""
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        C.start()
+        try:
+            for i in range(150000):
+                with cprof.range(f"distinct name {i}"):
+                    pass
+        finally:
+            C.stop().close()
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 8 << 20, kept  # 150k names kept ~20 MiB of Python objects before
