@@ -1114,6 +1114,9 @@ class _Run:
                               with_stack=opts.with_stack, record_shapes=opts.record_shapes,
                               record_ops=opts.record_ops,
                               gzip=opts.gzip, verbose=False)  # cprof run prints, to stderr
+        # a snapshot that cannot be written where asked goes to $TMPDIR: the program ends
+        # with the window, so no one can call save_memory_snapshot() (decision 138)
+        ctx._memory_unreachable = True
         _set_nvtx_injection(opts.activities)
         _set_sys_path(kind, target)
         try:  # compiled (and for -m, found) before the window: python does so too

@@ -623,19 +623,38 @@ def memory_end(prof):
     return out
 
 
-def _atomic_write(path, data):
+def atomic_write(path, data, what, retry=None):
+    """Writes bytes data to path whole or not at all: into a hidden temporary file in the
+    same directory (.{name}.{pid}.tmp), renamed over path when complete. On any failure the
+    temporary file is removed (on a full disk it would hold the rest of the disk) and an
+    OSError becomes cprof.TraceWriteError naming what and path, with retry (what the caller
+    can do) after it; FileExistsError and interrupts pass unchanged."""
     tmp = f"{os.path.join(os.path.dirname(path) or '.', '.' + os.path.basename(path))}." \
           f"{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException as err:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if not isinstance(err, OSError) or isinstance(err, _C.TraceWriteError):
+            raise
+        why = err.strerror or str(err)
+        raise _C.TraceWriteError(
+            err.errno or 5, f"could not write the {what} {path}: {why}"
+            + (f"; {retry}" if retry else "")) from None
 
 
-def write_memory_snapshot(memory, path, exclusive=False):
+def write_memory_snapshot(memory, path, exclusive=False, retry=None):
     """Writes memory["snapshot"] as a pickle at path (for pytorch.org/memory_viz) and
     memory["text"] beside it as .txt. Returns the pickle's path. exclusive: neither file may
     exist (FileExistsError, nothing written): both names are claimed (O_EXCL) before either
-    is written, so two writers never replace each other's files."""
+    is written, so two writers never replace each other's files. A write that fails raises
+    cprof.TraceWriteError naming the file (retry: the advice after it) and leaves no
+    temporary file, and with exclusive no file of this call (the pair is whole or absent)."""
     stem = path[:-len(".pickle")] if path.endswith(".pickle") else path
     txt = stem + ".txt" if memory.get("text") else None
     claimed = []
@@ -643,15 +662,24 @@ def write_memory_snapshot(memory, path, exclusive=False):
         if exclusive:
             for p in (path, txt):
                 if p is not None:
-                    os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+                    try:
+                        os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+                    except FileExistsError:
+                        raise
+                    except OSError as err:
+                        raise _C.TraceWriteError(
+                            err.errno or 5, f"could not write the memory snapshot {p}: "
+                            f"{err.strerror or err}" + (f"; {retry}" if retry else "")) from None
                     claimed.append(p)
-        _atomic_write(path, pickle.dumps(memory["snapshot"], protocol=pickle.HIGHEST_PROTOCOL))
+        atomic_write(path, pickle.dumps(memory["snapshot"], protocol=pickle.HIGHEST_PROTOCOL),
+                     "memory snapshot", retry)
         if txt is not None:
-            _atomic_write(txt, memory["text"].encode())
-    except BaseException:
-        for p in claimed:  # an empty claim is not left behind (a written pickle is kept)
-            try:
-                if os.path.getsize(p) == 0:
+            atomic_write(txt, memory["text"].encode(), "memory summary", retry)
+    except BaseException as err:
+        failed = isinstance(err, OSError) and not isinstance(err, FileExistsError)
+        for p in claimed:  # an empty claim is not left behind; a written pickle is kept
+            try:  # after an interrupt, not after a failed write (the pair is written again)
+                if failed or os.path.getsize(p) == 0:
                     os.unlink(p)
             except OSError:
                 pass

@@ -438,34 +438,121 @@ class ProfilerContext:
         """Writes the window's CUDA memory snapshot (if any) beside its trace (result: the
         trace's WriteResult, None if it was not written): {name}-rank{R}-memory-{ts}.pickle,
         with the trace's -N when the trace got one ({...}-{ts}-N.pickle), and the next free
-        -N when that is taken: a snapshot is never overwritten (decision 120)."""
+        -N when that is taken: a snapshot is never overwritten (decision 120). A write that
+        fails (a full disk) leaves no file and keeps the snapshot for save_memory_snapshot();
+        where no one can call that (cprof run, a profile_function call, the process ending)
+        it is written to the temporary directory, else the current one (decision 138)."""
         mem = self._prof.memory
         if not mem or mem.get("snapshot") is None or mem.get("written"):
             return
         mem["written"] = True  # once per window, whatever path ends it (exit, salvage)
+        base = self._memory_base()
+        try:
+            path = self._write_memory_in(self._out_dir(), base, self._trace_index(result))
+        except OSError as err:
+            mem["pending"] = True
+            if self._save_unreachable or self._memory_unreachable:
+                self._write_memory_instead(err)
+                return
+            _warn.warn(f"cprof: {_why(err)}; the snapshot is kept in memory: call "
+                       "ctx.save_memory_snapshot(path) to write it elsewhere (until the next "
+                       "window)")
+            return
+        if path is not None:
+            self._memory_written(path)
+
+    def _memory_base(self):
         rank, _, _ = rank_info()  # always ranked, as seed 000 names it (one process: rank0)
-        base = os.path.join(self._out_dir(),
-                            f"{self.profile_name}-rank{rank}-memory-{int(time.time())}")
-        n = self._trace_index(result)
+        return f"{self.profile_name}-rank{rank}-memory-{int(time.time())}"
+
+    def _write_memory_in(self, where, base, n=0):
+        """Writes the pending snapshot into directory where as base.pickle (base-N.pickle
+        from n, the next free one). Returns the path, or None (warned) when 10,000 names are
+        taken; a failed write raises cprof.TraceWriteError."""
+        stem = os.path.join(where, base)
         for i in range(n, n + 10000):
-            path = f"{base}-{i}.pickle" if i else f"{base}.pickle"
+            path = f"{stem}-{i}.pickle" if i else f"{stem}.pickle"
             try:
-                _glue.write_memory_snapshot(mem, path, exclusive=True)
-                break
+                return _glue.write_memory_snapshot(self._prof.memory, path, exclusive=True)
             except FileExistsError:
                 continue
-            except OSError as err:
-                _warn.warn(f"cprof: the memory snapshot could not be written to {path}: "
-                           f"{err}")
-                return
-        else:
-            _warn.warn(f"cprof: the memory snapshot was not written: {base}.pickle and "
-                       f"{base}-{n + 1}...-{n + 9999}.pickle all exist")
-            return
+        _warn.warn(f"cprof: the memory snapshot was not written: {stem}.pickle and "
+                   f"{stem}-{n + 1}...-{n + 9999}.pickle all exist")
+        return None
+
+    def _memory_written(self, path):
+        self._prof.memory.pop("pending", None)
         self.memory_paths.append(path)
         if self.verbose:
             _say(f"cprof: memory snapshot written to {path} (open it at "
                  "https://pytorch.org/memory_viz)")
+
+    def _write_memory_instead(self, err):
+        """The snapshot could not be written where asked (err) and no one can call
+        save_memory_snapshot(): the temporary directory, else the current one, as the
+        trace's save_instead; a warning says where, or that it is lost."""
+        import tempfile
+
+        failures = []
+        try:
+            tried = {os.path.realpath(self._out_dir())}
+        except OSError:
+            tried = set()
+        for name, get in (("the temporary directory", tempfile.gettempdir),
+                          ("the current directory", os.getcwd)):
+            try:
+                where = get()
+                real = os.path.realpath(where)
+            except OSError as again:
+                failures.append(f"{name} ({again.strerror or again})")
+                continue
+            if real in tried:
+                continue
+            tried.add(real)
+            try:
+                path = self._write_memory_in(where, self._memory_base())
+            except OSError as again:
+                failures.append(f"{where} ({again.strerror or again})")
+                continue
+            if path is not None:
+                _warn.warn(f"cprof: {_why(err)}; it was written to {path} instead")
+                self._memory_written(path)
+                return path
+        _warn.warn(f"cprof: {_why(err)}; nor in {'; '.join(failures) or 'another directory'}: "
+                   "the memory snapshot is lost")
+        return None
+
+    # True where a failed snapshot write cannot wait for save_memory_snapshot() (cprof run
+    # ends with the program); _save_unreachable implies it
+    _memory_unreachable = False
+
+    def save_memory_snapshot(self, path, replace=False):
+        """Writes the last window's CUDA memory snapshot (and its .txt summary) to path,
+        after a write that failed (a full disk) or as a copy. A directory: the snapshot goes
+        into it under its usual name. An existing file is refused unless replace=True.
+        Returns the pickle's path; it is added to memory_paths."""
+        mem = self._prof.memory if self._prof is not None else None
+        if not mem or mem.get("snapshot") is None:
+            raise _C.WindowStateError(
+                "cprof.ProfilerContext: no memory snapshot to save: it needs MEM among the "
+                "activities and a program that uses CUDA through torch (kept until the next "
+                "window)")
+        path = os.fsdecode(path)
+        if os.path.isdir(path):
+            written = self._write_memory_in(path, self._memory_base())
+            if written is None:
+                raise FileExistsError(f"cprof: no free snapshot name in {path}")
+        elif replace:
+            written = _glue.write_memory_snapshot(mem, path)
+        else:
+            try:
+                written = _glue.write_memory_snapshot(mem, path, exclusive=True)
+            except FileExistsError:
+                raise FileExistsError(
+                    f"cprof: {path} (or its .txt) exists: pass replace=True to overwrite it, "
+                    "or another path") from None
+        self._memory_written(written)
+        return written
 
     def _write(self, path=None, replace=False):
         if path is None:
@@ -526,6 +613,12 @@ class ProfilerContext:
     @property
     def trace_written(self):
         return self.result is not None
+
+
+def _why(err):
+    """A snapshot write's error as the warning's lead: "could not write ... : why"."""
+    text = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+    return text[len("cprof: "):] if text.startswith("cprof: ") else text
 
 
 def save_instead(ctx, err):

@@ -1,0 +1,157 @@
+"""Writes on a full disk: the CUDA memory snapshot and export_stacks leave no temporary or
+cut file, raise (or warn) naming the path, and keep what was not written for a retry.
+A full disk is simulated with RLIMIT_FSIZE (files past the limit fail with EFBIG, as a full
+disk fails with ENOSPC); torch's CUDA memory calls are stubbed (no GPU needed)."""
+import contextlib
+import os
+import pickle
+import resource
+import signal
+import warnings
+
+import pytest
+
+import cprof
+
+
+@contextlib.contextmanager
+def file_size_limit(nbytes):
+    """Files written in the block cannot grow past nbytes (EFBIG instead of SIGXFSZ)."""
+    old_sig = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    old = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, old[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old)
+        signal.signal(signal.SIGXFSZ, old_sig)
+
+
+BIG = os.urandom(256 << 10)  # a snapshot bigger than the limit the tests set (64 KiB)
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    torch = pytest.importorskip("torch")
+    import cprof._profile
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot",
+                        lambda: {"segments": [], "device_traces": [], "blob": BIG})
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: 0)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda *a: 0)
+    monkeypatch.setattr(torch.cuda, "memory_summary", lambda *a, **k: "summary")
+    monkeypatch.setattr(cprof._profile, "gpu_unavailable_reason", lambda: "test: CPU only")
+
+
+def _files(d):
+    return sorted(os.listdir(d))
+
+
+def _snapshot_window(out, **kw):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with file_size_limit(64 << 10):
+            ctx = cprof.ProfilerContext(output_dir=out, profile_name="snap",
+                                        activities=["CPU", "MEM"], with_stack=False,
+                                        verbose=False, **kw)
+            with ctx:
+                with cprof.range("r"):
+                    pass
+    return ctx, [str(w.message) for w in caught if "memory snapshot" in str(w.message)]
+
+
+def test_snapshot_on_full_disk_leaves_no_temp_file_and_is_kept_for_save(tmp_path, fake_cuda):
+    """The hidden .tmp used to stay (on a full disk it held the rest of the disk) and the
+    snapshot was lost; now nothing is left, the warning names the file and the way to save
+    it, and save_memory_snapshot() writes it once there is room."""
+    ctx, said = _snapshot_window(tmp_path)
+    assert _files(tmp_path) == ["snap.trace.json.gz"]
+    assert ctx.memory_paths == []
+    (msg,) = said
+    assert str(tmp_path) in msg and "snap-rank0-memory-" in msg
+    assert "ctx.save_memory_snapshot(path)" in msg
+    path = ctx.save_memory_snapshot(tmp_path)  # a directory: its usual name in it
+    assert ctx.memory_paths == [path]
+    with open(path, "rb") as f:
+        assert pickle.load(f)["blob"] == BIG
+    assert os.path.exists(path[: -len(".pickle")] + ".txt")
+    with pytest.raises(FileExistsError, match="replace=True"):
+        ctx.save_memory_snapshot(path)
+    assert ctx.save_memory_snapshot(path, replace=True) == path
+
+
+def test_snapshot_where_no_one_can_save_it_goes_to_tmpdir(tmp_path, fake_cuda, monkeypatch):
+    """cprof run (and a profile_function call) cannot call save_memory_snapshot(): as the
+    trace, the snapshot goes to the temporary directory and the warning says where."""
+    import tempfile
+
+    import cprof._glue as glue
+    out, tmp = tmp_path / "out", tmp_path / "tmp"
+    out.mkdir()
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    real = glue.atomic_write
+
+    def full_out(path, *a, **k):  # only the output directory is full
+        if os.path.dirname(path) == str(out):
+            with file_size_limit(1024):
+                return real(path, *a, **k)
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(glue, "atomic_write", full_out)
+    ctx = cprof.ProfilerContext(output_dir=out, profile_name="snap", activities=["CPU", "MEM"],
+                                with_stack=False, verbose=False)
+    ctx._memory_unreachable = True  # as cprof run sets it
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with ctx:
+            pass
+    said = [str(w.message) for w in caught if "memory snapshot" in str(w.message)]
+    assert _files(out) == ["snap.trace.json.gz"]
+    (path,) = ctx.memory_paths
+    assert os.path.dirname(path) == str(tmp)
+    (msg,) = said
+    assert f"written to {path} instead" in msg and str(out) in msg
+    assert sorted(f.rsplit(".", 1)[1] for f in _files(tmp)) == ["pickle", "txt"]
+
+
+def test_snapshot_lost_everywhere_says_so_and_leaves_nothing(tmp_path, fake_cuda, monkeypatch):
+    import tempfile
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.chdir(tmp_path)
+    ctx = cprof.ProfilerContext(output_dir=tmp_path / "out", profile_name="snap",
+                                activities=["CPU", "MEM"], with_stack=False, verbose=False)
+    ctx._memory_unreachable = True
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with file_size_limit(64 << 10):
+            with ctx:
+                pass
+    (msg,) = [str(w.message) for w in caught if "memory snapshot" in str(w.message)]
+    assert "the memory snapshot is lost" in msg and str(tmp) in msg
+    assert _files(tmp) == [] and ctx.memory_paths == []
+    assert not [f for f in _files(tmp_path) if f.endswith(".tmp") or f.endswith(".pickle")]
+
+
+def test_export_memory_snapshot_on_full_disk_names_the_path(tmp_path, fake_cuda):
+    """It raised a bare OSError without the path and left its .tmp; now TraceWriteError (an
+    OSError, as the trace's) names the file, nothing is left, and a retry works."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with cprof.profile(activities=[cprof.ProfilerActivity.CPU,
+                                       cprof.ProfilerActivity.CUDA], profile_memory=True) as p:
+            pass
+    target = str(tmp_path / "exported.pickle")
+    with file_size_limit(64 << 10):
+        with pytest.raises(cprof.TraceWriteError) as info:
+            p.export_memory_snapshot(target)
+    assert info.value.errno is not None
+    assert target in str(info.value) and "export_memory_snapshot(path)" in str(info.value)
+    assert _files(tmp_path) == []
+    assert p.export_memory_snapshot(target) == target
+    assert _files(tmp_path) == ["exported.pickle", "exported.txt"]
+
