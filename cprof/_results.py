@@ -11,7 +11,8 @@ import os
 import sys
 from collections import namedtuple
 
-from ._glue import MEM_EVENT  # one allocation event as csrc/mem_events.c packs it
+from ._C import TraceWriteError
+from ._glue import MEM_EVENT, atomic_write  # one allocation event as csrc/mem_events.c packs it
 
 _CPU_CATS = {0: "user_annotation", 1: "cpu_op", 2: "python_function", 3: "user_annotation"}
 _CAT_STEP = 3  # ProfilerStep#N ranges (cprof.profile's steps)
@@ -437,8 +438,19 @@ def export_stacks(window, path, metric):
         frames = [f.translate(clean) for f in reversed(ev.stack)]
         frames.append(ev.name.translate(clean))
         lines.append(f"{';'.join(frames)} {value}\n")
-    with open(path, "w", encoding="utf-8") as f:
-        f.writelines(lines)
+    data = "".join(lines).encode("utf-8")
+    retry = ("the window's data is kept: call export_stacks(path) again with a path on a "
+             "disk with room")
+    from ._window import is_stream
+    if not is_stream(path):  # whole or nothing: a cut last line reads as a frame
+        atomic_write(path, data, "stacks", retry)
+        return len(lines)
+    try:  # /dev/stdout, a FIFO: written into, no rename possible
+        with open(path, "wb") as f:
+            f.write(data)
+    except OSError as err:
+        raise TraceWriteError(err.errno or 5, f"could not write the stacks {path}: "
+                              f"{err.strerror or err}; {retry}") from None
     return len(lines)
 
 

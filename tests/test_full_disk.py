@@ -155,3 +155,41 @@ def test_export_memory_snapshot_on_full_disk_names_the_path(tmp_path, fake_cuda)
     assert p.export_memory_snapshot(target) == target
     assert _files(tmp_path) == ["exported.pickle", "exported.txt"]
 
+
+def _deep(n):
+    if n == 0:
+        with cprof.range("leaf"):
+            sum(range(100))
+        return
+    _deep(n - 1)
+
+
+def test_export_stacks_on_full_disk_leaves_no_cut_file(tmp_path):
+    """export_stacks wrote in place: a full disk left a file cut mid-frame under the final
+    name (flamegraph.pl reads the cut line as a frame). Now a temporary file is renamed
+    when whole; on failure nothing is left and TraceWriteError names the file."""
+    with cprof.profile(activities=[cprof.ProfilerActivity.CPU], with_stack=True) as p:
+        for i in range(400):
+            _deep(i % 40)
+    whole = tmp_path / "whole.txt"
+    p.export_stacks(str(whole))
+    assert whole.stat().st_size > (16 << 10)
+    target = str(tmp_path / "stacks.txt")
+    with file_size_limit(8 << 10):
+        with pytest.raises(cprof.TraceWriteError) as info:
+            p.export_stacks(target)
+    assert target in str(info.value) and "export_stacks(path)" in str(info.value)
+    assert _files(tmp_path) == ["whole.txt"]
+    assert p.export_stacks(target) == target  # the window's data is kept for a retry
+    assert (tmp_path / "stacks.txt").read_bytes() == whole.read_bytes()
+
+
+def test_export_stacks_to_a_full_stream_names_it(tmp_path):
+    """A device (/dev/full) is written into, not replaced: its failure is a TraceWriteError
+    naming it too."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    with cprof.profile(activities=[cprof.ProfilerActivity.CPU], with_stack=True) as p:
+        _deep(3)
+    with pytest.raises(cprof.TraceWriteError, match="/dev/full"):
+        p.export_stacks("/dev/full")
