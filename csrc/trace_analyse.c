@@ -580,6 +580,58 @@ static void add_drops(cJSON *into, const cJSON *from) {
     }
 }
 
+/* The losses of a window recorded outside cprof.dropped: (name in the report, path in the
+ * cprof metadata). The report lists them apart from the drops of a full buffer; a merge
+ * carries them in each input's "dropped" (trace_merge.c), where the report finds them too. */
+static const char *const other_losses[][3] = {
+    {"names_refused", "names_refused", NULL},
+    {"op_shape_errors", "ops", "shape_errors"},
+    {"allocation_events_dropped", "memory", "allocation_events_dropped"},
+};
+#define NOTHER_LOSSES (sizeof other_losses / sizeof other_losses[0])
+
+cJSON *cprof_trace_losses(const cprof_trace *t) {
+    const cprof_trace_info *in = cprof_trace_get_info(t);
+    size_t tl;
+    const char *text = cprof_trace_text(t, &tl);
+    if (!text || !in->meta.len || (size_t)in->meta.off + in->meta.len > tl) return NULL;
+    cJSON *meta = cJSON_ParseWithLength(text + in->meta.off, in->meta.len);
+    cJSON *dropped = cJSON_DetachItemFromObjectCaseSensitive(meta, "dropped");
+    if (!cJSON_IsObject(dropped)) {
+        cJSON_Delete(dropped);
+        dropped = meta ? cJSON_CreateObject() : NULL;
+    }
+    for (size_t i = 0; dropped && i < NOTHER_LOSSES; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(meta, other_losses[i][1]);
+        if (other_losses[i][2]) v = cJSON_GetObjectItemCaseSensitive(v, other_losses[i][2]);
+        if (cJSON_IsNumber(v) && v->valuedouble > 0) {
+            cJSON_DeleteItemFromObjectCaseSensitive(dropped, other_losses[i][0]);
+            cJSON_AddNumberToObject(dropped, other_losses[i][0], v->valuedouble);
+        }
+    }
+    cJSON_Delete(meta);
+    return dropped;
+}
+
+/* Moves the other losses (other_losses) out of a window's drops into tr's "losses" object,
+ * nonzero counts only; the drops are left as tr's "dropped" (null when there are none). */
+static void add_losses(cJSON *tr, cJSON *dropped) {
+    cJSON *losses = cJSON_AddObjectToObject(tr, "losses");
+    for (size_t i = 0; dropped && i < NOTHER_LOSSES; i++) {
+        cJSON *v = cJSON_DetachItemFromObjectCaseSensitive(dropped, other_losses[i][0]);
+        if (losses && cJSON_IsNumber(v) && v->valuedouble > 0)
+            cJSON_AddItemToObject(losses, other_losses[i][0], v);
+        else
+            cJSON_Delete(v);
+    }
+    if (dropped && !dropped->child) { /* a trace that recorded only the other losses */
+        cJSON_Delete(dropped);
+        dropped = NULL;
+    }
+    if (dropped) cJSON_AddItemToObject(tr, "dropped", dropped);
+    else cJSON_AddNullToObject(tr, "dropped");
+}
+
 static void add_info(const cprof_trace *t, const char *path, cJSON *root) {
     const cprof_trace_info *in = cprof_trace_get_info(t);
     cJSON *tr = cJSON_AddObjectToObject(root, "trace");
@@ -630,11 +682,10 @@ static void add_info(const cprof_trace *t, const char *path, cJSON *root) {
             else add_drops(dropped, one);
             if (one != dropped) cJSON_Delete(one);
         }
-    } else if (text && in->dropped.len && (size_t)in->dropped.off + in->dropped.len <= tl) {
-        dropped = cJSON_ParseWithLength(text + in->dropped.off, in->dropped.len);
+    } else {
+        dropped = cprof_trace_losses(t);
     }
-    if (dropped) cJSON_AddItemToObject(tr, "dropped", dropped);
-    else cJSON_AddNullToObject(tr, "dropped");
+    add_losses(tr, dropped);
 }
 
 int cprof_report_build(const cprof_trace *t, const cprof_report_opts *opts, const char *path,

@@ -2,6 +2,7 @@
  * input's text with only their pid, ts and flow id rewritten (everything else, args included,
  * byte for byte), so the merge is as fast as the parse and loses nothing. Process names get a
  * "rank R: " prefix and processes are ordered by rank. Pure C: any thread, GIL released. */
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,9 +243,14 @@ int cprof_trace_merge(cprof_trace *const *traces, const int64_t *ranks,
             cprof_buf_puts(&b, ", \"end\": ");
             cprof_buf_json_str(&b, es, en);
         }
-        if (in->dropped.len) {
+        cJSON *lost = cprof_trace_losses(traces[i]); /* with the losses kept elsewhere in
+                                                       * the input's metadata (names refused) */
+        char *lost_text = lost && lost->child ? cJSON_PrintUnformatted(lost) : NULL;
+        cJSON_Delete(lost);
+        if (lost_text) {
             cprof_buf_puts(&b, ", \"dropped\": ");
-            cprof_buf_put(&b, cprof_trace_text(traces[i], NULL) + in->dropped.off, in->dropped.len);
+            cprof_buf_puts(&b, lost_text);
+            cJSON_free(lost_text);
         }
         if (paths && paths[i]) {
             cprof_buf_puts(&b, ", \"path\": ");

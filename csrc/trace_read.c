@@ -553,12 +553,6 @@ static int cprof_member(cprof_js *ps, cprof_trace *t, const char *k, size_t kn) 
         return array_items(ps, t, module_item, "reading cprof.modules");
     } else if (KEY(k, kn, "merged")) {
         return array_items(ps, t, merged_item, "reading cprof.merged");
-    } else if (KEY(k, kn, "dropped")) {
-        const char *v0 = ps->p;
-        int rc = cprof_js_skip(ps, 1);
-        t->info.dropped = (cprof_tspan){(uint32_t)(v0 - ps->base), (uint32_t)(ps->p - v0)};
-        if ((size_t)(v0 - ps->base) > UINT32_MAX) t->info.dropped.len = 0;
-        return rc;
     }
     return cprof_js_skip(ps, 1);
 }
@@ -570,8 +564,11 @@ static int top_member(cprof_js *ps, cprof_trace *t, const char *k, size_t kn) {
     if (KEY(k, kn, "distributedInfo") && ps->p < ps->end && *ps->p == '{')
         return object_members(ps, t, dist_member, "reading distributedInfo");
     if (KEY(k, kn, "cprof") && ps->p < ps->end && *ps->p == '{') {
-        t->info.is_cprof = 1;
-        return object_members(ps, t, cprof_member, "reading the cprof metadata");
+        t->info.is_cprof = 1; /* its text kept whole: the report reads its loss counters */
+        int rc = object_members(ps, t, cprof_member, "reading the cprof metadata");
+        if (!rc && (size_t)(v0 - ps->base) <= UINT32_MAX)
+            t->info.meta = (cprof_tspan){(uint32_t)(v0 - ps->base), (uint32_t)(ps->p - v0)};
+        return rc;
     }
     if (KEY(k, kn, "baseTimeNanoseconds")) return int_value(ps, &t->info.base_time_ns);
     if (KEY(k, kn, "schemaVersion") || KEY(k, kn, "trace_id")) t->info.is_torch = 1;
@@ -849,7 +846,7 @@ int cprof_trace_rank_view(const cprof_trace *t, size_t k, cprof_trace **out) {
     v->info.world_size = m->ranked ? ranks : CPROF_TEV_NONE;
     v->info.partial = 0;
     v->info.end_reason = 0;
-    v->info.dropped = (cprof_tspan){0, 0};
+    v->info.meta = (cprof_tspan){0, 0};
     v->info.ndropped_windows = 0;
     v->info.dropped_windows = NULL;
     /* input k's events: [first, end) of traceEvents, or its rank's pid range throughout */

@@ -145,13 +145,18 @@ typedef struct cprof_trace_info {
     int is_cprof;               /* a "cprof" metadata object is present */
     int is_torch;               /* Kineto's keys (schemaVersion + deviceProperties/trace_id...) */
     cprof_tspan device_props;   /* the raw deviceProperties value (offset from text start) */
-    cprof_tspan dropped;        /* the raw cprof.dropped object */
+    cprof_tspan meta;           /* the raw "cprof" metadata object (cprof_trace_losses) */
     const cprof_tspan *dropped_windows; /* a rank view: the cprof.dropped of each of the rank's */
     size_t ndropped_windows;            /* inputs (its windows), summed by the report */
     uint64_t text_bytes;        /* size of the decompressed JSON */
     size_t nmerged;             /* inputs listed in cprof.merged (a `cprof merge` output) */
 } cprof_trace_info;
 const cprof_trace_info *cprof_trace_get_info(const cprof_trace *t);
+/* What a cprof trace's metadata says its window lost, as one new cJSON object of counts:
+ * cprof.dropped's members, and names_refused, op_shape_errors (cprof.ops.shape_errors) and
+ * allocation_events_dropped (cprof.memory.allocation_events_dropped) when nonzero. NULL when
+ * the trace has no cprof metadata, it cannot be parsed, or no memory. In trace_analyse.c. */
+struct cJSON *cprof_trace_losses(const cprof_trace *t);
 /* The events of input k (k < info.nmerged) of a merged trace, as a trace of their own whose
  * info carries its rank, the number of distinct ranks as world size, and its partial flag,
  * end reason and dropped counts (dropped_windows): the analysis of a merged file runs per

@@ -625,6 +625,46 @@ def test_merge_keeps_each_inputs_drops_and_end(tmp_path):
     assert text.count("Records were dropped") == 3
 
 
+def test_losses_outside_dropped_are_diagnosed_and_survive_a_merge(tmp_path):
+    """The report diagnosed only cprof.dropped: names refused by a full name table, operator
+    shapes lost and allocation events past the limit (recorded elsewhere in the metadata)
+    got no word. Each is now a diagnosis with its count and in trace.losses, also per input
+    of a merged file."""
+    d = tmp_path / "job"
+    d.mkdir()
+    metas = {"job-rank0.trace.json.gz": (0, {"names_refused": 89, "ops": {"shape_errors": 7},
+                                             "memory": {"allocation_events_dropped": 100000},
+                                             "dropped": {"cpu_ranges": 0}}),
+             "job-rank1.trace.json.gz": (1, {"names_refused": 0, "ops": {"names": 3}})}
+    for name, (rank, meta) in metas.items():
+        doc = _rank_trace(d / name, rank, 1_700_000_000_000_000_000 + rank * 1000, 100.0)
+        doc["cprof"] = dict(meta, version="0")
+        with gzip.open(d / name, "wt") as f:
+            json.dump(doc, f)
+    want = {"names_refused": 89, "op_shape_errors": 7, "allocation_events_dropped": 100000}
+    ids = {"names_refused", "op_shapes_lost", "allocation_events_dropped"}
+    single = json.loads(cprof("report", d / "job-rank0.trace.json.gz", "--format",
+                              "json").stdout)
+    assert single["trace"]["losses"] == want
+    assert single["trace"]["dropped"] == {"cpu_ranges": 0}
+    diags = {x["id"]: x for x in single["diagnoses"]}
+    assert ids <= set(diags) and "dropped" not in diags
+    assert diags["names_refused"]["evidence"] == {"names_refused": 89}
+    assert "89 names" in diags["names_refused"]["summary"]
+    assert "100,000 allocation events" in diags["allocation_events_dropped"]["summary"]
+    assert "7 operator calls" in diags["op_shapes_lost"]["summary"]
+    clean = json.loads(cprof("report", d / "job-rank1.trace.json.gz", "--format",
+                             "json").stdout)
+    assert clean["trace"]["losses"] == {} and not ids & {x["id"] for x in clean["diagnoses"]}
+    out = tmp_path / "merged.trace.json.gz"
+    cprof("merge", d, "-o", out)
+    r0, r1 = json.loads(cprof("report", out, "--format", "json").stdout)["reports"]
+    assert r0["trace"]["losses"] == want and r1["trace"]["losses"] == {}
+    assert ids <= {x["id"] for x in r0["diagnoses"]}
+    text = cprof("report", d / "job-rank0.trace.json.gz").stdout
+    assert "name table was full" in text and "Allocation events were dropped" in text
+
+
 def test_report_of_several_ranks_flags_the_straggler(tmp_path):
     _rank_trace(tmp_path / "a-rank0.trace.json.gz", 0, 1_700_000_000_000_000_000, 100.0)
     _rank_trace(tmp_path / "a-rank1.trace.json.gz", 1, 1_700_000_000_000_000_000, 130.0)
