@@ -134,8 +134,11 @@ class _Itt:
     def off(self):
         _disable(self.torch)
 
-    def note(self):
+    def note(self, errors_before=0):
         return {"mode": self.mode, "names": _C.ops_stats()["names"]}
+
+    def errors(self):
+        return 0
 
 
 class _Observer:
@@ -155,11 +158,16 @@ class _Observer:
         if handle is not None:
             self.mod.remove(handle)
 
-    def note(self):
-        st = self.mod.stats()
+    def errors(self):
+        """Shapes that could not be recorded since the process began (torch_ops.cpp)."""
+        return self.mod.stats()["errors"]
+
+    def note(self, errors_before=0):
+        """errors_before: errors() when the window opened; the note counts this window's."""
         note = {"mode": self.mode, "names": _C.ops_stats()["names"], "shapes": self.shapes}
-        if st["errors"]:
-            note["shape_errors"] = st["errors"]
+        errors = self.errors() - errors_before
+        if errors > 0:
+            note["shape_errors"] = errors
         return note
 
 
@@ -223,11 +231,14 @@ class _Ops:
         self.capture = capture
         self.shapes_note = shapes_note
         self.thread = threading.get_ident()
+        # the C counter is the process's: the window's metadata counts its own (it used to
+        # give the sum of every window so far)
+        self.errors_before = capture.errors()
 
     fast_note = None  # why torch's _RecordFunctionFast ranges are not recorded, if they are not
 
     def ops_note(self):
-        note = self.capture.note()
+        note = self.capture.note(self.errors_before)
         if self.shapes_note:
             note["shapes_unavailable"] = self.shapes_note
         if self.fast_note:

@@ -401,14 +401,21 @@ class Window:
         refused = _C.names_refused() - self.names_refused_at_start
         if refused:
             self.notes["names_refused"] = refused
+            shapes = (self.notes.get("ops") or {}).get("shape_errors")
+            lost_shapes = (f"; {shapes:,} operator calls of this window lost their shapes "
+                           "(ops.shape_errors)" if shapes else "")
             _warn.warn(
-                f"cprof: {refused} name(s) of ranges or GPU kernels could not be stored: "
-                f"cprof's name table is full (it keeps every distinct name of the process, up "
-                f"to {1 << 22:,}); those events are in the trace under the name "
-                "'[cprof: name table full]' (its "
-                "metadata counts them: names_refused). Ranges named per request or per step "
-                "(f'request {i}') fill it: give them a fixed name and put the varying part in "
-                "the range's args, or profile in a fresh process.")
+                f"cprof: {refused:,} name(s) could not be stored: cprof's name table is full "
+                f"(it keeps every distinct name for the process's life, up to {1 << 22:,}). "
+                "It is filled by distinct range names (an id or step number in the name "
+                "makes one per call), by operator input shapes under record_shapes (each "
+                "distinct set of shapes, strides and scalar arguments, such as alpha=i, is "
+                "one), by the ProfilerStep#N name of every recorded step of a long schedule, "
+                "and by GPU kernel names. What was refused is in the trace as '[cprof: name "
+                "table full]' (ranges and steps: cprof report then finds no steps) or as ops "
+                f"without shapes{lost_shapes}; the metadata counts them (names_refused). Give "
+                "ranges a fixed name and put the varying part in the range's args, use "
+                "record_shapes in short windows, and profile long runs in a fresh process.")
         if snap.dropped:
             _warn.warn(
                 f"cprof: {snap.dropped} of {snap.dropped + snap.ranges} ranges were dropped "

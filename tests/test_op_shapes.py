@@ -558,3 +558,31 @@ print(json.dumps(res))
 """, tmp_path)
     assert out["cprof"] == out["torch"] and len(out["cprof"]) == 4
     assert ["aten::clamp", [None, -1.5, 2]] in out["cprof"]
+
+
+def test_shapes_refused_by_a_full_name_table_are_counted_per_window_and_said(tmp_path):
+    """Each distinct scalar argument (alpha=i) is a new shape fragment in the process-wide name
+    table. Once it is full, ops lose their shapes: ops.shape_errors counted the process's
+    errors so far (the second window reported both windows' errors), and the warning spoke
+    only of ranges and GPU kernels. Now each window counts its own, and the warning names
+    operator shapes, step names and range names as what fills the table."""
+    out, err = run_py(HELPERS + """
+import cprof, torch
+x = torch.ones(4)
+metas, said = [], []
+for w in range(2):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with cprof.profile(activities=["CPU"], record_shapes=True) as p:
+            for i in range(300):
+                x.add(x, alpha=1000 * w + i)
+    said.append([str(m.message) for m in caught if "name table is full" in str(m.message)])
+    metas.append(load(p, f"w{w}.json")["cprof"])
+print(json.dumps({"errors": [m["ops"].get("shape_errors", 0) for m in metas],
+                  "refused": [m.get("names_refused", 0) for m in metas], "said": said}))
+""", tmp_path, env={"CPROF_NAMES_LIMIT": "100"})
+    e0, e1 = out["errors"]
+    assert e0 > 100 and 250 <= e1 <= 300, out["errors"]  # window 1: its own 300 at most
+    (msg,) = out["said"][1]
+    assert "operator input shapes under record_shapes" in msg and "alpha=i" in msg
+    assert "ProfilerStep#N" in msg and f"{e1:,} operator calls of this window" in msg
