@@ -339,6 +339,27 @@ def _fail(cmd, msg):
     return 1
 
 
+def _stdout(cmd, text):
+    """Writes text to standard output and flushes it. Returns 0, or 1 after a clean error when
+    stdout cannot take it (a full disk, an I/O error: it used to end in a traceback; -o PATH
+    already gave this error). A reader that closed early (BrokenPipeError) is __main__'s."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as err:
+        # what is still buffered cannot be written either: the interpreter's flush at exit
+        # would print the same error again as a traceback
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return _fail(cmd, f"cannot write to standard output: {err.strerror or err}; "
+                     "redirect it to a disk with room" + (" or pass -o PATH" if cmd == "report"
+                                                          else ""))
+    return 0
+
+
 def _write_text(path, text):
     """Writes text to path whole or not at all: a temporary file beside it, renamed over it.
     A device or FIFO (/dev/stdout, /dev/full, a pipe) is written into, never replaced; a
@@ -441,8 +462,8 @@ def cmd_report(args):
     except OSError as err:
         return _fail("report", f"cannot write {err.filename}: {err.strerror}; choose another "
                      "path")
-    if not args.output:
-        sys.stdout.write(text)
+    if not args.output and _stdout("report", text):
+        return 1
     if args.html:
         print(f"cprof: HTML report written to {args.html}", file=sys.stderr)
     return 0
@@ -490,10 +511,12 @@ def cmd_merge(args):
     doc = {"schema": "cprof.report/1", "merged": out, "events": events, "bytes": nbytes,
            "ranks": rows, "diagnoses": diags}
     if args.format == "json":
-        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+        if _stdout("merge", json.dumps(doc, indent=1) + "\n"):
+            return 1
     else:
-        sys.stdout.write(render({"reports": [], "ranks": rows, "diagnoses": diags},
-                                args.format))
+        if _stdout("merge", render({"reports": [], "ranks": rows, "diagnoses": diags},
+                                   args.format)):
+            return 1
         print(f"cprof: merged {len(reports)} traces ({events:,} events) into {out} "
               f"({nbytes / 1e6:.1f} MB)", file=sys.stderr)
     return 0

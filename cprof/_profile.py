@@ -828,11 +828,14 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         try:
             self.on_trace_ready(self)
         except Exception as err:  # reported after the transition; the data is kept
-            err.add_note(
-                "cprof: on_trace_ready raised; this window's trace is kept in memory: call "
-                "prof.export_chrome_trace(path) to write it (until the next window opens)")
-            _warn.warn(f"cprof: on_trace_ready raised {type(err).__name__}: {err}; the "
-                       "trace is kept for export_chrome_trace")
+            said = "kept in memory" in str(err)  # a TraceWriteError says it already
+            if not said:
+                err.add_note(
+                    "cprof: on_trace_ready raised; this window's trace is kept in memory: "
+                    "call prof.export_chrome_trace(path) to write it (until the next window "
+                    "opens)")
+            _warn.warn(f"cprof: on_trace_ready raised {type(err).__name__}: {err}"
+                       + ("" if said else "; the trace is kept for export_chrome_trace"))
             self._pending_error = err
             if self._last is not None:
                 self._last.unsaved = True

@@ -119,8 +119,13 @@ def check_buffer_size_mb(mb, who):
     mb = _positive_mib(mb, who, "buffer_size_mb", "the cap of the CPU range buffers")
     chunk = _C.memory()["chunk_bytes"]
     if mb is not None and mb * (1 << 20) < chunk:
+        # said exactly: a chunk is 64 KiB of ranges plus its header, so 0.0625 (64 KiB) is
+        # just short of one, and a rounded size read as equal to the one given
+        least = math.ceil(chunk / (1 << 20) * 1e5) / 1e5
         raise ValueError(f"{who}: buffer_size_mb={mb:g} is less than one buffer chunk "
-                         f"({chunk / (1 << 20):.4f} MiB); pass at least 0.07, or None for the default cap (256 MiB)")
+                         f"({chunk:,} bytes = {chunk / (1 << 20):.7f} MiB: 64 KiB of ranges "
+                         f"and its header); pass at least {least:g}, or None for the default "
+                         "cap (256 MiB)")
     return mb
 
 

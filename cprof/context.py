@@ -367,10 +367,15 @@ class ProfilerContext:
                     return False
                 if exc_type is None:
                     raise
-                # the user's exception wins; the data stays in memory for save()
-                _warn.warn(
-                    f"cprof: the trace could not be written ({err}); call save(path) to write "
-                    "it elsewhere")
+                # the user's exception wins; the data stays in memory for save(). The error
+                # gives the advice already (retry="save(path)"): said once, not twice
+                msg = err.strerror or str(err)
+                msg = msg[len("cprof: "):] if msg.startswith("cprof: ") else msg
+                if "save(path)" not in msg:
+                    msg += "; the trace is kept in memory: call save(path) to write it elsewhere"
+                if not msg.startswith("could not write the trace"):
+                    msg = f"the trace could not be written: {msg}"
+                _warn.warn(f"cprof: {msg}")
         finally:
             _lifecycle.leave_critical(depth, self)
         return False

@@ -625,6 +625,26 @@ def test_merge_keeps_each_inputs_drops_and_end(tmp_path):
     assert text.count("Records were dropped") == 3
 
 
+def test_stdout_on_a_full_disk_is_a_clean_error(gpu_trace, tmp_path):
+    """`cprof report T > /dev/full` printed a Python traceback (-o /dev/full gave a clean
+    error); now both give "cprof report: error: cannot write ..." and exit 1, and so does
+    merge's table."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for args in (["report", gpu_trace], ["report", gpu_trace, "--format", "json"],
+                 ["merge", gpu_trace, "-o", tmp_path / "m.trace.json.gz"]):
+        with open("/dev/full", "w") as full:
+            r = subprocess.run([sys.executable, "-m", "cprof", *map(str, args)], stdout=full,
+                               stderr=subprocess.PIPE, text=True, env=env, timeout=300)
+        assert r.returncode == 1, (args, r.stderr)
+        assert "Traceback" not in r.stderr, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert lines[-1].startswith(f"cprof {args[0]}: error: cannot write to standard output"), \
+            r.stderr
+        assert len([x for x in lines if "error:" in x]) == 1, r.stderr
+
+
 def test_losses_outside_dropped_are_diagnosed_and_survive_a_merge(tmp_path):
     """The report diagnosed only cprof.dropped: names refused by a full name table, operator
     shapes lost and allocation events past the limit (recorded elsewhere in the metadata)

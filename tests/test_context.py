@@ -863,6 +863,18 @@ def test_buffer_size_below_one_chunk_or_not_a_number(tmp_path):
                                verbose=False) as p:
         pass
     assert p.trace_path.exists()
+    # exactly 64 KiB is just short of a chunk (its header): the message said "less than one
+    # buffer chunk (0.0625 MiB)", the very number given; it gives the chunk exactly now, and
+    # the least size it names is accepted
+    import re
+    with pytest.raises(ValueError) as info:
+        cprof.ProfilerContext(output_dir=tmp_path, activities=["CPU"], buffer_size_mb=0.0625)
+    msg = str(info.value)
+    chunk = cprof._C.memory()["chunk_bytes"]
+    assert f"{chunk:,} bytes = {chunk / (1 << 20):.7f} MiB" in msg and "(0.0625 MiB)" not in msg
+    least = float(re.search(r"pass at least ([0-9.]+)", msg).group(1))
+    assert least * (1 << 20) >= chunk and least < 0.0626
+    cprof.ProfilerContext(output_dir=tmp_path, activities=["CPU"], buffer_size_mb=least)
 
 
 def test_empty_ranks_is_an_error(tmp_path):

@@ -193,3 +193,37 @@ def test_export_stacks_to_a_full_stream_names_it(tmp_path):
         _deep(3)
     with pytest.raises(cprof.TraceWriteError, match="/dev/full"):
         p.export_stacks("/dev/full")
+
+
+def test_a_failed_write_under_the_users_exception_gives_its_advice_once(tmp_path):
+    """The warning read "...; the trace is kept in memory: call save(path) to write it
+    elsewhere); call save(path) to write it elsewhere"."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(KeyError):
+            with cprof.ProfilerContext(output_dir=gone, profile_name="x", activities=["CPU"],
+                                       with_stack=False, verbose=False) as ctx:
+                gone.rmdir()
+                raise KeyError("user")
+    (msg,) = [str(w.message) for w in caught if "save(path)" in str(w.message)]
+    assert msg.count("save(path)") == 1 and msg.count("could not") == 1, msg
+    assert str(gone / "x.trace.json.gz") in msg
+    assert ctx.save(tmp_path / "again.trace.json").path.endswith("again.trace.json")
+
+
+def test_on_trace_ready_that_cannot_write_gives_its_advice_once(tmp_path):
+    """The on_trace_ready variant ended "...call export_chrome_trace(path) to write it
+    elsewhere; the trace is kept for export_chrome_trace"."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with file_size_limit(64), pytest.raises(cprof.TraceWriteError) as info:
+            with cprof.profile(activities=[cprof.ProfilerActivity.CPU],
+                               on_trace_ready=lambda p: p.export_chrome_trace(
+                                   str(tmp_path / "full.json"))) as p:
+                pass
+    (msg,) = [str(w.message) for w in caught if "on_trace_ready raised" in str(w.message)]
+    assert msg.count("export_chrome_trace") == 1 and "kept in memory" in msg, msg
+    assert not getattr(info.value, "__notes__", None)  # nor a third time in a note
+    assert p.export_chrome_trace(str(tmp_path / "t.json"))
