@@ -8,6 +8,7 @@
   (py_hooks.c), installed only while a window is open (install() / handle.remove()).
 - profile_memory with CUDA: torch.cuda.memory._record_memory_history during the window and a
   snapshot at its end (memory_begin / memory_end / write_memory_snapshot)."""
+import errno
 import os
 import pickle
 import resource
@@ -623,23 +624,42 @@ def memory_end(prof):
     return out
 
 
+def _create_temp(path):
+    """A new hidden temporary file beside path (.{name}.{pid}.tmp, else .{name}.{pid}.N.tmp):
+    created exclusively (O_EXCL, as csrc/sink.c's), so a file or symlink found at the name
+    (planted in a shared directory, or another thread's) is never written through. Returns
+    (tmp, fd)."""
+    stem = os.path.join(os.path.dirname(path) or ".", "." + os.path.basename(path))
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for i in range(1000):
+        tmp = f"{stem}.{os.getpid()}.tmp" if i == 0 else f"{stem}.{os.getpid()}.{i}.tmp"
+        try:
+            return tmp, os.open(tmp, flags, 0o666)
+        except FileExistsError:
+            continue
+    raise OSError(errno.EEXIST, f"no free temporary name beside it ({stem}.{os.getpid()}.N.tmp "
+                  "all exist)")
+
+
 def atomic_write(path, data, what, retry=None):
-    """Writes bytes data to path whole or not at all: into a hidden temporary file in the
-    same directory (.{name}.{pid}.tmp), renamed over path when complete. On any failure the
-    temporary file is removed (on a full disk it would hold the rest of the disk) and an
+    """Writes bytes data to path whole or not at all: into a hidden temporary file of its
+    own in the same directory (_create_temp), renamed over path when complete. On any failure
+    the temporary file is removed (on a full disk it would hold the rest of the disk) and an
     OSError becomes cprof.TraceWriteError naming what and path, with retry (what the caller
-    can do) after it; FileExistsError and interrupts pass unchanged."""
-    tmp = f"{os.path.join(os.path.dirname(path) or '.', '.' + os.path.basename(path))}." \
-          f"{os.getpid()}.tmp"
+    can do) after it; interrupts pass unchanged."""
+    tmp = None
     try:
-        with open(tmp, "wb") as f:
+        tmp, fd = _create_temp(path)
+        with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
+        tmp = None  # renamed: the name may be another writer's from now on
     except BaseException as err:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        if tmp is not None:  # ours (created above): never a file found there
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
         if not isinstance(err, OSError) or isinstance(err, _C.TraceWriteError):
             raise
         why = err.strerror or str(err)

@@ -227,3 +227,24 @@ def test_on_trace_ready_that_cannot_write_gives_its_advice_once(tmp_path):
     assert msg.count("export_chrome_trace") == 1 and "kept in memory" in msg, msg
     assert not getattr(info.value, "__notes__", None)  # nor a third time in a note
     assert p.export_chrome_trace(str(tmp_path / "t.json"))
+
+
+def test_a_file_at_the_temporary_name_is_never_written_through(tmp_path):
+    """The temporary file had a fixed name (.{name}.{pid}.tmp) opened with "wb": a symlink
+    found there (planted in a shared output directory) was followed, so the export truncated
+    and overwrote the file it pointed to and then renamed the link over the target; two
+    threads writing one path shared the file. It is now created exclusively (O_EXCL, the
+    next free name when one is taken), as the C trace writer's, and a file found there is
+    left alone."""
+    with cprof.profile(activities=[cprof.ProfilerActivity.CPU], with_stack=True) as p:
+        _deep(3)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    planted = tmp_path / f".stacks.txt.{os.getpid()}.tmp"
+    os.symlink(victim, planted)
+    target = tmp_path / "stacks.txt"
+    assert p.export_stacks(str(target)) == str(target)
+    assert victim.read_text() == "keep me"
+    assert not target.is_symlink() and "leaf" in target.read_text()
+    assert planted.is_symlink()  # not ours: not removed either
+    assert sorted(_files(tmp_path)) == sorted([planted.name, "stacks.txt", "victim.txt"])
