@@ -21,6 +21,7 @@ import sys
 from . import _C
 from ._diagnose import diagnose, rank_problem, rank_table, skipped_text
 from ._report_format import TABLES, render
+from ._glue import create_temp
 from ._window import is_stream, write_target
 
 FORMATS = ("table", "csv", "json", "md")
@@ -370,9 +371,9 @@ def _write_text(path, text):
                 f.write(text)
             return
         real = write_target(path)
-        tmp = f"{real}.{os.getpid()}.tmp"
+        tmp, fd = create_temp(real)  # O_EXCL: a file planted at the name is never written
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)
             os.replace(tmp, real)
         except BaseException:

@@ -624,7 +624,7 @@ def memory_end(prof):
     return out
 
 
-def _create_temp(path):
+def create_temp(path):
     """A new hidden temporary file beside path (.{name}.{pid}.tmp, else .{name}.{pid}.N.tmp):
     created exclusively (O_EXCL, as csrc/sink.c's), so a file or symlink found at the name
     (planted in a shared directory, or another thread's) is never written through. Returns
@@ -643,13 +643,13 @@ def _create_temp(path):
 
 def atomic_write(path, data, what, retry=None):
     """Writes bytes data to path whole or not at all: into a hidden temporary file of its
-    own in the same directory (_create_temp), renamed over path when complete. On any failure
+    own in the same directory (create_temp), renamed over path when complete. On any failure
     the temporary file is removed (on a full disk it would hold the rest of the disk) and an
     OSError becomes cprof.TraceWriteError naming what and path, with retry (what the caller
     can do) after it; interrupts pass unchanged."""
     tmp = None
     try:
-        tmp, fd = _create_temp(path)
+        tmp, fd = create_temp(path)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)

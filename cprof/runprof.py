@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from . import _C
+from ._glue import create_temp
 from ._dist import rank_info
 from ._window import check_output_dir
 
@@ -1079,14 +1080,16 @@ def _jsonable(obj):
 
 
 def _write_text(path, text):
-    tmp = f"{path}.{os.getpid()}.tmp"
+    tmp = None
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
+        tmp, fd = create_temp(path)  # O_EXCL: a file planted at the name is never written
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
     except OSError as exc:
         try:
-            os.unlink(tmp)
+            if tmp is not None:
+                os.unlink(tmp)
         except OSError:
             pass
         raise _C.TraceWriteError(exc.errno or 5, f"cprof: {path!r} cannot be written "

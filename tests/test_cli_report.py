@@ -1257,3 +1257,21 @@ def test_a_big_json_that_is_no_trace_is_passed_over_quickly(tmp_path):
     pad = (1 << 16) - len('{"x": "') - 5
     (tmp_path / "split.json").write_text('{"x": "' + "a" * pad + '", "traceEvents": []}')
     assert _looks_like_trace(tmp_path / "split.json")
+
+
+def test_report_and_summary_writes_never_follow_a_file_planted_at_the_temp_name(tmp_path):
+    """cprof report -o and the run profiler's summary.json / report.md were written through
+    a fixed temporary name opened for writing: a symlink planted there (a shared output
+    directory) was followed and its target overwritten. The temporary file is now created
+    exclusively (O_EXCL), under another name when that one is taken."""
+    from cprof import _cli_report, runprof
+    victim = tmp_path / "victim.txt"
+    for mod, name in ((_cli_report, "out.txt"), (runprof, "summary.json")):
+        victim.write_text("precious")
+        dest = tmp_path / name
+        for planted in (f".{name}.{os.getpid()}.tmp", f"{name}.{os.getpid()}.tmp"):
+            if not os.path.lexists(tmp_path / planted):
+                os.symlink(victim, tmp_path / planted)  # (the new name, and the old one)
+        mod._write_text(str(dest), "the report")
+        assert victim.read_text() == "precious", mod
+        assert dest.read_text() == "the report" and not dest.is_symlink()
