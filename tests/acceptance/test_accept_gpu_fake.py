@@ -3,7 +3,6 @@ import json, os, subprocess, sys, textwrap
 import pytest
 from accept_helpers import load_trace, CLONE
 
-FAKE = os.path.join(CLONE, "tests", "fake_cupti", "libfake_cupti.so")
 
 SCRIPT = textwrap.dedent("""
     import ctypes, os, sys, threading, time, json
@@ -22,11 +21,11 @@ SCRIPT = textwrap.dedent("""
 
 
 @pytest.fixture(scope="module")
-def trace(tmp_path_factory):
+def trace(tmp_path_factory, fake_so):  # fake_so: tests/conftest.py builds it
     d = tmp_path_factory.mktemp("g")
     s = d / "s.py"
     s.write_text(SCRIPT)
-    env = dict(os.environ, PYTHONPATH=CLONE, CPROF_CUPTI_PATH=FAKE, CPROF_LIBCUDA_PATH=FAKE)
+    env = dict(os.environ, PYTHONPATH=CLONE, CPROF_CUPTI_PATH=fake_so, CPROF_LIBCUDA_PATH=fake_so)
     for k in ("RANK", "WORLD_SIZE", "NVTX_INJECTION64_PATH"):
         env.pop(k, None)
     r = subprocess.run([sys.executable, str(s), str(d)], env=env, capture_output=True, text=True, timeout=120)
