@@ -1,5 +1,5 @@
 """Acceptance tests: issue 3 trace content (TRACE_FORMAT.md), on CPU through the fake CUPTI library."""
-import json, os, subprocess, sys, textwrap
+import os, subprocess, sys, textwrap
 import pytest
 from accept_helpers import load_trace, CLONE
 
