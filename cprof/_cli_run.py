@@ -965,13 +965,18 @@ def _catch_up_async(glue):
 def _catch_up_memory_events(prof):
     """torch's allocation reports ("[memory]" events) from now on in the open window, when it
     tracks memory: what memory_begin does with torch imported (_glue._events_begin), on this,
-    the importing thread. (CUDA memory history is not started here: torch.cuda.is_available()
-    inside `import torch` would fix the visible devices before the program sets them.)"""
-    if not prof.profile_memory or getattr(prof, "_mem_events", None):
+    the importing thread; and CUDA memory history from the program's first CUDA use
+    (_glue.cuda_history_later: asking torch.cuda.is_available() inside `import torch` would
+    fix the visible devices before the program sets them)."""
+    if not prof.profile_memory:
         return
     from . import _glue
-    if getattr(prof, "_mem_events_why", None) == _glue.NO_TORCH:
+    if not getattr(prof, "_mem_events", None) and \
+            getattr(prof, "_mem_events_why", None) == _glue.NO_TORCH:
         _glue._events_begin(prof)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        _glue.cuda_history_later(prof, torch)
 
 
 def _catch_up_compiled(glue, with_stack):
@@ -1117,6 +1122,9 @@ class _Run:
         # a snapshot that cannot be written where asked goes to $TMPDIR: the program ends
         # with the window, so no one can call save_memory_snapshot() (decision 138)
         ctx._memory_unreachable = True
+        # torch is usually imported after the window opens: CUDA memory history then starts
+        # at the program's first CUDA use (_catch_up_memory_events), not refused at the start
+        ctx._prof._cuda_memory_later = True
         _set_nvtx_injection(opts.activities)
         _set_sys_path(kind, target)
         try:  # compiled (and for -m, found) before the window: python does so too

@@ -570,6 +570,8 @@ def memory_begin(prof):
     if not _cuda_memory_wanted(prof):
         return  # CPU-only memory, as torch.profiler(activities=[CPU], profile_memory=True)
     torch = sys.modules.get("torch")
+    if torch is None and getattr(prof, "_cuda_memory_later", False):
+        return  # cprof run: started when the program initialises CUDA (cuda_history_later)
     if not _cuda(torch):
         if "GPU" not in prof.activities and not getattr(prof, "_said_no_cuda_memory", False):
             # (with GPU asked for, GpuUnavailableWarning has said it; verbose=False must not
@@ -581,12 +583,44 @@ def memory_begin(prof):
             _warn.warn(f"cprof: MEM asked for a CUDA memory snapshot, but {why}: none will be "
                        "written; the trace tracks CPU memory only")
         return
+    _cuda_history_start(prof, torch)
+
+
+def _cuda_history_start(prof, torch):
     try:
         torch.cuda.memory._record_memory_history(max_entries=100000)
         torch.cuda.reset_peak_memory_stats()
         prof._memory_recording = True
     except Exception as err:
         _warn.warn(f"cprof: CUDA memory history could not be started: {err}")
+
+
+def cuda_history_later(prof, torch):
+    """cprof run: the program imported torch after the window opened. CUDA memory history
+    (the snapshot MEM asks for) starts when the program first initialises CUDA, through
+    torch.cuda's queue of calls run at its lazy init, if the window is still open then (asking
+    torch.cuda.is_available() inside `import torch` would fix the visible devices before the
+    program sets them)."""
+    if not (prof.profile_memory and _cuda_memory_wanted(prof)) or prof._memory_recording:
+        return
+    lazy = getattr(getattr(torch, "cuda", None), "_lazy_call", None)
+    if lazy is None:
+        return
+    prof._cuda_history_pending = True
+
+    def start():
+        if getattr(prof, "_cuda_history_pending", False):  # the window is still open
+            prof._cuda_history_pending = False
+            try:
+                _cuda_history_start(prof, torch)
+            except BaseException:  # noqa: BLE001 - never break the program's CUDA init
+                pass
+
+    try:
+        lazy(start)
+    except Exception as err:
+        prof._cuda_history_pending = False
+        _warn.warn(f"cprof: CUDA memory history could not be arranged: {err}")
 
 
 def memory_end(prof):
@@ -596,6 +630,7 @@ def memory_end(prof):
     began (getrusage); cpu_peak_rss_window_bytes the window's, sampled."""
     if not prof.profile_memory:
         return None
+    prof._cuda_history_pending = False  # a CUDA init from now on starts nothing
     summary = {}
     out = {"summary": summary, "snapshot": None, "text": None}
     out["samples"], out["samples_heap"] = _sampler_end(prof, summary)

@@ -672,3 +672,47 @@ def test_record_ops_with_stack_writes_c_calls_as_python_functions(tmp_path):
     assert "aten::relu" in ops
     assert not [n for n in ops if n.startswith(("builtins.", "torch._C."))], sorted(ops)[:20]
     assert [e for e in ranges_of(t, "python_function") if e["name"] == "builtins.isinstance"]
+
+
+LAZY_CUDA = """
+import pickle
+import torch  # after the window opened: cprof run's catch-up runs inside this import
+calls = []
+torch.cuda.memory._record_memory_history = lambda *a, **k: calls.append(k)
+torch.cuda.reset_peak_memory_stats = lambda *a, **k: None
+torch.cuda.memory._snapshot = lambda: {"segments": [], "device_traces": [], "fake": 1}
+torch.cuda.max_memory_allocated = lambda *a: 123
+torch.cuda.max_memory_reserved = lambda *a: 456
+torch.cuda.memory_summary = lambda *a, **k: "fake summary"
+import sys
+if sys.argv[1] == "use-cuda":  # the program's first CUDA use: torch runs its lazy-init queue
+    for fn, _ in list(torch.cuda._queued_calls):
+        fn()
+print("history started", len(calls))
+"""
+
+
+@pytest.mark.parametrize("use", ["use-cuda", "no-cuda"])
+def test_mem_starts_cuda_memory_history_at_the_programs_first_cuda_use(tmp_path, use):
+    """cprof run opens its window before the program imports torch, so MEM's CUDA memory
+    history was never started: no snapshot on a GPU machine unless --delay. It now starts from
+    torch.cuda's lazy-init queue when the program first initialises CUDA (simulated here by
+    running that queue with torch's CUDA memory calls stubbed)."""
+    import pickle
+    pytest.importorskip("torch")
+    script = tmp_path / "lazy.py"
+    script.write_text(LAZY_CUDA)
+    ran = cprof_run("-o", tmp_path, "--activities", "CPU,MEM", str(script), use)
+    assert ran.returncode == 0, ran.stderr
+    assert "MEM asked for a CUDA memory snapshot" not in ran.stderr  # not refused at the start
+    pickles = list(tmp_path.glob("*.pickle"))
+    if use == "use-cuda":
+        assert "history started 1" in ran.stdout
+        assert len(pickles) == 1, ran.stderr
+        with open(pickles[0], "rb") as f:
+            assert pickle.load(f)["fake"] == 1
+        assert "memory snapshot written to" in ran.stderr
+        assert "peak CUDA allocated 123 B" in ran.stderr
+    else:
+        assert "history started 0" in ran.stdout and not pickles
+        assert "CUDA memory not tracked" in ran.stderr
