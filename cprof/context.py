@@ -496,24 +496,8 @@ class ProfilerContext:
         """The snapshot could not be written where asked (err) and no one can call
         save_memory_snapshot(): the temporary directory, else the current one, as the
         trace's save_instead; a warning says where, or that it is lost."""
-        import tempfile
-
         failures = []
-        try:
-            tried = {os.path.realpath(self._out_dir())}
-        except OSError:
-            tried = set()
-        for name, get in (("the temporary directory", tempfile.gettempdir),
-                          ("the current directory", os.getcwd)):
-            try:
-                where = get()
-                real = os.path.realpath(where)
-            except OSError as again:
-                failures.append(f"{name} ({again.strerror or again})")
-                continue
-            if real in tried:
-                continue
-            tried.add(real)
+        for where in fallback_dirs(self, failures, lambda e: e.strerror or str(e)):
             try:
                 path = self._write_memory_in(where, self._memory_base())
             except OSError as again:
@@ -626,6 +610,29 @@ def _why(err):
     return text[len("cprof: "):] if text.startswith("cprof: ") else text
 
 
+def fallback_dirs(ctx, failures, clean):
+    """Where a file that could not be written in ctx's output directory goes instead: the
+    temporary directory, else the current one, never the output directory again nor one
+    twice. A directory that cannot even be named is added to failures ("name (why)")."""
+    import tempfile
+
+    try:
+        tried = {os.path.realpath(ctx._out_dir())}  # never the directory that refused it
+    except OSError:
+        tried = set()
+    for name, get in (("the temporary directory", tempfile.gettempdir),
+                      ("the current directory", os.getcwd)):
+        try:  # either can fail: a directory removed, a $TMPDIR that is not there
+            where = get()
+            real = os.path.realpath(where)
+        except OSError as again:
+            failures.append(f"{name} ({clean(again)})")
+            continue
+        if real not in tried:
+            tried.add(real)
+            yield where
+
+
 def save_instead(ctx, err):
     """After ctx's trace failed to be written where asked (err), when no one can call save()
     (the process ends, a profile_function call returns): writes it into the temporary
@@ -641,23 +648,7 @@ def save_instead(ctx, err):
     window = getattr(ctx, "_window", None)
     if window is None or window.snapshot is None:
         return None, why, ["(nothing left to write)"]
-    import tempfile
-
-    try:
-        tried = {os.path.realpath(ctx._out_dir())}  # never the directory that refused it
-    except OSError:
-        tried = set()
-    for name, get in (("the temporary directory", tempfile.gettempdir),
-                      ("the current directory", os.getcwd)):
-        try:  # either can fail: a directory removed, a $TMPDIR that is not there
-            where = get()
-            real = os.path.realpath(where)
-        except OSError as again:
-            failures.append(f"{name} ({clean(again)})")
-            continue
-        if real in tried:
-            continue
-        tried.add(real)
+    for where in fallback_dirs(ctx, failures, clean):
         if not os.path.isdir(where):
             failures.append(f"{where} (not a directory)")
             continue
