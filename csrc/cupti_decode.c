@@ -107,6 +107,8 @@ static cprof_gpu_record *timed_record(cprof_cupti_decoder *d, uint64_t raw_start
 }
 
 /* The fields MEMCPY and MEMCPY2 (peer) records share, by name. */
+_Static_assert(CPROF_COPY_PTOP == CUPTI_ACTIVITY_MEMCPY_KIND_PTOP, "gpu.h's PtoP kind");
+
 #define FILL_COPY(r, m, kind_)                                                             \
     do {                                                                                   \
         (r)->kind = CPROF_GPU_MEMCPY;                                                      \
@@ -163,7 +165,7 @@ void cprof_cupti_decode_one(cprof_cupti_decoder *d, const CUpti_Activity *a) {
         if (!(r = timed_record(d, m->start, m->end, 1))) return;
         snprintf(name, sizeof name, "Memcpy PtoP (%s -> %s)", mem_kind_name(m->srcKind),
                  mem_kind_name(m->dstKind));
-        FILL_COPY(r, m, CUPTI_ACTIVITY_MEMCPY_KIND_PTOP);
+        FILL_COPY(r, m, CPROF_COPY_PTOP);
         r->name_id = intern(name);
         r->u.m.src_device = m->srcDeviceId;
         r->u.m.dst_device = m->dstDeviceId;

@@ -21,6 +21,9 @@ enum cprof_gpu_kind {
 
 /* One decoded record, 96 bytes. Times are on the cprof clock (CUPTI's timestamp callback is
  * cprof_clock_now_ns, or CUPTI's own clock shifted by the offset measured at start). */
+/* a memcpy record's sub for peer-to-peer copies (CUPTI_ACTIVITY_MEMCPY_KIND_PTOP) */
+#define CPROF_COPY_PTOP 10
+
 typedef struct cprof_gpu_record {
     uint64_t start_ns, end_ns;  /* MEMORY: start = end = the event's time */
     uint32_t name_id;           /* kernel (demangled), API, copy kind or marker name */

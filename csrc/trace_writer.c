@@ -830,6 +830,11 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
             kv_u64(b, "bytes", r->u.m.bytes);
             cprof_buf_puts(b, ",\"memory bandwidth (GB/s)\":");
             cprof_buf_f3(b, dur > 0 ? (double)r->u.m.bytes / (double)dur : 0.0);
+            if (r->kind == CPROF_GPU_MEMCPY && r->sub == CPROF_COPY_PTOP) { /* Kineto's devices */
+                kv_u64(b, "fromDevice", r->u.m.src_device);
+                kv_u64(b, "inDevice", r->device);
+                kv_u64(b, "toDevice", r->u.m.dst_device);
+            }
             if (r->u.m.graph_id) {
                 kv_u64(b, "graph id", r->u.m.graph_id);
                 kv_u64(b, "graph node id", r->u.m.graph_node_id);

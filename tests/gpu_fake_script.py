@@ -29,6 +29,7 @@ fake.fake_cupti_add_sync_ex.argtypes = [ctypes.c_int, u64, u64, u32, u32, u32, u
 fake.fake_cupti_add_cuda_event.argtypes = [u32, u32, u32, u32, u32, u64]
 fake.fake_cupti_add_memory.argtypes = [ctypes.c_int, ctypes.c_int, u64, u64, u64, u32, u32]
 fake.fake_cupti_add_mempool.argtypes = [ctypes.c_int, ctypes.c_int, u64, u64, u64, u64]
+fake.fake_cupti_add_memcpy_p2p.argtypes = [u64, u64, u64, u32, u32, u32, u32]
 out_dir = os.environ["CPROF_OUT"]
 scenario = sys.argv[1]
 result = {"warnings": []}
@@ -53,6 +54,15 @@ with warnings.catch_warnings(record=True) as caught:
         result["trace"] = str(p.trace_path)
         result["features"] = cprof.features()["gpu_activity"]
         result["subscribers_after"] = fake.fake_cupti_subscribers()
+    elif scenario == "p2p":  # a peer copy, GPU 0 -> GPU 1, launched by cudaMemcpyPeerAsync
+        with cprof.ProfilerContext(output_dir=out_dir, profile_name="p2p", verbose=False,
+                                   with_stack=False) as p:
+            t0 = C.now_ns() + 1000
+            fake.fake_cupti_add_api(0, 161, t0 + 1000, t0 + 2000, threading.get_native_id(),
+                                    105)
+            fake.fake_cupti_add_memcpy_p2p(1 << 20, t0 + 3000, t0 + 5000, 0, 1, 7, 105)
+            time.sleep(0.001)
+        result["trace"] = str(p.trace_path)
     elif scenario == "busy_strict":
         fake.fake_cupti_set_other_subscriber(b"Kineto (torch.profiler)")
         try:

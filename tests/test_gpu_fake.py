@@ -801,3 +801,13 @@ def test_stop_synchronizes_every_device_the_program_used(monkeypatch):
     synced.clear()
     _window._sync_cuda()
     assert synced == [None]
+
+
+def test_a_peer_copy_names_its_source_and_destination_devices(tmp_path, fake_so):
+    """A PtoP copy (CUPTI's MEMCPY2) kept only its launching device: the device it copied to
+    was decoded but never written. Kineto writes fromDevice / inDevice / toDevice."""
+    t = load_trace(run("p2p", tmp_path, fake_so)["trace"])
+    (c,) = events(t, "gpu_memcpy")
+    assert c["name"] == "Memcpy PtoP (Device -> Device)"
+    assert (c["args"]["fromDevice"], c["args"]["inDevice"], c["args"]["toDevice"]) == (0, 0, 1)
+    assert c["args"]["bytes"] == 1 << 20
