@@ -78,7 +78,7 @@ char *cprof_cuda_device_props_json(void) {
                  "\"computeMinor\": %d, \"maxThreadsPerBlock\": %d, \"maxThreadsPerMultiprocessor\": %d, "
                  "\"regsPerBlock\": %d, \"regsPerMultiprocessor\": %d, \"warpSize\": %d, "
                  "\"sharedMemPerBlock\": %d, \"sharedMemPerMultiprocessor\": %d, \"numSms\": %d, "
-                 "\"l2CacheSize\": %d, \"name\": ",
+                 "\"sharedMemPerBlockOptin\": %d, \"l2CacheSize\": %d, \"name\": ",
                  i ? ", " : "", i, mem, attr(a, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
                  attr(a, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
                  attr(a, dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK),
@@ -89,6 +89,7 @@ char *cprof_cuda_device_props_json(void) {
                  attr(a, dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK),
                  attr(a, dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR),
                  attr(a, dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
+                 attr(a, dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
                  attr(a, dev, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE));
         cprof_buf_puts(&b, item);
         cprof_buf_json_str(&b, name, strlen(name));

@@ -174,6 +174,7 @@ def test_streams_and_devices_named(basic):
     assert streams == {(0, 7): "stream 7", (0, 13): "stream 13"}
     (dev,) = t["deviceProperties"]
     assert dev["name"] == "Fake GPU (cprof tests)" and dev["numSms"] == 132
+    assert dev["sharedMemPerBlockOptin"] == 232448  # Kineto writes it too
 
 
 def test_every_gpu_op_has_a_flow_from_its_launch(basic):
