@@ -238,6 +238,7 @@ class _Installed:
         self.ops = None  # the operator capture's note when it is off or unavailable
         self.async_why = "not installed"  # None when torch's async ranges are captured
         self.stack_why = None  # why with_stack could not start (another profiler's hook)
+        self.regions_how = None  # compiled regions' metadata when cprof's capture is not on
         self.stack_too_deep = 0  # Python calls the tracer could not record: nested too deep
 
     def module_names(self):
@@ -253,7 +254,7 @@ class _Installed:
         for p in self.parts:
             if hasattr(p, "note"):
                 return p.note()
-        return None
+        return self.regions_how
 
     def ops_note(self):
         """The operator capture's metadata (cprof/_ops.py), or None when not asked for."""
@@ -415,10 +416,15 @@ def install(with_stack=False, with_modules=False, record_shapes=False, c_calls=T
         # With torch's operators captured, torch's own "Torch-Compiled Region" and
         # "CompiledFunction" ranges arrive with them: cprof's copies would only double them.
         from . import _compiled
-        if not any(hasattr(p, "ops_note") for p in handle.parts):
+        if any(hasattr(p, "ops_note") for p in handle.parts):
+            handle.regions_how = {"mode": "torch operators",
+                                  "reason": "torch's own region ranges come with its operators"}
+        else:
             regions = _compiled.install(with_stack=with_stack)
             if regions is not None:
                 handle.parts.append(regions)
+            elif sys.modules.get("torch") is not None:  # a trace without regions says why
+                handle.regions_how = {"mode": "off", "reason": "CPROF_COMPILED_REGIONS=0"}
     except BaseException:
         handle.remove()
         raise

@@ -362,8 +362,13 @@ def test_env_switch_turns_the_capture_off(monkeypatch):
     with cprof.profile(activities=[cprof.ProfilerActivity.CPU], record_ops=False) as p:
         cf(x)
     assert not [e for e in p.events() if e.name.startswith("Torch-Compiled Region")]
-    assert "compiled_regions" not in load_trace_of(p)["cprof"]
+    # the trace says the capture was off (one without regions looked like one without breaks)
+    assert load_trace_of(p)["cprof"]["compiled_regions"] == {
+        "mode": "off", "reason": "CPROF_COMPILED_REGIONS=0"}
     monkeypatch.setenv("CPROF_COMPILED_REGIONS", "1")
     with cprof.profile(activities=[cprof.ProfilerActivity.CPU], record_ops=False) as p:
         cf(x)
     assert len([e for e in p.events() if e.name.startswith("Torch-Compiled Region")]) == 1
+    with cprof.profile(activities=[cprof.ProfilerActivity.CPU]) as p:  # operators recorded
+        cf(x)
+    assert load_trace_of(p)["cprof"]["compiled_regions"]["mode"] == "torch operators"
