@@ -81,36 +81,36 @@ def rank_problem(r):
                               ": the world size is left out")
 
 
+# the losses outside cprof.dropped: (key in trace.losses, diagnosis id, title, severity, what
+# is counted, what it means and what to do)
+_LOSSES = (
+    ("names_refused", "names_refused", "Names were lost: cprof's name table was full", "high",
+     "name", "could not be stored, so ranges, operator shapes or ProfilerStep#N step names are "
+     "missing or counted together under \"[cprof: name table full]\" (a step that lost its "
+     "name is not in the steps table). The table keeps every distinct name for the process's "
+     "life: use fixed range names (an id in the name makes one per call), record_shapes only "
+     "where needed (each distinct shape and scalar argument is a name), or a long schedule in "
+     "a fresh process (each step is a name)."),
+    ("op_shape_errors", "op_shapes_lost", "Operator shapes were lost", "medium",
+     "operator call", "recorded without input shapes (the name table was full, or torch's "
+     "inputs could not be read): grouping by input shape and the Input Dims of those ops are "
+     "incomplete."),
+    ("allocation_events_dropped", "allocation_events_dropped", "Allocation events were dropped",
+     "high", "allocation event", "past the window's limit were not recorded: the memory track "
+     "ends early and memory figures taken from it (peaks, the memory_track table) cover only "
+     "the first part of the window. Profile a shorter window with profile_memory."),
+)
+
+
 def loss_diagnoses(losses):
     """A diagnosis for each loss the trace's metadata records outside cprof.dropped (the
     report's trace.losses, read in C: trace_analyse.c other_losses), with its count."""
     out = []
-    n = losses.get("names_refused")
-    if n:
-        out.append(_d(
-            "names_refused", "Names were lost: cprof's name table was full", "high",
-            f"{n:,} name{'s' if n != 1 else ''} could not be stored, so ranges, operator "
-            "shapes or ProfilerStep#N step names are missing or counted together under "
-            "\"[cprof: name table full]\" (a step that lost its name is not in the steps "
-            "table). The table keeps every distinct name for the process's life: use fixed "
-            "range names (an id in the name makes one per call), record_shapes only where "
-            "needed (each distinct shape and scalar argument is a name), or a long schedule "
-            "in a fresh process (each step is a name).", names_refused=n))
-    n = losses.get("op_shape_errors")
-    if n:
-        out.append(_d(
-            "op_shapes_lost", "Operator shapes were lost", "medium",
-            f"{n:,} operator call{'s' if n != 1 else ''} recorded without input shapes (the "
-            "name table was full, or torch's inputs could not be read): grouping by input "
-            "shape and the Input Dims of those ops are incomplete.", op_shape_errors=n))
-    n = losses.get("allocation_events_dropped")
-    if n:
-        out.append(_d(
-            "allocation_events_dropped", "Allocation events were dropped", "high",
-            f"{n:,} allocation event{'s' if n != 1 else ''} past the window's limit were not "
-            "recorded: the memory track ends early and memory figures taken from it (peaks, "
-            "the memory_track table) cover only the first part of the window. Profile a "
-            "shorter window with profile_memory.", allocation_events_dropped=n))
+    for key, ident, title, severity, noun, text in _LOSSES:
+        n = losses.get(key)
+        if n:
+            out.append(_d(ident, title, severity,
+                          f"{n:,} {noun}{'s' if n != 1 else ''} {text}", **{key: n}))
     return out
 
 
