@@ -227,7 +227,7 @@ typedef struct frame {
 
 typedef struct step {
     uint32_t name;
-    int64_t pid, num, start, cpu, gpu;
+    int64_t pid, tid, num, start, cpu, gpu;
     uint64_t kernels;
 } step;
 
@@ -241,9 +241,11 @@ typedef struct attribution {
     uint64_t regions, nested, max_depth, compiled_functions;
     int64_t unattributed_gpu;
     int64_t step_until; /* the end of the latest step on the thread swept: a range named like
-                         * the steps that starts before it is inside that step, part of it and
-                         * no step of its own (by time: torch's python_function frames do not
-                         * nest properly around ProfilerStep#N, so the stack cannot tell) */
+                         * the steps that lies inside it is part of that step and no step of
+                         * its own (by time: torch's python_function frames do not nest
+                         * properly around ProfilerStep#N, so the stack cannot tell); one that
+                         * only starts before it ends (clocks or rounding make steps overlap
+                         * by a little) is the next step */
 } attribution;
 
 /* GPU time and op count of each correlation id (kernels, copies, sets). */
@@ -335,7 +337,8 @@ static void pop_frame(const cprof_trace *t, attribution *a, frame *stack, size_t
             a->steps = ns;
             a->capsteps = cap;
         }
-        a->steps[a->nsteps++] = (step){e->name, e->pid, num, e->ts_ns, e->dur_ns, f->gpu, f->kernels};
+        a->steps[a->nsteps++] =
+            (step){e->name, e->pid, e->tid, num, e->ts_ns, e->dur_ns, f->gpu, f->kernels};
     }
 }
 
@@ -353,8 +356,18 @@ static int cmp_launch(const void *a, const void *b) {
 /* A step's GPU work is every launch made in its time span by any thread of its process (the
  * backward pass runs on autograd threads), as HTA counts it: binary search over launches
  * sorted by (pid, ts) with prefix sums. Replaces the per-thread totals of the sweep. */
+static int cmp_step_thread(const void *a, const void *b) {
+    const step *x = a, *y = b;
+    if (x->pid != y->pid) return x->pid < y->pid ? -1 : 1;
+    if (x->tid != y->tid) return x->tid < y->tid ? -1 : 1;
+    return (x->start > y->start) - (x->start < y->start);
+}
+
 static int steps_by_time(const cprof_trace *t, attribution *a, const gpu_by_corr *gm) {
     if (!a->nsteps) return CPROF_OK;
+    /* in thread order, so a step that overlaps the next one on its thread hands it the
+     * launches made after it started: none is counted in two steps */
+    qsort(a->steps, a->nsteps, sizeof *a->steps, cmp_step_thread);
     const cprof_tev *ev = cprof_trace_events(t);
     size_t n = cprof_trace_nevents(t), nl = 0;
     for (size_t i = 0; i < n; i++)
@@ -384,6 +397,9 @@ static int steps_by_time(const cprof_trace *t, attribution *a, const gpu_by_corr
         /* first launch >= (pid, start) and first >= (pid, end) */
         size_t bounds[2];
         int64_t keys[2] = {st->start, st->start + st->cpu};
+        if (s + 1 < a->nsteps && st[1].pid == st->pid && st[1].tid == st->tid &&
+            st[1].start < keys[1])
+            keys[1] = st[1].start;
         for (int q = 0; q < 2; q++) {
             size_t lo = 0, hi = nl;
             while (lo < hi) {
@@ -479,7 +495,8 @@ static int attribute(const cprof_trace *t, attribution *a) {
         const char *nm = cprof_trace_str(t, e->name, &nl);
         if (nl == 16 && memcmp(nm, "CompiledFunction", 16) == 0) a->compiled_functions++;
         if (!a->by_name[e->name].kind) a->by_name[e->name].kind = e->kind;
-        uint8_t is_step = step_of(t, a, e->name) >= 0 && e->ts_ns >= a->step_until;
+        uint8_t is_step = step_of(t, a, e->name) >= 0 &&
+                          (e->ts_ns >= a->step_until || e->ts_ns + e->dur_ns > a->step_until);
         if (is_step) a->step_until = e->ts_ns + e->dur_ns;
         stack[depth++] = (frame){it->idx, e->ts_ns + e->dur_ns, 0, 0,
                                  (uint8_t)(active[e->name]++ == 0), (uint8_t)compiled, is_step};

@@ -1522,6 +1522,28 @@ def test_a_range_named_like_the_steps_inside_a_step_is_part_of_it():
     assert [s["step"] for s in report_events(evs)["steps"]] == [1, 2]
 
 
+def test_steps_that_overlap_a_little_stay_steps_and_share_no_gpu_work():
+    """Steps whose ends overlap the next one's start (a clock or rounding: 0.5 us here) were
+    taken as nested in the step before: every other step vanished from the table, silently.
+    A launch made in the overlap counts once, in the step that starts there."""
+    evs = []
+    for i in range(4):
+        t0 = i * 99.5
+        evs.append(_X("user_annotation", f"ProfilerStep#{i}", 1, 1, t0, 100))
+        evs += _launch(t0 + 10, 10 + i, t0 + 20, kdur=i + 1)
+    evs += _launch(99.75, 99, 120, kdur=50)  # in the overlap of steps 0 and 1
+    r = report_events(evs)
+    assert [(s["step"], s["cpu_us"], s["gpu_us"], s["gpu_ops"]) for s in r["steps"]] == [
+        (0, 100, 1, 1), (1, 100, 52, 2), (2, 100, 3, 1), (3, 100, 4, 1)]
+    assert sum(s["gpu_us"] for s in r["steps"]) == r["kernels_total"]["total_us"]
+    # the same with --step-range NAME, and a second thread whose step overlaps in time:
+    # another thread's step is not cut by this thread's
+    evs = [_X("user_annotation", "step", 1, 1, 0, 100), _X("user_annotation", "step", 1, 1, 99, 100),
+           _X("user_annotation", "step", 1, 2, 50, 100)]
+    r = report_events(evs, step_name="step")
+    assert [(s["start_us"], s["cpu_us"]) for s in r["steps"]] == [(0, 100), (50, 100), (99, 100)]
+
+
 def test_recursion_counts_time_once_and_every_call():
     """Documented (usage.md, ranges): a name nested in itself counts its time once (the
     outermost call's), while calls counts every level."""
