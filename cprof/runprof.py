@@ -638,7 +638,9 @@ class Profiler:
                 ctx.range = r
             ctx.region = None
             if self._cuda and not strict:
-                ctx.region = (_C.timer_begin(True, stream), stream)
+                slot = _C.timer_begin(True, stream, ctx.step)
+                # None: CUDA could not record it; the step is counted unmeasured, with why
+                ctx.region = (slot, stream) if slot is not None else None
         except BaseException:
             # a step that failed to start is not open: the gate goes back, the step is dropped
             _close_gate(ctx)

@@ -21,6 +21,11 @@ typedef struct cprof_cuda_api {
     PFN_cuDeviceTotalMem cuDeviceTotalMem;         /* symbol cuDeviceTotalMem_v2 */
     PFN_cuDeviceGetAttribute cuDeviceGetAttribute;
     PFN_cuCtxGetCurrent cuCtxGetCurrent;
+    /* optional (NULL when absent): a timer on a thread with no current context borrows the
+     * stream's (cuda_timers.c) */
+    PFN_cuCtxPushCurrent cuCtxPushCurrent;         /* symbol cuCtxPushCurrent_v2 */
+    PFN_cuCtxPopCurrent cuCtxPopCurrent;           /* symbol cuCtxPopCurrent_v2 */
+    PFN_cuStreamGetCtx cuStreamGetCtx;
     PFN_cuEventCreate cuEventCreate;
     PFN_cuEventDestroy cuEventDestroy;             /* symbol cuEventDestroy_v2 */
     PFN_cuEventRecord cuEventRecord;

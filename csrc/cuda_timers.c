@@ -18,7 +18,13 @@
  * bucket timer given another device's stream, a thread whose current device differs). So each
  * pooled event keeps the context current when it was made, a record takes one made in the
  * context current now, and an event whose record fails is destroyed, never pooled again: put
- * back on top of the pool it was handed out first to every later region, which all failed. */
+ * back on top of the pool it was handed out first to every later region, which all failed.
+ * A thread with no current context (a worker that has made no CUDA call yet) borrows the
+ * stream's context (the context cuda_init saw when the stream is a special handle) for the
+ * create and record, pushed and popped: nothing of the thread's state changes.
+ *
+ * A region that cannot be recorded loses its step: the step is marked unmeasured, counted by
+ * the next resolve with the reason (never silently short of a bucket). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +48,11 @@ static const cprof_cuda_api *api;
 static int cuda_state = -1;        /* -1 unknown, 0 unusable, 1 usable */
 static char err[256];
 static char fail[160];             /* why the last resolve left a region unmeasured */
+static char lost_why[160];         /* why the latest record failed (cprof_timers_lost) */
+static uint64_t *lost;             /* steps with a failed record since the last resolve */
+static uint32_t nlost, lost_cap;
+static uint64_t lost_now;          /* steps marked at once (no room to wait for the resolve) */
+static CUcontext init_ctx;         /* current where cuda_init ran: a stray thread's fallback */
 static region *regions;
 static uint32_t nregions, regions_cap, nopen;
 static uint32_t generation;        /* bumps at each resolve: stale slots are ignored */
@@ -80,6 +91,7 @@ int cprof_timers_cuda_init(void) {
         return CPROF_E_UNAVAILABLE;
     }
     err[0] = '\0';
+    init_ctx = ctx;
     cuda_state = 1;
     return CPROF_OK;
 }
@@ -93,7 +105,11 @@ static int event_get(CUcontext ctx, pooled *out) {
         pool[i] = pool[--npool];
         return CPROF_OK;
     }
-    if (api->cuEventCreate(&out->e, CU_EVENT_DEFAULT) != CUDA_SUCCESS) return CPROF_E_UNAVAILABLE;
+    CUresult cr = api->cuEventCreate(&out->e, CU_EVENT_DEFAULT);
+    if (cr != CUDA_SUCCESS) {
+        snprintf(lost_why, sizeof lost_why, "cuEventCreate returned CUDA error %d", (int)cr);
+        return CPROF_E_UNAVAILABLE;
+    }
     out->ctx = ctx;
     pool_total++;
     return CPROF_OK;
@@ -125,6 +141,50 @@ static CUcontext current_ctx(void) {
     return ctx;
 }
 
+/* For a thread with no current context: the stream's context, pushed (*pushed = 1; pop it
+ * after the record), else NULL with lost_why said. */
+static CUcontext borrow_ctx(uintptr_t stream, int *pushed) {
+    *pushed = 0;
+    if (!api->cuCtxPushCurrent || !api->cuCtxPopCurrent) {
+        snprintf(lost_why, sizeof lost_why,
+                 "no CUDA context is current on the timing thread and this driver cannot lend "
+                 "one (make a CUDA call on that thread first)");
+        return NULL;
+    }
+    CUcontext ctx = NULL;
+    /* a special handle (0, legacy, per-thread) names the current context: there is none */
+    if (stream > 2 && api->cuStreamGetCtx &&
+        api->cuStreamGetCtx((CUstream)stream, &ctx) != CUDA_SUCCESS)
+        ctx = NULL;
+    if (!ctx) ctx = init_ctx;
+    CUresult cr = ctx ? api->cuCtxPushCurrent(ctx) : CUDA_ERROR_INVALID_CONTEXT;
+    if (cr != CUDA_SUCCESS) {
+        snprintf(lost_why, sizeof lost_why,
+                 "no CUDA context is current on the timing thread (cuCtxPushCurrent of the "
+                 "stream's returned CUDA error %d)", (int)cr);
+        return NULL;
+    }
+    *pushed = 1;
+    return ctx;
+}
+
+/* Marked at resolve, not now: a step that raises after its record failed is discarded, and
+ * counted once, as that. */
+void cprof_timers_lost(uint64_t step) {
+    if (nlost && lost[nlost - 1] == step) return;
+    if (nlost == lost_cap) {
+        uint32_t ncap = lost_cap ? lost_cap * 2 : 16;
+        uint64_t *nl = ncap > lost_cap ? realloc(lost, ncap * sizeof *nl) : NULL;
+        if (!nl) {
+            lost_now += (uint64_t)cprof_rs_step_unmeasured(step);
+            return;
+        }
+        lost = nl;
+        lost_cap = ncap;
+    }
+    lost[nlost++] = step;
+}
+
 uint64_t cprof_timers_share_ns(int64_t set) {
     uint64_t old = share_ns;
     if (set >= 0) share_ns = (uint64_t)set;
@@ -137,16 +197,29 @@ uint64_t cprof_timers_share_ns(int64_t set) {
 static int boundary(uintptr_t stream, CUevent *out) {
     uint64_t now = cprof_clock_now_ns();
     CUcontext ctx = current_ctx();
+    int pushed = 0;
+    if (!ctx && !(ctx = borrow_ctx(stream, &pushed))) return CPROF_E_UNAVAILABLE;
     if (last.valid && last.stream == stream && last.ctx == ctx && now >= last.t_after &&
         now - last.t_after <= share_ns) {
+        CUcontext popped;
+        if (pushed) api->cuCtxPopCurrent(&popped);
         *out = last.e;
         n_shared++;
         return CPROF_OK;
     }
     pooled p;
-    if (event_get(ctx, &p) != CPROF_OK) return CPROF_E_UNAVAILABLE;
-    if (api->cuEventRecord(p.e, (CUstream)stream) != CUDA_SUCCESS) {
+    int rc = event_get(ctx, &p);
+    CUresult cr = rc == CPROF_OK ? api->cuEventRecord(p.e, (CUstream)stream) : CUDA_SUCCESS;
+    if (pushed) {
+        CUcontext popped;
+        api->cuCtxPopCurrent(&popped);
+    }
+    if (rc != CPROF_OK) return rc;
+    if (cr != CUDA_SUCCESS) {
         /* the stream is another context's (or gone): this event is no use here */
+        snprintf(lost_why, sizeof lost_why,
+                 "cuEventRecord returned CUDA error %d (a stream of another device, or gone)",
+                 (int)cr);
         event_drop(p.e);
         last.valid = 0;
         return CPROF_E_UNAVAILABLE;
@@ -246,6 +319,16 @@ int cprof_timers_resolve(uint64_t *unmeasured) {
         /* an open region (its timer raised before ending) is abandoned: a late end() sees a
          * stale slot */
     }
+    /* regions that could not be recorded: their steps, with the reason */
+    uint64_t lost_steps = lost_now;
+    for (uint32_t i = 0; i < nlost; i++) lost_steps += (uint64_t)cprof_rs_step_unmeasured(lost[i]);
+    if (lost_steps) {
+        failed_steps += lost_steps;
+        if (rc == CPROF_OK) snprintf(fail, sizeof fail, "%s", lost_why);
+        rc = CPROF_E_UNAVAILABLE;
+    }
+    nlost = 0;
+    lost_now = 0;
     for (uint32_t i = 0; i < nused; i++) event_put(used[i]);
     nused = 0;
     last.valid = 0;

@@ -1001,6 +1001,9 @@ typedef CUresult (*PFN_cuDeviceGetName)(char *name, int len, CUdevice dev);
 typedef CUresult (*PFN_cuDeviceTotalMem)(size_t *bytes, CUdevice dev);           /* _v2 */
 typedef CUresult (*PFN_cuDeviceGetAttribute)(int *pi, CUdevice_attribute attrib, CUdevice dev);
 typedef CUresult (*PFN_cuCtxGetCurrent)(CUcontext *pctx);
+typedef CUresult (*PFN_cuCtxPushCurrent)(CUcontext ctx);                         /* _v2 */
+typedef CUresult (*PFN_cuCtxPopCurrent)(CUcontext *pctx);                        /* _v2 */
+typedef CUresult (*PFN_cuStreamGetCtx)(CUstream hStream, CUcontext *pctx);
 typedef CUresult (*PFN_cuEventCreate)(CUevent *phEvent, unsigned int Flags);
 typedef CUresult (*PFN_cuEventDestroy)(CUevent hEvent);                          /* _v2 */
 typedef CUresult (*PFN_cuEventRecord)(CUevent hEvent, CUstream hStream);

@@ -213,8 +213,9 @@ static PyObject *timer_enter(BucketTimerObject *self, PyObject *unused) {
     if (self->nested) return Py_NewRef(self); /* the enclosing region times it already */
     uint32_t slot;
     uintptr_t stream = self->own_stream ? self->stream : gate.stream;
-    if (cprof_timer_begin(gate.cuda[self->domain], stream, &slot) == CPROF_OK)
-        self->slot = slot;
+    int rc = cprof_timer_begin(gate.cuda[self->domain], stream, &slot);
+    if (rc == CPROF_OK) self->slot = slot;
+    else if (rc == CPROF_E_UNAVAILABLE) cprof_timers_lost(gate.step); /* counted, with why */
     return Py_NewRef(self);
 }
 
@@ -224,8 +225,9 @@ static PyObject *timer_exit(BucketTimerObject *self, PyObject *const *args, Py_s
         self->tracked = 0;
     }
     if (self->slot != NO_SLOT) {
-        cprof_timer_end(self->slot, self->own_stream ? self->stream : gate.stream, self->domain,
-                        self->name_id, gate.step);
+        if (cprof_timer_end(self->slot, self->own_stream ? self->stream : gate.stream,
+                            self->domain, self->name_id, gate.step) == CPROF_E_UNAVAILABLE)
+            cprof_timers_lost(gate.step);
         self->slot = NO_SLOT;
     }
     if (self->pushed) {
@@ -291,13 +293,19 @@ static PyObject *mod_timers_cuda_init(PyObject *module, PyObject *unused) {
     return Py_BuildValue("(Oz)", Py_True, NULL);
 }
 
-/* timer_begin(cuda, stream) -> slot ; timer_end(slot, stream, domain, bucket_name, step) */
+/* timer_begin(cuda, stream, step) -> slot, or None when CUDA could not record it: the step is
+ * then unmeasured, counted by the next timers_resolve with the reason (the user's step goes on)
+ * timer_end(slot, stream, domain, step): the same on a failed record */
 static PyObject *mod_timer_begin(PyObject *module, PyObject *args) {
     int cuda;
-    unsigned long long stream;
-    if (!PyArg_ParseTuple(args, "pK", &cuda, &stream)) return NULL;
+    unsigned long long stream, step;
+    if (!PyArg_ParseTuple(args, "pKK", &cuda, &stream, &step)) return NULL;
     uint32_t slot;
     int rc = cprof_timer_begin(cuda, (uintptr_t)stream, &slot);
+    if (rc == CPROF_E_UNAVAILABLE) {
+        cprof_timers_lost(step);
+        Py_RETURN_NONE;
+    }
     if (rc) return cprof_py_raise(module, rc, "timer_begin");
     return PyLong_FromUnsignedLong(slot);
 }
@@ -307,7 +315,8 @@ static PyObject *mod_timer_end(PyObject *module, PyObject *args) {
     unsigned long long stream, step;
     if (!PyArg_ParseTuple(args, "IKIK", &slot, &stream, &domain, &step)) return NULL;
     int rc = cprof_timer_end(slot, (uintptr_t)stream, (uint8_t)domain, 0, step);
-    if (rc) return cprof_py_raise(module, rc, "timer_end");
+    if (rc == CPROF_E_UNAVAILABLE) cprof_timers_lost(step);
+    else if (rc) return cprof_py_raise(module, rc, "timer_end");
     Py_RETURN_NONE;
 }
 

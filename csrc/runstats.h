@@ -29,6 +29,11 @@ int cprof_timer_end(uint32_t slot, uintptr_t stream, uint8_t domain, uint32_t bu
                     uint64_t step);
 /* Regions begun and not ended (a timer left open by an exception). */
 uint32_t cprof_timers_open(void);
+
+/* A region of `step` could not be recorded (cprof_timer_begin / _end gave
+ * CPROF_E_UNAVAILABLE): the step is marked unmeasured, and the next cprof_timers_resolve counts
+ * it in *unmeasured with the record's error as its reason. GIL held. */
+void cprof_timers_lost(uint64_t step);
 /* Resolves every ended region (waits for its end event: one wait for the last event of each
  * stream in practice) and files its time in the step store. Events go back to the pool.
  * A region whose time CUDA cannot give makes its step unmeasured (cprof_rs_step_unmeasured),

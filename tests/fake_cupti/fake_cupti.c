@@ -81,6 +81,9 @@
     X(cuDeviceTotalMem_v2) \
     X(cuDeviceGetAttribute) \
     X(cuCtxGetCurrent) \
+    X(cuCtxPushCurrent_v2) \
+    X(cuCtxPopCurrent_v2) \
+    X(cuStreamGetCtx) \
     X(cuEventCreate) \
     X(cuEventDestroy_v2) \
     X(cuEventRecord) \
@@ -174,7 +177,9 @@ static int g_events_pending;
 static uint64_t g_live_events;
 #define FAKE_CTXS 4
 static struct CUctx_st g_ctxs[FAKE_CTXS];
-static _Thread_local int tls_ctx; /* the context current on this thread */
+static _Thread_local int tls_ctx; /* the context current on this thread; -1: none */
+static _Thread_local int tls_ctx_stack[8]; /* cuCtxPushCurrent's saved contexts */
+static _Thread_local int tls_ctx_depth;
 static struct {
     uintptr_t stream;
     int ctx;
@@ -924,16 +929,47 @@ FAKE_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx) {
     FAKE_ENTER(cuCtxGetCurrent, CUresult);
     DRIVER_NEEDS_INIT();
     if (!pctx) return CUDA_ERROR_INVALID_VALUE;
-    *pctx = &g_ctxs[tls_ctx]; /* as if PyTorch had made a primary context current */
+    /* as if PyTorch had made a primary context current, unless a test said none is */
+    *pctx = tls_ctx < 0 ? NULL : &g_ctxs[tls_ctx];
     return CUDA_SUCCESS;
 }
 
-/* Makes context i (0 .. FAKE_CTXS-1) current on the calling thread (cudaSetDevice(i)). */
+static int ctx_index(CUcontext c) {
+    for (int i = 0; i < FAKE_CTXS; i++)
+        if (c == &g_ctxs[i]) return i;
+    return -1;
+}
+
+FAKE_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
+    FAKE_ENTER(cuCtxPushCurrent_v2, CUresult);
+    DRIVER_NEEDS_INIT();
+    int i = ctx_index(ctx);
+    if (i < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (tls_ctx_depth == 8) return CUDA_ERROR_INVALID_VALUE;
+    tls_ctx_stack[tls_ctx_depth++] = tls_ctx;
+    tls_ctx = i;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *pctx) {
+    FAKE_ENTER(cuCtxPopCurrent_v2, CUresult);
+    DRIVER_NEEDS_INIT();
+    if (tls_ctx < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (pctx) *pctx = &g_ctxs[tls_ctx];
+    tls_ctx = tls_ctx_depth ? tls_ctx_stack[--tls_ctx_depth] : -1;
+    return CUDA_SUCCESS;
+}
+
+/* Makes context i (0 .. FAKE_CTXS-1) current on the calling thread (cudaSetDevice(i)); -1:
+ * none (a thread that has made no CUDA call yet). */
 FAKE_EXPORT int fake_cuda_set_current(int i) {
-    if (i < 0 || i >= FAKE_CTXS) return -1;
+    if (i < -1 || i >= FAKE_CTXS) return -1;
     tls_ctx = i;
     return 0;
 }
+
+/* cuCtxPushCurrent calls not popped yet on this thread (a test checks they are balanced). */
+FAKE_EXPORT int fake_cuda_ctx_depth(void) { return tls_ctx_depth; }
 
 /* Says that stream handle `stream` belongs to context i (a stream of device i). */
 FAKE_EXPORT int fake_cuda_stream_ctx(uint64_t stream, int i) {
@@ -964,10 +1000,22 @@ static int stream_ctx(CUstream s) {
     return ctx;
 }
 
+FAKE_EXPORT CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx) {
+    FAKE_ENTER(cuStreamGetCtx, CUresult);
+    DRIVER_NEEDS_INIT();
+    if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+    /* the special handles (NULL, legacy, per-thread) name the current context */
+    int i = (uintptr_t)hStream <= 2 ? tls_ctx : stream_ctx(hStream);
+    if (i < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    *pctx = &g_ctxs[i];
+    return CUDA_SUCCESS;
+}
+
 FAKE_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags) {
     FAKE_ENTER(cuEventCreate, CUresult);
     DRIVER_NEEDS_INIT();
     if (!phEvent) return CUDA_ERROR_INVALID_VALUE;
+    if (tls_ctx < 0) return CUDA_ERROR_INVALID_CONTEXT;
     CUevent e = calloc(1, sizeof *e);
     if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
     e->flags = Flags;
@@ -1001,6 +1049,7 @@ FAKE_EXPORT uint64_t fake_cuda_records_on(uint64_t stream) {
 FAKE_EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
     FAKE_ENTER(cuEventRecord, CUresult);
     if (!hEvent) return CUDA_ERROR_INVALID_HANDLE;
+    if (!hStream && tls_ctx < 0) return CUDA_ERROR_INVALID_CONTEXT;
     if (hEvent->ctx != stream_ctx(hStream)) return CUDA_ERROR_INVALID_HANDLE; /* cuda.h */
     for (int i = 0; i < 32; i++)
         if (!g_record_streams[i].n || g_record_streams[i].stream == (uintptr_t)hStream) {
