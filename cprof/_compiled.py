@@ -194,7 +194,11 @@ class _Regions:
 
     def _take_tool(self):
         mon = sys.monitoring
-        for tool in (4, 3, 5):  # not PROFILER_ID (with_stack's), DEBUGGER_ID, COVERAGE_ID
+        # not the reserved ids (PROFILER_ID, DEBUGGER_ID, COVERAGE_ID), and the highest free:
+        # the with_stack tracer takes the lowest of 3-5, and a higher id's callbacks run first,
+        # so a region opens before its frame's python_function (and, with the tracer's help,
+        # csrc/py_regions.c, closes after it)
+        for tool in (5, 4, 3):
             if mon.get_tool(tool) is not None:
                 continue
             try:

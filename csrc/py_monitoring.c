@@ -26,7 +26,12 @@ static int event_bit(PyObject *mon, const char *name, long *bit) {
     return (*bit == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
-/* Takes a free tool id: PROFILER_ID first, then 5 down to 0. */
+/* Takes a free tool id: 3, 4, 5 first, then PROFILER_ID (2), COVERAGE_ID (1), DEBUGGER_ID
+ * (0). The reserved ids are left to the tools they are named for while another is free
+ * (3.12's cProfile.enable() needs PROFILER_ID: inside a window it failed while cprof held
+ * it), and the lowest free of 3-5 leaves the ones above to the compiled-region capture
+ * (cprof/_compiled.py takes 5, 4, 3), whose callbacks must run before the tracer's
+ * (sys.monitoring calls a higher id first): a region then opens before its frame's range. */
 int cprof_monitoring_take(PyObject *module, const char *tool_name, int *tool_id) {
     PyObject *mon = monitoring();
     if (!mon) return -1;
@@ -39,9 +44,10 @@ int cprof_monitoring_take(PyObject *module, const char *tool_name, int *tool_id)
     } else {
         PyErr_Clear();
     }
-    for (long k = -1; k <= 5; k++) {
-        long id = k < 0 ? pid : 5 - k;
-        if (k >= 0 && id == pid) continue;
+    const long order[] = {3, 4, 5, pid, 1, 0};
+    for (size_t k = 0; k < sizeof order / sizeof order[0]; k++) {
+        long id = order[k];
+        if (k > 3 && id == pid) continue;
         PyObject *holder = PyObject_CallMethod(mon, "get_tool", "l", id);
         if (!holder) return -1;
         int free_id = holder == Py_None;

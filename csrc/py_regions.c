@@ -124,6 +124,9 @@ static void region_enter(const void *code) {
 static void region_exit(const void *code) {
     region_stack *st = my_stack();
     if (!st->depth || st->ent[st->depth - 1].code != code) return;
+#if PY_VERSION_HEX >= 0x030C0000
+    cprof_py_tracer_exit_ahead(code); /* the frame's python_function ends inside the region */
+#endif
     uint32_t want = st->ent[--st->depth].user_depth - 1;
     uint32_t d = cprof_events_depth();
     if (d > want + 1) rg.left_open += d - want - 1;

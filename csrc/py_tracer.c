@@ -622,8 +622,20 @@ static CPROF_NOINLINE void exit_not_on_top(shadow_t *sh, const void *code) {
     while (sh->depth >= i) pop_one(sh);
 }
 
+#if TRACER_MONITORING
+/* A frame the regions' callback closed ahead of this event's own callback (below), or NULL. */
+static _Thread_local const void *tls_exited_ahead;
+#endif
+
 /* A Python frame ends (return, yield, unwind). */
 CPROF_INLINE void py_exit(PyCodeObject *co) {
+#if TRACER_MONITORING
+    if (CPROF_UNLIKELY(tls_exited_ahead != NULL)) {
+        const void *done = tls_exited_ahead;
+        tls_exited_ahead = NULL;
+        if (done == (const void *)co) return; /* this very exit, closed already */
+    }
+#endif
     shadow_t *sh = shadow_for_pop();
     if (!sh) return;
     if (CPROF_LIKELY(sh->ent[sh->depth - 1] == (uintptr_t)co)) pop_recorded(sh);
@@ -638,6 +650,18 @@ CPROF_INLINE void c_exit(PyObject *callable) {
 
 /* ---- Python 3.12+: sys.monitoring ---- */
 #if TRACER_MONITORING
+
+/* py_regions.c, at a compiled region's frame exit: sys.monitoring calls a higher tool id's
+ * callback first, and the regions hold a higher id than the tracer (so the region opens
+ * before the frame's python_function). The frame's range is closed here, before the region's,
+ * so the region encloses it; the tracer's own callback for the same exit then does nothing. */
+void cprof_py_tracer_exit_ahead(const void *code) {
+    if (tr.tool_id < 0) return;
+    shadow_t *sh = shadow_for_pop();
+    if (!sh || sh->ent[sh->depth - 1] != (uintptr_t)code) return; /* not ours to close */
+    pop_recorded(sh);
+    tls_exited_ahead = code;
+}
 
 /* Callbacks: (code, offset[, value]) for PY_*, (code, offset, callable, arg0) for calls. */
 static PyObject *mon_py_start(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {

@@ -155,6 +155,60 @@ def test_with_stack_on_311_leaves_the_profile_hook_to_the_tracer():
     assert not w.stats["profiling"] and w.recs == []  # this bare window runs no tracer
 
 
+
+def _crossing(events):
+    """Pairs (region, frame) of one thread whose ranges cross instead of nesting."""
+    bad = []
+    for r in (e for e in events if e["name"].startswith("R: ")):
+        for f in events:
+            if f["cat"] != "python_function" or f["tid"] != r["tid"]:
+                continue
+            r0, r1, f0, f1 = r["ts"], r["ts"] + r["dur"], f["ts"], f["ts"] + f["dur"]
+            if (r0 < f0 < r1 < f1) or (f0 < r0 < f1 < r1):
+                bad.append((r["name"], f["name"], r0, r1, f0, f1))
+    return bad
+
+
+@pytest.mark.skipif(not MONITORING, reason="3.12+: the tracer and the regions are two tools")
+def test_regions_enclose_their_frames_with_the_tracer_on_312(tmp_path):
+    """On 3.12 the region capture and the with_stack tracer are two sys.monitoring tools, and
+    a higher tool id's callback runs first at both the start and the end: each region ended
+    20-110 ns before the python_function of the frame it stands for (ProfilerContext's
+    defaults, every compiled function). The tracer now closes that frame first."""
+    with cprof.ProfilerContext(activities=["CPU"], output_dir=str(tmp_path), profile_name="nest",
+                               gzip=False, verbose=False) as ctx:
+        regions = _compiled._Regions(with_stack=True)
+        regions.add(middle.__code__, "R: middle")
+        regions.add(raiser.__code__, "R: raiser")
+        try:
+            for i in range(5):
+                middle(i)
+            raiser(1)
+        except KeyError:
+            pass
+        regions.remove()
+    evs = [e for e in load_trace(ctx.trace_path)["traceEvents"] if e.get("ph") == "X"]
+    assert sum(e["name"] == "R: middle" for e in evs) == 5
+    assert sum(e["name"] == "R: raiser" for e in evs) == 1
+    frames = [e for e in evs if e["cat"] == "python_function"
+              and e["name"].endswith((": middle", ": raiser", ": leaf"))]
+    assert len(frames) == 5 * 2 + 2, [e["name"] for e in frames]
+    assert _crossing(evs) == []
+
+
+def test_cprofile_runs_inside_a_with_stack_window(tmp_path):
+    """3.12's cProfile needs sys.monitoring.PROFILER_ID: the tracer took it first, and a
+    program using cProfile inside a window raised ValueError. It takes 3-5 first now."""
+    import cProfile
+    with cprof.ProfilerContext(activities=["CPU"], output_dir=str(tmp_path), profile_name="cp",
+                               gzip=False, verbose=False):
+        pr = cProfile.Profile()
+        pr.enable()
+        middle(1)
+        pr.disable()
+    assert any(getattr(c.code, "co_name", None) == "middle" for c in pr.getstats())
+
+
 # ---- torch.compile ----
 
 def _torch():
