@@ -840,6 +840,9 @@ typedef struct abi_entry {
     P(cuDeviceTotalMem, cuDeviceTotalMem_v2) \
     P(cuDeviceGetAttribute, cuDeviceGetAttribute) \
     P(cuCtxGetCurrent, cuCtxGetCurrent) \
+    P(cuCtxPushCurrent, cuCtxPushCurrent_v2) \
+    P(cuCtxPopCurrent, cuCtxPopCurrent_v2) \
+    P(cuStreamGetCtx, cuStreamGetCtx) \
     P(cuEventCreate, cuEventCreate) \
     P(cuEventDestroy, cuEventDestroy_v2) \
     P(cuEventRecord, cuEventRecord) \
