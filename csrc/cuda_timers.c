@@ -84,6 +84,9 @@ int cprof_timers_cuda_init(void) {
     }
     CUcontext ctx = NULL;
     if (api->cuInit(0) != CUDA_SUCCESS || api->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) {
+        /* usable already (a Profiler made on another thread): a thread with no context of
+         * its own records with init_ctx's, lent (borrow_ctx); usable stays usable */
+        if (cuda_state == 1 && init_ctx) return CPROF_OK;
         snprintf(err, sizeof err,
                  "no CUDA context is current on this thread (initialise CUDA first, e.g. by "
                  "putting a tensor on the GPU)");
@@ -91,7 +94,7 @@ int cprof_timers_cuda_init(void) {
         return CPROF_E_UNAVAILABLE;
     }
     err[0] = '\0';
-    init_ctx = ctx;
+    if (!init_ctx) init_ctx = ctx;
     cuda_state = 1;
     return CPROF_OK;
 }
