@@ -516,10 +516,40 @@ static PyObject *mod_memory(PyObject *module, PyObject *unused) {
                          "chunk_bytes", (Py_ssize_t)sizeof(cprof_chunk));
 }
 
+/* The threading.Thread whose _bootstrap runs this thread's Python code, or NULL (a thread
+ * not started by threading, or no frame). On 3.12 sys.monitoring records a new thread's
+ * first call inside Thread._bootstrap, before _bootstrap_inner registers it in
+ * threading._active: its outermost frame is _bootstrap, and its `self` the Thread. Once per
+ * thread (its first record), never per call. New reference; may leave an error set. */
+static PyObject *bootstrapping_thread(PyObject *threading) {
+    PyFrameObject *f = PyEval_GetFrame(); /* borrowed */
+    if (!f) return NULL;
+    Py_INCREF(f);
+    for (PyFrameObject *back; (back = PyFrame_GetBack(f)) != NULL; f = back) Py_DECREF(f);
+    PyObject *thread = NULL, *globals = PyFrame_GetGlobals(f);
+    PyCodeObject *co = PyFrame_GetCode(f);
+    PyObject *tdict = PyModule_GetDict(threading); /* borrowed */
+    if (globals == tdict && PyUnicode_CompareWithASCIIString(co->co_name, "_bootstrap") == 0) {
+#if PY_VERSION_HEX >= 0x030C0000
+        thread = PyFrame_GetVarString(f, "self");
+#else
+        PyObject *locals = PyFrame_GetLocals(f);
+        thread = locals ? PyMapping_GetItemString(locals, "self") : NULL;
+        Py_XDECREF(locals);
+#endif
+    }
+    Py_XDECREF(globals);
+    Py_DECREF(co);
+    Py_DECREF(f);
+    return thread;
+}
+
 /* The event store calls this, GIL held, on a thread's first record: names the thread after
  * its threading.Thread now, so its ranges keep that name if it exits before the window closes
- * (stop renames live threads, which may have been renamed since). Reads only dicts and an
- * instance attribute, so no Python code runs inside a push; never raises. */
+ * (stop renames live threads, which may have been renamed since). A thread not yet in
+ * threading._active (3.12: still in Thread._bootstrap) is found through its bootstrap frame.
+ * Reads only dicts, frame locals and an instance attribute, so no Python code runs inside a
+ * push; never raises. */
 static void name_new_thread(void) {
 #if PY_VERSION_HEX >= 0x030C0000
     PyObject *saved = PyErr_GetRaisedException();
@@ -534,8 +564,14 @@ static void name_new_thread(void) {
     key = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
     if (!active || !key || !PyDict_Check(active)) goto out;
     PyObject *thread = PyDict_GetItemWithError(active, key); /* borrowed */
-    if (!thread) goto out;
+    if (thread) {
+        Py_INCREF(thread);
+    } else {
+        PyErr_Clear();
+        if (!(thread = bootstrapping_thread(threading))) goto out;
+    }
     name = PyObject_GetAttrString(thread, "_name");
+    Py_DECREF(thread);
     Py_ssize_t len;
     const char *utf8 = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8AndSize(name, &len) : NULL;
     uint32_t id;

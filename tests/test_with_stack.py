@@ -589,6 +589,25 @@ def test_thread_started_after_start_is_traced():
     assert lf.tid == w.tid and inside(lf, w)
 
 
+def test_thread_started_and_ended_in_the_window_keeps_its_name(tmp_path):
+    """3.12: sys.monitoring records a new thread's first call inside Thread._bootstrap, before
+    the thread is in threading._active, and stop names only the threads still alive: a thread
+    that ran and ended inside the window was "thread N (python)". Its name is read from its
+    bootstrap frame at its first record."""
+    out = []
+    with cprof.ProfilerContext(output_dir=tmp_path, profile_name="tn", activities=["CPU"],
+                               with_stack=True, gzip=False, verbose=False) as c:
+        t = threading.Thread(target=worker, args=(out,), name="my-worker")
+        t.start()
+        t.join()
+    assert out == [10]
+    tr = load_trace(c.trace_path)
+    names = {e["tid"]: e["args"]["name"] for e in tr["traceEvents"]
+             if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    lf = [e for e in tr["traceEvents"] if e.get("name") == pyname(leaf)]
+    assert len(lf) == 1 and names[lf[0]["tid"]] == "my-worker", names
+
+
 def test_thread_existing_before_start_is_traced():
     """3.12+: sys.monitoring covers every thread. 3.11: the profile function is set on every
     thread that exists at start, so a thread started earlier is traced from then on."""
