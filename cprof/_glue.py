@@ -240,6 +240,9 @@ class _Installed:
         self.stack_why = None  # why with_stack could not start (another profiler's hook)
         self.regions_how = None  # compiled regions' metadata when cprof's capture is not on
         self.stack_too_deep = 0  # Python calls the tracer could not record: nested too deep
+        # 3.11: (ident, native id, tracer stop ns) of threads where a sys.setprofile
+        # replaced the tracer
+        self.stack_replaced = []
 
     def module_names(self):
         """Names given to module ranges so far (with_modules / record_shapes)."""
@@ -278,7 +281,10 @@ class _Installed:
             p = self.parts[-1]
             try:
                 p.remove()
-                self.stack_too_deep += (getattr(p, "counts", None) or {}).get("overflows", 0)
+                counts = getattr(p, "counts", None) or {}
+                self.stack_too_deep += counts.get("overflows", 0)
+                self.stack_replaced += [(ident, tid, counts["stop_ns"])
+                                        for ident, tid in counts.get("replaced") or ()]
             except Exception as err:  # removal must not lose the window's data
                 warnings.warn(f"cprof: removing a capture hook failed: {err}", RuntimeWarning,
                               stacklevel=2)

@@ -868,6 +868,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                 self._window.notes["with_stack_unavailable"] = g.stack_why
             g.remove()
             self._glue = None
+            if g.stack_replaced and self._window is not None:
+                self._window.stack_replaced(g.stack_replaced)
             if g.stack_too_deep and self._window is not None:
                 self._window.dropped_extra["python_calls_too_deep"] = g.stack_too_deep
                 _warn.warn(

@@ -227,6 +227,7 @@ class Window:
         self.mem_heap = False
         self.mem_events = None  # torch's allocation reports (profile_memory): mem_events_stop bytes
         self.notes = {}
+        self._stack_stopped = {}  # native id -> when the tracer stopped (stack_replaced)
         self.dropped_extra = {}  # losses counted in Python, added to the metadata's "dropped"
         self.snapshot = None
         self.start_time = None
@@ -380,6 +381,44 @@ class Window:
             return self.cuda_off
         return self.cuda_off + [(self.cuda_off_since, None)]
 
+    def stack_replaced(self, threads):
+        """3.11 with_stack: another profile function (a sys.setprofile inside the window:
+        cProfile.enable(), a debugger) replaced the tracer on these live threads ((ident,
+        native id, tracer stop ns), from _pystack.stop), so their python_function events ended
+        there.
+        cprof leaves the user's hook alone; the trace's metadata says so
+        (cprof.with_stack_replaced) and stop warns once, when it knows the time."""
+        names = _thread_names()
+        # the tracer's stop ends the frames still running: those ends are not the thread's
+        self._stack_stopped = {tid: stop_ns for ident, tid, stop_ns in threads}
+        self.notes["with_stack_replaced"] = [
+            {"thread": names.get(ident) or f"thread {tid}", "tid": tid, "until_ms": None,
+             "why": "another profile function (sys.setprofile: cProfile.enable(), a debugger) "
+                    "replaced cprof's on this thread inside the window: its python_function "
+                    "events end at its last one (until_ms: ms after the window's start) and do "
+                    "not resume when that function is removed"}
+            for ident, tid, stop_ns in threads]
+
+    def _time_stack_replaced(self, snap):
+        replaced = self.notes.get("with_stack_replaced")
+        if not replaced:
+            return
+        said = []
+        for r in replaced:
+            last = snap.last_event_ns(r["tid"], _C.CAT_PYTHON_FUNCTION,
+                                      self._stack_stopped[r["tid"]])
+            if last is not None:  # ms, not ns: the metadata's numbers are doubles
+                r["until_ms"] = round((last - snap.start_ns) / 1e6, 3)
+            at = (f"after {r['until_ms']:.3f} ms of the window" if last is not None
+                  else "before its first event")
+            said.append(f"'{r['thread']}' (tid {r['tid']}) {at}")
+        _warn.warn(
+            "cprof: with_stack: another profile function (sys.setprofile: cProfile.enable(), a "
+            "debugger) replaced cprof's inside the window on thread(s) "
+            + ", ".join(said) + "; their python_function events end there and do not resume "
+            "when that function is removed (cprof leaves it alone; Python 3.12+ runs both). "
+            "The trace's cprof.with_stack_replaced says so")
+
     def stop(self, exc_type=None):
         """Closes the window. exc_type: the exception that ended it (or a str: "SIGTERM",
         "exit"), if any. Returns the snapshot (None in a forked child: nothing is closed)."""
@@ -400,6 +439,7 @@ class Window:
         _glue.nvtx_window_end()  # NVTX ranges still open were closed by the stop
         snap.rename_threads(_thread_names())
         self.snapshot = snap
+        self._time_stack_replaced(snap)
         if exc_type is not None:
             self.partial = True
             self.end_reason = exc_type if isinstance(exc_type, str) else exc_type.__name__

@@ -29,6 +29,14 @@ static inline int cprof_py_list_take(PyObject *list, PyObject *item) {
 
 /* py_tracer.c: the with_stack Python-function tracer (PyEval_SetProfile / sys.monitoring). */
 int cprof_py_tracer_add(PyObject *m);
+/* py_tracer_threads.c (3.11): the threads the tracer's profile function was set on in this
+ * session (reset: a new session; note: ts got it), and lost: a list of (threading ident,
+ * native id) of the live ones whose profile function ours() no longer accepts (a
+ * sys.setprofile replaced it), new reference or NULL with an exception set. 3.12+: nothing is
+ * kept, lost is []. */
+void cprof_py_traced_reset(void);
+void cprof_py_traced_note(PyThreadState *ts);
+PyObject *cprof_py_traced_lost(int (*ours)(PyThreadState *));
 /* py_monitoring.c (3.12+): takes a free sys.monitoring tool id (PROFILER_ID first; all in use:
  * CprofError naming the holder), registers callbacks[i] for events[i] (sys.monitoring.events
  * names) and enables them, and releases all of it (events off, callbacks unregistered, id

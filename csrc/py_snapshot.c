@@ -388,6 +388,36 @@ static PyObject *snapshot_threads(SnapshotObject *self, PyObject *unused) {
     return list;
 }
 
+/* last_event_ns(tid, cat, before_ns): the latest time (cprof clock) a range of category cat on
+ * OS thread tid began or ended before before_ns (an end a stop gave a range still open does
+ * not count: the window's, flagged truncated, or the tracer's for the frames still running,
+ * at or after before_ns), or None: where that thread's events of cat stopped, for a window's
+ * note that another profile function took over its tracer. One pass over that thread's
+ * records, in C. */
+static PyObject *snapshot_last_event_ns(SnapshotObject *self, PyObject *args) {
+    unsigned long long tid, before;
+    int cat;
+    if (!PyArg_ParseTuple(args, "KiK:last_event_ns", &tid, &cat, &before)) return NULL;
+    if (snapshot_check(self) < 0) return NULL;
+    uint64_t last = 0;
+    for (size_t i = 0; i < self->snap->nthreads; i++) {
+        cprof_thread_data *t = &self->snap->threads[i];
+        if (t->tid != tid) continue;
+        for (cprof_chunk *c = t->chunks; c; c = c->next)
+            for (uint32_t k = 0; k < c->count; k++) {
+                const cprof_record *r = &c->rec[k];
+                if (r->cat != cat) continue;
+                uint64_t at = r->end_ns;
+                if ((r->flags & CPROF_REC_TRUNCATED) || at >= before || at < r->begin_ns)
+                    at = r->begin_ns;
+                if (at >= before) continue;
+                if (at > last) last = at;
+            }
+    }
+    if (!last) Py_RETURN_NONE;
+    return PyLong_FromUnsignedLongLong(last);
+}
+
 /* rename_threads({ident: name}): names threads in the trace (threading names, resolved once at
  * stop instead of on every push). */
 static PyObject *snapshot_rename_threads(SnapshotObject *self, PyObject *mapping) {
@@ -522,6 +552,9 @@ static PyMethodDef snapshot_methods[] = {
      "Writes the trace (GIL released); returns (path, events, bytes, seconds, replaced)."},
     {"threads", (PyCFunction)snapshot_threads, METH_NOARGS, "Per-thread counts."},
     {"rename_threads", (PyCFunction)snapshot_rename_threads, METH_O, "Names threads by ident."},
+    {"last_event_ns", (PyCFunction)snapshot_last_event_ns, METH_VARARGS,
+     "last_event_ns(tid, cat, before_ns): when thread tid's last range of category cat began "
+     "or ended before before_ns (cprof clock; truncated ends not counted), or None."},
     {"records", (PyCFunction)(void (*)(void))snapshot_records, METH_VARARGS | METH_KEYWORDS,
      "records(args=False): all ranges as tuples (with args: their JSON args fragment, sequence "
      "number, forward thread id and module flag last)."},

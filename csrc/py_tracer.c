@@ -793,6 +793,8 @@ static int install(PyObject *module) {
         return -1;
     }
     if (_PyEval_SetProfile(me, tracer_profile, tr.hook) < 0) return -1;
+    cprof_py_traced_reset();
+    cprof_py_traced_note(me);
     PyInterpreterState *interp = PyThreadState_GetInterpreter(me);
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
          ts = PyThreadState_Next(ts)) {
@@ -807,6 +809,7 @@ static int install(PyObject *module) {
             RESTORE_EXC(err);
             return -1;
         }
+        cprof_py_traced_note(ts);
         tr.threads++;
     }
     return 0;
@@ -835,6 +838,7 @@ static PyObject *thread_hook(PyObject *module, PyObject *const *args, Py_ssize_t
         Py_RETURN_NONE;
     }
     if (_PyEval_SetProfile(me, tracer_profile, tr.hook) < 0) return NULL;
+    cprof_py_traced_note(me);
     tr.threads++;
     if (nargs == 3 && PyFrame_Check(args[0]) && PyUnicode_Check(args[1])) {
         int what = event_what(args[1]);
@@ -918,11 +922,18 @@ static PyObject *tracer_stop(PyObject *module, PyObject *unused) {
     (void)module;
     (void)unused;
     if (!tr.active) Py_RETURN_NONE;
+    uint64_t stop_ns = cprof_clock_now_ns(); /* the frames still running end after this */
 #if TRACER_MONITORING
     int tool_id = tr.tool_id;
+    PyObject *lost = PyList_New(0);
 #else
     int tool_id = -1;
+    PyObject *lost = cprof_py_traced_lost(ours); /* another profile function took over */
 #endif
+    if (!lost) { /* no memory for the list: the rest of the stop still runs */
+        PyErr_Clear();
+        lost = Py_NewRef(Py_None);
+    }
     int rc = uninstall();
     tr.active = 0;
     tr.gen++; /* every thread's shadow stack is stale from here */
@@ -930,15 +941,19 @@ static PyObject *tracer_stop(PyObject *module, PyObject *unused) {
     cache_clear();
     own_prefix_set(NULL);
     cprof_py_code_name_strip(NULL);
-    if (rc < 0 && PyErr_Occurred()) return NULL;
-    return Py_BuildValue("{sKsKsKsKsKsisKsKss}", "calls", (unsigned long long)tr.calls,
+    if (rc < 0 && PyErr_Occurred()) {
+        Py_DECREF(lost);
+        return NULL;
+    }
+    return Py_BuildValue("{sKsKsKsKsKsisKsKsssNsK}", "calls", (unsigned long long)tr.calls,
                          "discarded", (unsigned long long)tr.discarded, "errors",
                          (unsigned long long)tr.errors, "overflows",
                          (unsigned long long)tr.overflows, "suppressed",
                          (unsigned long long)tr.suppressed, "tool_id", tool_id, "threads",
                          (unsigned long long)tr.threads, "threads_skipped",
                          (unsigned long long)tr.threads_skipped, "backend",
-                         TRACER_MONITORING ? "sys.monitoring" : "setprofile");
+                         TRACER_MONITORING ? "sys.monitoring" : "setprofile", "replaced", lost,
+                         "stop_ns", (unsigned long long)stop_ns);
 }
 
 /* Tests: this thread's shadow stack in this session, or None (no call event yet / stopped). */

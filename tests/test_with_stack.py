@@ -902,6 +902,103 @@ def test_with_stack_under_another_profiler_records_the_rest_and_says_why(tmp_pat
     assert "another profile function" in t["cprof"]["with_stack_unavailable"]
 
 
+
+def before_hook():
+    return leaf(1)
+
+
+def after_hook():
+    return leaf(2)
+
+
+@pytest.mark.skipif(MONITORING, reason="3.11 setprofile backend")
+def test_a_setprofile_inside_the_window_is_reported(tmp_path):
+    """A sys.setprofile inside the window (cProfile.enable(), a debugger) replaces the tracer
+    on that thread for the rest of the window, even once removed: cprof leaves the user's hook
+    alone, but says so (warning, cprof.with_stack_replaced with when) instead of silently
+    ending the thread's python_function events."""
+    def other(frame, event, arg):
+        pass
+
+    with pytest.warns(RuntimeWarning, match=r"replaced cprof's inside the window on "
+                                            r"thread\(s\) 'MainThread'"):
+        with cprof.ProfilerContext(output_dir=tmp_path, profile_name="sp", activities=["CPU"],
+                                   with_stack=True, gzip=False, verbose=False) as c:
+            before_hook()
+            sys.setprofile(other)
+            leaf(3)
+            sys.setprofile(None)
+            after_hook()
+    t = load_trace(c.trace_path)
+    names = {e["name"] for e in t["traceEvents"] if e.get("cat") == "python_function"}
+    assert pyname(before_hook) in names and pyname(after_hook) not in names
+    (r,) = t["cprof"]["with_stack_replaced"]
+    assert r["thread"] == "MainThread" and r["tid"] == threading.get_native_id()
+    assert "python_function events end" in r["why"]
+    # until_ms: the end of before_hook, its last python_function event, from the window start
+    (b,) = [e for e in t["traceEvents"] if e.get("name") == pyname(before_hook)]
+    end_ms = (t["baseTimeNanoseconds"] + (b["ts"] + b["dur"]) * 1000
+              - t["cprof"]["window"]["start_unix_ns"]) / 1e6
+    assert abs(r["until_ms"] - end_ms) < 0.01, (r, end_ms)
+
+
+@pytest.mark.skipif(MONITORING, reason="3.11 setprofile backend")
+def test_a_setprofile_on_another_thread_is_reported_and_others_are_not(tmp_path):
+    """Only threads the tracer was on and lost are named: not a thread that had its own
+    profile function before the window (skipped at start), nor one left traced."""
+    hooked, release, ready = threading.Event(), threading.Event(), threading.Event()
+
+    def other(frame, event, arg):
+        pass
+
+    def takes_over():
+        before_hook()
+        sys.setprofile(other)
+        hooked.set()
+        release.wait(10)
+        sys.setprofile(None)
+
+    def had_one_before():
+        sys.setprofile(other)
+        ready.set()
+        release.wait(10)
+        sys.setprofile(None)
+
+    pre = threading.Thread(target=had_one_before, name="had-one-before")
+    pre.start()
+    plain = threading.Thread(target=release.wait, args=(10,), name="plain")
+    plain.start()
+    assert ready.wait(10)
+    try:
+        with pytest.warns(RuntimeWarning, match="'taker'"):
+            with cprof.ProfilerContext(output_dir=tmp_path, profile_name="sp2",
+                                       activities=["CPU"], with_stack=True, gzip=False,
+                                       verbose=False) as c:
+                th = threading.Thread(target=takes_over, name="taker")
+                th.start()
+                assert hooked.wait(10)
+                parent()
+    finally:
+        release.set()
+        for x in (pre, plain):
+            x.join()
+    th.join()
+    t = load_trace(c.trace_path)
+    assert [r["thread"] for r in t["cprof"]["with_stack_replaced"]] == ["taker"]
+    # the main thread kept recording
+    assert pyname(parent) in {e["name"] for e in t["traceEvents"] if e.get("ph") == "X"}
+
+
+def test_no_setprofile_inside_the_window_reports_nothing(tmp_path, recwarn):
+    with cprof.ProfilerContext(output_dir=tmp_path, profile_name="sp3", activities=["CPU"],
+                               with_stack=True, gzip=False, verbose=False) as c:
+        th = threading.Thread(target=parent)
+        th.start()
+        th.join()
+        parent()
+    assert "with_stack_replaced" not in load_trace(c.trace_path)["cprof"]
+    assert not [w for w in recwarn if "replaced cprof's" in str(w.message)]
+
 # ---- cprof's own code is not traced ----
 
 OWN_SRC = '''
