@@ -52,6 +52,11 @@ int cprof_monitoring_release(int tool_id, const char *const *events, size_t n);
 PyObject *cprof_py_code_name(PyCodeObject *co);
 PyObject *cprof_py_code_name_at(PyCodeObject *co, int line);
 int cprof_py_code_name_strip(PyObject *prefixes);
+/* py_codename.c: the name of a C callable the tracer records (a builtin, a method descriptor,
+ * a bound C method): "{module}.{name}" or "{type}.{name}"; *ref: the object to keep alive
+ * while the name is cached under the callable's PyMethodDef (new reference or NULL); *skip
+ * when it is a cprof module's (not recorded). NULL with an exception on failure. */
+PyObject *cprof_py_c_name(PyObject *f, PyObject **ref, int *skip);
 /* py_hooks.c: nn.Module forward hooks in C (with_modules) and tensor shape capture. */
 int cprof_py_hooks_add(PyObject *m);
 /* py_regions.c: ranges around runs of chosen code objects (torch.compile's regions). */
