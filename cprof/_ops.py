@@ -22,7 +22,10 @@ _lock = threading.Lock()
 # operator capture (OPS: torch's _RecordFunctionFast records only when the slot holds a state)
 # and profile_memory (MEMORY: the allocation reports): the thread whose slot holds it, the
 # users the open window wants, and whether torch.profiler took its place on that thread
-OPS, MEMORY = 1, 2
+# SHAPES: a record_shapes window's operators: the state's config then says enabled and
+# reporting input shapes, so torch hands the observer an autograd.Function's non-tensor
+# arguments, as torch.profiler's (decision 143)
+OPS, MEMORY, SHAPES = 1, 2, 4
 _slot = {"thread": None, "want": 0, "suspended": False}
 
 
@@ -193,7 +196,7 @@ def _patch_torch_profiler(torch):
                 _state["suspended"] = True
             if _slot["thread"] == threading.get_ident():
                 # torch's state needs the slot cprof's state holds
-                _state_pop_here(OPS | MEMORY)
+                _state_pop_here(OPS | MEMORY | SHAPES)
                 _slot["suspended"] = True
             else:
                 _stale_pop()
@@ -251,7 +254,8 @@ class _Ops:
                 return
             if threading.get_ident() != self.thread:
                 if self.capture.mode == "record_function":
-                    state_pop(OPS)  # bookkeeping only: the state is that thread's
+                    state_pop(OPS | SHAPES)  # bookkeeping only: the state is that
+                    # thread's
                 # torch's per-thread state can only be left on its own thread: the next
                 # window on that thread reuses it; ranges pushed meanwhile are not recorded
                 return
@@ -259,7 +263,7 @@ class _Ops:
             suspended, _state["suspended"] = _state["suspended"], False
             capture, _state["capture"] = _state["capture"], None
         if capture.mode == "record_function":
-            state_pop(OPS)
+            state_pop(OPS | SHAPES)
         if not suspended:
             capture.off()
         self.torch.autograd.profiler._run_on_profiler_stop()
@@ -344,8 +348,23 @@ def install(record_shapes=False):
         shapes_note = why or "an earlier window's capture without shapes is still on this thread"
     part = _Ops(torch, capture, shapes_note)
     if capture.mode == "record_function":  # ITT's own state holds the slot under ITT
-        part.fast_note = state_push(OPS)
+        shapes = SHAPES if capture.shapes and _shapes_state_safe(torch) else 0
+        part.fast_note = state_push(OPS | shapes)
     return part, None
+
+
+def _shapes_state_safe(torch):
+    """Whether cprof's state may tell torch a profiler reporting input shapes is enabled
+    (SHAPES). Not while torch.distributed.rpc has an agent: every RPC would then ask the remote
+    end to profile, and torch hands the reply's events to the thread's state as if it were its
+    legacy profiler's (an autograd.Function's scalar arguments are then not recorded)."""
+    rpc = sys.modules.get("torch.distributed.rpc")
+    if rpc is None:
+        return True
+    try:
+        return not torch._C._distributed_rpc._is_current_rpc_agent_set()
+    except (AttributeError, RuntimeError):
+        return True
 
 
 class _AsyncRanges:
@@ -389,7 +408,8 @@ def _stale_pop():
     if mod is None:
         return
     try:
-        mod.state_pop(OPS | MEMORY)  # -1, nothing done, when the slot's top is not cprof's
+        # -1, nothing done, when the slot's top is not cprof's
+        mod.state_pop(OPS | MEMORY | SHAPES)
     except RuntimeError:
         pass
 
@@ -422,7 +442,7 @@ def state_push(users):
     _patch_torch_profiler(torch)
     me = threading.get_ident()
     if _slot["thread"] == me and not _slot["want"]:
-        _state_pop_here(OPS | MEMORY)  # left by a window closed from another thread
+        _state_pop_here(OPS | MEMORY | SHAPES)  # left by a window closed from another thread
     if _slot["thread"] not in (None, me):
         if _slot["want"]:
             return "cprof's profiler state of an earlier window is still on another thread"

@@ -52,9 +52,10 @@ PyObject *py_add_async(PyObject *, PyObject *) {
 int state_users(PyObject *arg, int *users) {
     long v = PyLong_AsLong(arg);
     if (v == -1 && PyErr_Occurred()) return -1;
-    if (v <= 0 || v > (CPROF_STATE_OPS | CPROF_STATE_MEMORY)) {
-        PyErr_Format(PyExc_ValueError, "cprof: state users must be a mask of %d (operators) "
-                     "and %d (memory), got %ld", CPROF_STATE_OPS, CPROF_STATE_MEMORY, v);
+    if (v <= 0 || v > (CPROF_STATE_OPS | CPROF_STATE_MEMORY | CPROF_STATE_SHAPES)) {
+        PyErr_Format(PyExc_ValueError, "cprof: state users must be a mask of %d (operators), "
+                     "%d (memory) and %d (operators' inputs), got %ld", CPROF_STATE_OPS,
+                     CPROF_STATE_MEMORY, CPROF_STATE_SHAPES, v);
         return -1;
     }
     *users = static_cast<int>(v);
@@ -118,7 +119,8 @@ PyMethodDef methods[] = {
     {"state_push", py_state_push, METH_O,
      "state_push(users) -> bool: cprof's profiler state on this thread (and the threads torch "
      "hands work to) for users, a mask of 1 (operator capture: torch's _RecordFunctionFast "
-     "records) and 2 (profile_memory's allocation reports); False when another profiler state "
+     "records), 2 (profile_memory's allocation reports) and 4 (record_shapes: torch passes "
+     "non-tensor inputs, its profiler config says enabled); False when another profiler state "
      "(torch.profiler's, torch's ITT) holds the slot."},
     {"state_pop", py_state_pop, METH_O,
      "state_pop(users) -> int: takes those users away (the state goes with its last one), on "

@@ -8,7 +8,8 @@
  *
  * The observer is a thread-local RecordFunction callback of the thread that opens the window (torch
  * carries it into autograd's threads, as it does torch.profiler's), for every scope but
- * USER_SCOPE (record_function is recorded by cprof's own patch). It records through the C
+ * USER_SCOPE (record_function is recorded by cprof's own patch; with shapes, user-scope ranges
+ * with keyword inputs, enter_user). It records through the C
  * functions cprof._C lends it in a capsule (op_api.h): the same per-thread operator stack as the
  * ITT collector, so ops nest with Python functions, modules and user ranges exactly as there.
  * The shapes are read before the push (a range does not include reading them) and become one JSON
@@ -344,7 +345,7 @@ inline void push(const at::RecordFunction &fn, uint32_t name, uint32_t frag) {
     else api->push_op(name, frag);
 }
 
-std::unique_ptr<at::ObserverContext> enter_shapes(const at::RecordFunction &fn) {
+void enter_shapes_op(const at::RecordFunction &fn) {
     uint32_t name = api->name_id(fn.name());
     uint32_t frag = 0;
     if (api->cpu_on()) {
@@ -357,7 +358,34 @@ std::unique_ptr<at::ObserverContext> enter_shapes(const at::RecordFunction &fn) 
         }
     }
     push(fn, name, frag); /* pushed even on failure, so the exit stays balanced */
+}
+
+/* A user-scope range the observer records: under record_shapes torch's _RecordFunctionFast
+ * (compiled code's "## Call CompiledFxGraph ##") moves a range given keyword arguments with
+ * scope="user_scope" to USER_SCOPE. record_function's ranges (recorded by cprof's own patch)
+ * have no keyword inputs and pass untouched. */
+struct UserPushed : at::ObserverContext {};
+
+std::unique_ptr<at::ObserverContext> enter_user(const at::RecordFunction &fn) {
+    if (fn.isAsync() || fn.kwinputs().empty()) return nullptr;
+    try {
+        auto ctx = std::make_unique<UserPushed>();
+        enter_shapes_op(fn);
+        return ctx;
+    } catch (...) { /* no memory for the marker: the range is not recorded */
+        n_errors.fetch_add(1, std::memory_order_relaxed);
+        return nullptr;
+    }
+}
+
+std::unique_ptr<at::ObserverContext> enter_shapes(const at::RecordFunction &fn) {
+    if (fn.scope() == at::RecordScope::USER_SCOPE) return enter_user(fn);
+    enter_shapes_op(fn);
     return nullptr;
+}
+
+void leave_shapes(const at::RecordFunction &fn, at::ObserverContext *ctx) {
+    if (ctx || fn.scope() != at::RecordScope::USER_SCOPE) api->pop_op();
 }
 
 std::unique_ptr<at::ObserverContext> enter_plain(const at::RecordFunction &fn) {
@@ -400,7 +428,8 @@ void leave_async(const at::RecordFunction &, at::ObserverContext *ctx) {
  * "## Call CompiledFxGraph ##", "Pregraph bytecode", opens its RecordFunction only when the
  * slot holds a profiler state). torch reads the slot as a ProfilerStateBase (config(),
  * profilerType()), so the holder is one: its config is Disabled, so profilerEnabled() stays
- * false and nothing else in torch changes behaviour. torch.profiler's own state needs the slot:
+ * false and nothing else in torch changes behaviour, except for a record_shapes window
+ * (set_shapes below). torch.profiler's own state needs the slot:
  * cprof/_ops.py takes this one out while torch's runs on the thread. ---- */
 
 struct CprofState final : torch::profiler::impl::ProfilerStateBase {
@@ -419,6 +448,17 @@ struct CprofState final : torch::profiler::impl::ProfilerStateBase {
     }
     torch::profiler::impl::ActiveProfilerType profilerType() override {
         return torch::profiler::impl::ActiveProfilerType::NONE;
+    }
+    /* record_shapes: torch packs an autograd.Function's (and a _RecordFunctionFast's)
+     * non-tensor arguments into the RecordFunction's inputs only when profilerEnabled() and
+     * the config reports input shapes (python_function.cpp unpack_input), so for such a
+     * window the config says so, as torch.profiler's does (decision 143). Two plain fields,
+     * written on the owning thread between its ops (other threads read them only while it
+     * waits on them: a backward). */
+    void set_shapes(bool on) {
+        config_.state = on ? torch::profiler::impl::ProfilerState::CPU
+                           : torch::profiler::impl::ProfilerState::Disabled;
+        config_.report_input_shapes = on;
     }
     std::atomic<bool> memory{false};
     int users = 0; /* CPROF_STATE_OPS | CPROF_STATE_MEMORY; changed on the owning thread only */
@@ -443,6 +483,7 @@ int cprof_torch_ops_state_push(int users, std::string *err) {
         }
         st->users |= users;
         if (users & CPROF_STATE_MEMORY) st->memory.store(true, std::memory_order_relaxed);
+        if (users & CPROF_STATE_SHAPES) st->set_shapes(true);
         return 1;
     } catch (const std::exception &e) {
         *err = e.what();
@@ -458,6 +499,7 @@ int cprof_torch_ops_state_pop(int users, int *had, std::string *err) {
         *had = st->users;
         st->users &= ~users;
         if (users & CPROF_STATE_MEMORY) st->memory.store(false, std::memory_order_relaxed);
+        if (users & CPROF_STATE_SHAPES) st->set_shapes(false);
         if (st->users == 0) c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
         return 1;
     } catch (const std::exception &e) {
@@ -476,9 +518,10 @@ int cprof_torch_ops_add(int shapes, uint64_t *handle, std::string *err) {
     try {
         std::unordered_set<at::RecordScope, std::hash<at::RecordScope>> scopes;
         for (int i = 0; i < static_cast<int>(at::RecordScope::NUM_SCOPES); i++)
-            if (i != static_cast<int>(at::RecordScope::USER_SCOPE))
+            if (shapes || i != static_cast<int>(at::RecordScope::USER_SCOPE))
                 scopes.insert(static_cast<at::RecordScope>(i));
-        at::RecordFunctionCallback cb(shapes ? enter_shapes : enter_plain, leave);
+        at::RecordFunctionCallback cb(shapes ? enter_shapes : enter_plain,
+                                      shapes ? leave_shapes : leave);
         cb.needsInputs(shapes != 0).scopes(scopes);
         *handle = static_cast<uint64_t>(at::addThreadLocalCallback(cb));
         return 0;

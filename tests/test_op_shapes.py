@@ -586,3 +586,72 @@ print(json.dumps({"errors": [m["ops"].get("shape_errors", 0) for m in metas],
     (msg,) = out["said"][1]
     assert "operator input shapes under record_shapes" in msg and "alpha=i" in msg
     assert "ProfilerStep#N" in msg and f"{e1:,} operator calls of this window" in msg
+
+
+def test_autograd_function_scalar_arguments_are_torch_profilers(tmp_path):
+    """torch packs an autograd.Function's non-tensor arguments (and a _RecordFunctionFast's)
+    into the RecordFunction only when its thread's profiler config is enabled and reports input
+    shapes: cprof's state says so for a record_shapes window (decision 143), so `Scale.apply(x,
+    2.5, True, "s")` and reentrant checkpoint's CheckpointFunction carry them as torch's. A
+    _RecordFunctionFast given scope="user_scope" then opens a user-scope range: still recorded,
+    with its inputs; record_function's ranges are not recorded twice. Outside record_shapes
+    (and after the window) torch's "profiler enabled" stays off."""
+    out, _ = run_py(HELPERS + """
+import cprof
+import torch
+from torch.utils.checkpoint import checkpoint
+from torch._C._profiler import _RecordFunctionFast
+class Scale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, k, flag, name):
+        ctx.k = k
+        return x * k
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.k, None, None, None
+x = torch.randn(3, requires_grad=True)
+lin = torch.nn.Linear(3, 3)
+def work():
+    y = Scale.apply(x, 2.5, True, "s")
+    checkpoint(lin, y, use_reentrant=True).sum().backward()
+    with _RecordFunctionFast("fast_user", (x, 2), {"scope": "user_scope"}):
+        pass
+    with torch.profiler.record_function("user_range"):
+        pass
+work()
+NAMES = ("Scale", "CheckpointFunction", "fast_user")
+def pick(prof, path):
+    t = load(prof, path)
+    ev = [e for e in t["traceEvents"] if e.get("ph") == "X"]
+    return {"args": sorted([e["name"]] + [e["args"].get(k) for k in KEYS]
+                           for e in ev if e["name"] in NAMES),
+            "user_range": sum(e["name"] == "user_range" for e in ev),
+            "events": sorted([e.name, e.input_shapes, e.concrete_inputs]
+                             for e in prof.events() if e.name in NAMES[:2]),
+            "ka": sorted([r.key, str(r.input_shapes)]
+                         for r in prof.key_averages(group_by_input_shape=True)
+                         if r.key in NAMES[:2])}
+with cprof.profile(activities=["CPU"], record_shapes=True) as p:
+    enabled = torch._C._autograd._profiler_enabled()
+    work()
+after = torch._C._autograd._profiler_enabled()
+with cprof.profile(activities=["CPU"]) as r:
+    plain = torch._C._autograd._profiler_enabled()
+    work()
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                            record_shapes=True) as q:
+    work()
+c, t = pick(p, "c.json"), pick(q, "t.json")
+print(json.dumps({"cprof": c, "torch": t, "enabled": [enabled, after, plain],
+                  "plain_fast": sum(e.name == "fast_user" for e in r.events())}))
+""", tmp_path)
+    c, t = out["cprof"], out["torch"]
+    assert c["events"] == t["events"] and c["ka"] == t["ka"]
+    scale = next(a for a in c["args"] if a[0] == "Scale")
+    assert scale[1:3] == [[[3], [], []], ["float", "Scalar", "Scalar"]]
+    assert ["CheckpointFunction", "[[], [3]]"] in c["ka"]
+    # torch files the user-scope fast range under user_annotation, cprof under cpu_op
+    # (usage.md); the args are the same
+    assert c["args"] == t["args"]
+    assert c["user_range"] == 1 == t["user_range"]
+    assert out["enabled"] == [True, False, False] and out["plain_fast"] == 1
