@@ -44,6 +44,7 @@ typedef struct tstate {
     uint32_t tdepth, tstack_cap;
     cprof_record **ostack;     /* torch operators' open ranges (ops_itt.c), under oplock */
     uint32_t odepth, ostack_cap;
+    const cprof_record *last_op; /* the operator opened last on this thread (compared only) */
     _Atomic int oplock;        /* held by this thread around an operator push/pop, by stop */
     int hook_pending;          /* registered from C without the GIL: name it at its next
                                 * GIL-held record */
@@ -539,12 +540,15 @@ CPROF_INLINE int op_open(uint32_t name_id, uint32_t frag_id, int64_t seq,
             t->rf_tid = rf_tid;
             if (r && g_key_fwd) {
                 set_seq(r, seq, fwd_tid);
-                /* torch gives the engine's range around a node the node's numbers too */
+                /* torch gives the engine's range around a node the node's numbers too, when
+                 * the node is the next op on the thread (collection.cpp set_autograd_evaluate):
+                 * not after a tensor hook's (retain_grad's) ops ran inside the range first */
                 cprof_record *p = t->odepth ? t->ostack[t->odepth - 1] : NULL;
-                if (fwd_tid && p && !p->nargs && is_evaluate(p->name_id))
+                if (fwd_tid && p && p == t->last_op && !p->nargs && is_evaluate(p->name_id))
                     set_seq(p, seq, fwd_tid);
             }
         }
+        t->last_op = r;
         t->ostack[t->odepth++] = r;
     }
     oplock_release(t);

@@ -647,3 +647,42 @@ print(json.dumps(res))
     assert out["memory_after_thread"] >= 1
     assert out["slot"] == {"thread": None, "want": 0, "suspended": False}
     assert out["enabled"] is False
+
+
+def test_evaluate_function_gets_the_nodes_numbers_only_when_the_node_is_next(tmp_path):
+    """torch copies a backward node's Sequence number / Fwd thread id onto the engine's
+    `autograd::engine::evaluate_function: X` range only when X is the next op on the thread
+    (collection.cpp set_autograd_evaluate): a tensor hook (register_hook, retain_grad) that
+    runs ops inside the range first leaves it without them. cprof copied whenever X was the
+    range's direct child."""
+    pytest.importorskip("cprof._torch_ops")
+    out = run_py(HELPERS + """
+import cprof
+import torch
+w = torch.randn(3, 3, requires_grad=True)
+x = torch.randn(2, 3)
+def step():
+    h = x @ w
+    h.retain_grad()
+    y = h.relu() * 2
+    y.register_hook(lambda g: g * 3)
+    y.sum().backward()
+step()
+res = {}
+for name, P in (("torch", torch.profiler), ("cprof", cprof)):
+    with P.profile(activities=[P.ProfilerActivity.CPU]) as p:
+        step()
+    t = load(p, name + ".json")
+    res[name] = sorted([e["name"], "Sequence number" in e["args"], "Fwd thread id" in e["args"]]
+                       for e in X(t) if "evaluate_function" in e["name"])
+    res[name + "_events"] = sorted([e.name, e.sequence_nr >= 0, e.fwd_thread != 0]
+                                   for e in p.events() if "evaluate_function" in e.name)
+print(json.dumps(res))
+""", tmp_path)
+    assert out["cprof"] == out["torch"]
+    assert out["cprof_events"] == out["torch_events"]
+    flags = {n.split(": ")[1]: s for n, s, _ in out["cprof"]}
+    # hooked: MulBackward0 (register_hook on y), MmBackward0 (retain_grad on h); not hooked:
+    # SumBackward0, ReluBackward0
+    assert flags == {"SumBackward0": True, "MulBackward0": False, "ReluBackward0": True,
+                     "MmBackward0": False, "torch::autograd::AccumulateGrad": False}, flags
