@@ -189,7 +189,8 @@ class ProfilerEvent(_TorchCompat):
     count = 1
     device_index = property(lambda self: self.device if self.device is not None else 0)
     # "ProfilerStep*" in events() and tables, "ProfilerStep#N" in the trace, as torch's
-    trace_name = property(lambda self: self.step_name or self.name)
+    trace_name = property(lambda self: self.step_name or (
+        None if self.name == "[memory]" else self.name))
     is_python_function = property(lambda self: self.category == "python_function")
     input_dtypes = property(lambda self: self.input_types)
 
@@ -240,7 +241,9 @@ def _build(window):
             if got is None:
                 got = parsed[frag] = _shapes_of(frag)
             shapes, types, concrete, values = got
-            if with_flops and name in _FLOP_OPS:
+            if with_flops and name in _FLOP_OPS and not (types and types[0] == ""):
+                # a first input of no type is a nested tensor (its dims [] read as a 0-dim
+                # tensor's): torch cannot estimate it either and gives 0
                 flops = _flops_of(name, shapes, concrete)
             if "TensorList" in types and len(types) == len(shapes):
                 # torch's events() give a TensorList argument no shapes ([]), where its trace's
@@ -392,6 +395,9 @@ def _attribute_memory(cpu, data, t0):
         if depth:
             continue
         ev = ProfilerEvent("[memory]", "cpu_instant_event", "CPU", tid, ts, ts)
+        # torch's FunctionEvent for an allocation outside every op: no trace name, no inputs
+        # or FLOPs, its own thread as forward thread
+        ev.concrete_inputs, ev.flops, ev.fwd_thread = None, None, tid
         if dev == 0:
             ev.cpu_memory_usage = ev.self_cpu_memory_usage = nbytes
         else:
@@ -484,6 +490,23 @@ def _concrete_value(text):
         return text
     try:
         return float(text)  # an IValue prints 0.0 as "0.", and inf / nan as such
+    except ValueError:
+        pass
+    return _complex_value(text)
+
+
+def _complex_value(text):
+    """A complex scalar as an IValue prints it ("3.+4.j", "-1.5-2e-05j") as the Python complex
+    torch's events() give; any other text as it is."""
+    if not text.endswith("j"):
+        return text
+    i = max(text.rfind("+"), text.rfind("-"))
+    while i > 0 and text[i - 1] in "eE":  # an exponent's sign, not the imaginary part's
+        i = max(text.rfind("+", 0, i - 1), text.rfind("-", 0, i - 1))
+    if i <= 0:
+        return text
+    try:
+        return complex(float(text[:i]), float(text[i:-1]))
     except ValueError:
         return text
 
@@ -613,7 +636,8 @@ class FunctionEventAvg(_TorchCompat):
                              f"to the average of {self.key!r})")
         self.count += other.count
         for attr in _SUMMED:
-            setattr(self, attr, getattr(self, attr) + getattr(other, attr))
+            # a [memory] event's flops are None, as torch's
+            setattr(self, attr, (getattr(self, attr) or 0) + (getattr(other, attr) or 0))
         return self
 
     __iadd__ = add
@@ -670,7 +694,7 @@ class EventList(list):
             raise TypeError("cprof: row_limit must be an int (negative = all rows)")
         rows = list(self)
         if sort_by is not None:
-            rows.sort(key=lambda r: getattr(r, attr), reverse=True)
+            rows.sort(key=lambda r: getattr(r, attr) or 0, reverse=True)  # [memory]: None
         return _format_table(rows, header, row_limit, max_src_column_width,
                              max_name_column_width, max_shapes_column_width,
                              getattr(self, "profile_memory", False), top_level_events_only,
@@ -732,7 +756,7 @@ class EventList(list):
         for r in self:
             total.count += r.count
             for attr in _SUMMED:
-                setattr(total, attr, getattr(total, attr) + getattr(r, attr))
+                setattr(total, attr, getattr(total, attr) + (getattr(r, attr) or 0))
         return total
 
 
@@ -805,7 +829,7 @@ def _format_table(events, header=None, row_limit=100, src_width=75, name_width=5
         headers.append("Source Location")
         widths.append(srcw)
         align.append("<")
-    raw_flops = [e.flops for e in events if e.flops > 0]
+    raw_flops = [e.flops for e in events if (e.flops or 0) > 0]
     if raw_flops:  # "Total FLOPs", scaled by the smallest non-zero row (torch's)
         units = ("FLOPs", "KFLOPs", "MFLOPs", "GFLOPs", "TFLOPs", "PFLOPs")
         k = int(max(0.0, min(math.log10(min(raw_flops)) / 3, len(units) - 1.0)))
@@ -861,7 +885,7 @@ def _format_table(events, header=None, row_limit=100, src_width=75, name_width=5
         if has_shapes:
             values.append(str(e.input_shapes)[:sw])
         if raw_flops:  # before the stack, where torch's rows put it
-            values.append(f"{e.flops * flops_scale:8.3f}" if e.flops > 0 else "--")
+            values.append(f"{e.flops * flops_scale:8.3f}" if (e.flops or 0) > 0 else "--")
         if stacks:
             values.append(trim(e.stack[0]) if e.stack else "")
         out.append(row(values))
@@ -915,7 +939,7 @@ def average(cpu, gpu, group_by_input_shape=False, group_by_stack_n=0):
         g.self_cpu_memory_usage += ev.self_cpu_memory_usage
         g.device_memory_usage += ev.device_memory_usage
         g.self_device_memory_usage += ev.self_device_memory_usage
-        g.flops += getattr(ev, "flops", 0)
+        g.flops += getattr(ev, "flops", 0) or 0
 
     # every CPU event, python_function ones too (with_stack): self times are computed over all
     # of them, so leaving some out would leave their self time out of "Self CPU time total"

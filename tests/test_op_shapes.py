@@ -655,3 +655,47 @@ print(json.dumps({"cprof": c, "torch": t, "enabled": [enabled, after, plain],
     assert c["args"] == t["args"]
     assert c["user_range"] == 1 == t["user_range"]
     assert out["enabled"] == [True, False, False] and out["plain_fast"] == 1
+
+
+def test_small_event_values_are_torchs(tmp_path):
+    """events() values as torch's: with_flops on a nested tensor's aten::mul is 0 (torch
+    cannot estimate it; its recorded dims [] read as a 0-dim tensor's gave 1), a complex scalar
+    argument's concrete_inputs entry is a Python complex (it was the printed text), and an
+    allocation outside every op ([memory]) has no concrete inputs, FLOPs or trace name, and its
+    own thread as forward thread."""
+    out, _ = run_py(HELPERS + """
+import cprof
+import torch
+a, b = torch.randn(2, 4), torch.randn(3, 4)
+nt = torch.nested.nested_tensor([a, b])
+# (not -2j: its real part is -0.0, which the text torch writes, "0.-2.j", does not keep)
+zs = (3 + 4j, -1.5 - 2e-05j, 1e20 + 1e-05j, complex(0, -2), complex(1, float("inf")))
+def work():
+    nt * 2
+    torch.ones(3) * 2
+    for z in zs:
+        torch.full((1,), z)
+    torch.randn(100)
+res = {}
+for name, P in (("torch", torch.profiler), ("cprof", cprof)):
+    with P.profile(activities=[P.ProfilerActivity.CPU], with_flops=True,
+                   profile_memory=True) as p:
+        work()
+    ev = p.events()
+    mem = [e for e in ev if e.name == "[memory]"]
+    res[name] = {
+        "flops": [e.flops for e in ev if e.name == "aten::mul"],
+        "complex": [repr(e.concrete_inputs[1]) for e in ev if e.name == "aten::full"],
+        "memory": [[m.concrete_inputs, m.flops, m.fwd_thread == m.thread, m.trace_name]
+                   for m in mem[:1]],
+    }
+    if name == "cprof":  # torch's own table(sort_by="flops") raises on its None
+        res[name]["table"] = "Total FLOPs" in ev.table(sort_by="flops")
+        res[name]["total"] = ev.total_average().count
+print(json.dumps(res))
+""", tmp_path)
+    c, t = out["cprof"], out["torch"]
+    assert c["flops"] == t["flops"] and c["flops"][0] == 0 and c["flops"][-1] == 3
+    assert c["complex"] == t["complex"] and c["complex"][0] == "(3+4j)"
+    assert c["memory"] == t["memory"] == [[None, None, True, None]]
+    assert c["table"] and c["total"] > 0
