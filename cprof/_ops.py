@@ -24,7 +24,7 @@ _lock = threading.Lock()
 # users the open window wants, and whether torch.profiler took its place on that thread
 # SHAPES: a record_shapes window's operators: the state's config then says enabled and
 # reporting input shapes, so torch hands the observer an autograd.Function's non-tensor
-# arguments, as torch.profiler's (decision 143)
+# arguments, as torch.profiler's (decision 145)
 OPS, MEMORY, SHAPES = 1, 2, 4
 _slot = {"thread": None, "want": 0, "suspended": False}
 

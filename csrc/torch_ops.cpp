@@ -452,7 +452,7 @@ struct CprofState final : torch::profiler::impl::ProfilerStateBase {
     /* record_shapes: torch packs an autograd.Function's (and a _RecordFunctionFast's)
      * non-tensor arguments into the RecordFunction's inputs only when profilerEnabled() and
      * the config reports input shapes (python_function.cpp unpack_input), so for such a
-     * window the config says so, as torch.profiler's does (decision 143). Two plain fields,
+     * window the config says so, as torch.profiler's does (decision 145). Two plain fields,
      * written on the owning thread between its ops (other threads read them only while it
      * waits on them: a backward). */
     void set_shapes(bool on) {

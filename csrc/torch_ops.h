@@ -43,7 +43,7 @@ int cprof_torch_ops_add_async(uint64_t *handle, std::string *err);
 #define CPROF_STATE_MEMORY 2
 /* CPROF_STATE_SHAPES (a record_shapes window's operators): the state's config then says
  * enabled, reporting input shapes, so torch hands the observer an autograd.Function's
- * non-tensor arguments as it hands torch.profiler's (decision 143). */
+ * non-tensor arguments as it hands torch.profiler's (decision 145). */
 #define CPROF_STATE_SHAPES 4
 int cprof_torch_ops_state_push(int users, std::string *err);
 int cprof_torch_ops_state_pop(int users, int *had, std::string *err);

@@ -591,7 +591,7 @@ print(json.dumps({"errors": [m["ops"].get("shape_errors", 0) for m in metas],
 def test_autograd_function_scalar_arguments_are_torch_profilers(tmp_path):
     """torch packs an autograd.Function's non-tensor arguments (and a _RecordFunctionFast's)
     into the RecordFunction only when its thread's profiler config is enabled and reports input
-    shapes: cprof's state says so for a record_shapes window (decision 143), so `Scale.apply(x,
+    shapes: cprof's state says so for a record_shapes window (decision 145), so `Scale.apply(x,
     2.5, True, "s")` and reentrant checkpoint's CheckpointFunction carry them as torch's. A
     _RecordFunctionFast given scope="user_scope" then opens a user-scope range: still recorded,
     with its inputs; record_function's ranges are not recorded twice. Outside record_shapes
