@@ -188,6 +188,11 @@ void cprof_timers_lost(uint64_t step) {
     lost[nlost++] = step;
 }
 
+void cprof_timers_lost_forget(void) {
+    nlost = 0;
+    lost_now = 0;
+}
+
 uint64_t cprof_timers_share_ns(int64_t set) {
     uint64_t old = share_ns;
     if (set >= 0) share_ns = (uint64_t)set;

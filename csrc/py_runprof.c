@@ -441,7 +441,10 @@ static PyObject *mod_rs_release(PyObject *module, PyObject *arg) {
     uint64_t records, shared;
     cprof_timers_counts(&pool, &pending, &records, &shared);
     int may = pending == 0 && cprof_timers_open() == 0;
-    return PyBool_FromLong(cprof_rs_release((uint32_t)owner, may));
+    int emptied = cprof_rs_release((uint32_t)owner, may);
+    /* a lost record of a released step must not mark the step that takes its index */
+    if (emptied) cprof_timers_lost_forget();
+    return PyBool_FromLong(emptied);
 }
 
 static PyObject *float_or_none(double v) {

@@ -85,7 +85,8 @@ void cprof_rs_set_latency(uint64_t step, uint64_t latency_ns) {
 }
 
 int cprof_rs_step_unmeasured(uint64_t step) {
-    if (step >= nsteps || steps[step].unmeasured || steps[step].aborted) return 0;
+    if (step >= nsteps || steps[step].unmeasured || steps[step].aborted || !steps[step].owner)
+        return 0;
     steps[step].unmeasured = 1;
     return 1;
 }

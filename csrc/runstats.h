@@ -34,6 +34,9 @@ uint32_t cprof_timers_open(void);
  * CPROF_E_UNAVAILABLE): the step is marked unmeasured, and the next cprof_timers_resolve counts
  * it in *unmeasured with the record's error as its reason. GIL held. */
 void cprof_timers_lost(uint64_t step);
+/* Forgets the steps cprof_timers_lost marked and no resolve has counted yet: the step store was
+ * emptied (cprof_rs_release gave 1), so their indices will name other Profilers' steps. */
+void cprof_timers_lost_forget(void);
 /* Resolves every ended region (waits for its end event: one wait for the last event of each
  * stream in practice) and files its time in the step store. Events go back to the pool.
  * A region whose time CUDA cannot give makes its step unmeasured (cprof_rs_step_unmeasured),
@@ -91,7 +94,8 @@ void cprof_rs_set_kv(uint64_t step, double kv_len);
  * resolve to later: it raised, or was not completed. Its index is not reused. */
 void cprof_rs_step_abort(uint64_t step);
 /* Leaves step out of every statistic (its latency or a bucket time could not be measured):
- * 1 if it was counted until now, 0 if already left out or unknown. */
+ * 1 if it was counted until now, 0 if already left out, unknown, or released (no Profiler is
+ * left to report it: it must not be counted in another's run). */
 int cprof_rs_step_unmeasured(uint64_t step);
 /* Adds ns to (domain, bucket) of step. */
 void cprof_rs_add_bucket(uint64_t step, uint8_t domain, uint32_t bucket_id, uint64_t ns);

@@ -1106,6 +1106,69 @@ def test_cuda_timers_on_a_thread_with_no_context_and_failed_records(tmp_path):
     assert out["live"] == out["counts"]["events"], out
 
 
+TIMERS_LOST_RELEASED = """
+import ctypes, gc, json, sys, time, warnings
+sys.path.insert(0, {root!r})
+import cprof
+fake = ctypes.CDLL({so!r})
+def cfg(name):
+    return cprof.ProfilerConfig(output_dir={out!r}, run_name=name, warmup_runs=0,
+                                strict_sync=False, print_per_run=False)
+def lose_one(prof):  # a run left open whose one step could not be recorded
+    prof.begin_run()
+    fake.fake_cupti_set_error_once(b"cuEventRecord", 999)
+    with prof.step_timing_ctx():
+        time.sleep(0.001)
+def two_steps(prof, begun=False):
+    if not begun:
+        prof.begin_run()
+    for _ in range(2):
+        with prof.step_timing_ctx():
+            time.sleep(0.001)
+    prof.end_run()
+    s = prof.summary()
+    return [s["stats"]["steps"], s["meta"].get("steps_unmeasured")]
+out = {{}}
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    # the store is emptied when the Profiler goes: its step index goes to the next Profiler
+    a = cprof.Profiler(cfg("a"), timing="cuda")
+    lose_one(a)
+    del a
+    gc.collect()
+    out["after_empty"] = two_steps(cprof.Profiler(cfg("b"), timing="cuda"))
+    # another Profiler alive: the store is kept, the released step is nobody's to count
+    d = cprof.Profiler(cfg("d"), timing="cuda")
+    d.begin_run()
+    with d.step_timing_ctx():  # d has a step in the store: it is not emptied when c goes
+        time.sleep(0.001)
+    c = cprof.Profiler(cfg("c"), timing="cuda")
+    lose_one(c)
+    del c
+    gc.collect()
+    out["while_kept"] = two_steps(d, begun=True)
+out["warnings"] = [str(x.message) for x in w]
+print(json.dumps(out))
+"""
+
+
+def test_a_released_profiler_s_lost_record_marks_no_other_step(tmp_path):
+    """A step whose record failed is marked at the next resolve. When its Profiler went before
+    that (a run never ended), the mark fell on whichever step then had its index (the store is
+    emptied when no Profiler is left, and indices start again at 0): another Profiler's good
+    step vanished from its figures, counted unmeasured with a warning about a CUDA error it
+    never had. With the store kept, the released step was counted in the other's run."""
+    code = TIMERS_LOST_RELEASED.format(root=ROOT, so=FAKE_SO, out=str(tmp_path))
+    env = dict(os.environ, CPROF_LIBCUDA_PATH=FAKE_SO, CPROF_CUPTI_PATH=FAKE_SO)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["after_empty"] == [2, 0], out
+    assert out["while_kept"] == [3, 0], out
+    assert not any("could not be timed" in m for m in out["warnings"]), out
+
+
 def test_cuda_timers_keep_each_context_s_events_apart(tmp_path):
     """An event records only on a stream of the context it was made in (cuda.h): a region timed
     on device 1 (its own stream, or device 0's stream by mistake) must not leave device-1
