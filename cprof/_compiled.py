@@ -183,7 +183,7 @@ class _Regions:
             if self.tool is None:
                 self.mode = "off (no free sys.monitoring tool id)"
                 return
-            self.threads = _C.regions_begin(False)
+            self.threads = _C.regions_begin(False, self.tool)
         elif self.mode == "setprofile":
             self.threads = _C.regions_begin(True)
 

@@ -64,9 +64,11 @@ int cprof_py_regions_add(PyObject *m);
 /* 3.11 (with_stack's tracer names regions there): 1 and *id (its interned name) when code is a
  * region's code object, else 0; always 0 on 3.12+. GIL held. */
 int cprof_py_regions_lookup(const void *code, uint32_t *id);
-/* 3.12+ (py_tracer.c): a region's frame exits; the with_stack tracer closes that frame's range
- * now if it is its innermost, and ignores the same exit when its own callback sees it. */
-void cprof_py_tracer_exit_ahead(const void *code);
+/* 3.12+ (py_tracer.c): a region's frame exits, seen by the callbacks of sys.monitoring tool id
+ * regions_tool; when they run before the tracer's (a higher id), the with_stack tracer closes
+ * that frame's range now if it is its innermost, and ignores the same exit when its own
+ * callback sees it. */
+void cprof_py_tracer_exit_ahead(const void *code, int regions_tool);
 /* py_ops.c: attaching the torch-operator collector (ops_itt.c). */
 int cprof_py_ops_add(PyObject *m);
 /* py_report.c: the trace reader for cprof report / merge, and TraceFormatError. */

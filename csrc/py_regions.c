@@ -37,8 +37,9 @@ static struct {
     size_t cap, count; /* cap a power of two, count <= cap / 2 */
     uint64_t gen;      /* install number: thread stacks of an older one are stale */
     int profiling;     /* 3.11: the profile function is installed */
+    int tool;          /* 3.12+: the sys.monitoring tool id of the callbacks, -1 when none */
     uint64_t entered, closed, left_open, overflows, threads, threads_skipped;
-} rg;
+} rg = {.tool = -1};
 
 typedef struct {
     uint64_t gen;
@@ -125,7 +126,8 @@ static void region_exit(const void *code) {
     region_stack *st = my_stack();
     if (!st->depth || st->ent[st->depth - 1].code != code) return;
 #if PY_VERSION_HEX >= 0x030C0000
-    cprof_py_tracer_exit_ahead(code); /* the frame's python_function ends inside the region */
+    /* the frame's python_function ends inside the region */
+    cprof_py_tracer_exit_ahead(code, rg.tool);
 #endif
     uint32_t want = st->ent[--st->depth].user_depth - 1;
     uint32_t d = cprof_events_depth();
@@ -239,12 +241,15 @@ static PyObject *regions_clear(PyObject *m, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
-/* regions_begin(profile): a new install (thread stacks restart); with profile (3.11) the
- * profile function is set on every thread free of another. Returns the threads it holds. */
-static PyObject *regions_begin(PyObject *m, PyObject *arg) {
+/* regions_begin(profile, tool=-1): a new install (thread stacks restart); with profile (3.11)
+ * the profile function is set on every thread free of another; tool: 3.12+'s sys.monitoring
+ * tool id of the callbacks (the tracer closes a region's frame ahead only when that id's
+ * callbacks run before its own). Returns the threads it holds. */
+static PyObject *regions_begin(PyObject *m, PyObject *args) {
     (void)m;
-    int profile = PyObject_IsTrue(arg);
-    if (profile < 0) return NULL;
+    int profile, tool = -1;
+    if (!PyArg_ParseTuple(args, "p|i:regions_begin", &profile, &tool)) return NULL;
+    rg.tool = tool;
     rg.gen++;
     rg.entered = rg.closed = rg.left_open = rg.overflows = 0;
 #if PY_VERSION_HEX < 0x030C0000
@@ -266,6 +271,7 @@ static PyObject *regions_end(PyObject *m, PyObject *unused) {
 #if PY_VERSION_HEX < 0x030C0000
     if (rg.profiling) profile_uninstall();
 #endif
+    rg.tool = -1;
     rg.gen++;
     Py_RETURN_NONE;
 }
@@ -290,8 +296,9 @@ static PyMethodDef region_methods[] = {
     {"regions_add", regions_add, METH_VARARGS,
      "regions_add(code, name): runs of code become ranges named name."},
     {"regions_clear", regions_clear, METH_NOARGS, "Forgets every code object."},
-    {"regions_begin", regions_begin, METH_O,
-     "regions_begin(profile): starts recording (profile: 3.11's profile function)."},
+    {"regions_begin", regions_begin, METH_VARARGS,
+     "regions_begin(profile, tool=-1): starts recording (profile: 3.11's profile function; "
+     "tool: 3.12's sys.monitoring tool id)."},
     {"regions_end", regions_end, METH_NOARGS, "Stops recording."},
     {"regions_stats", regions_stats, METH_NOARGS, "Counters of the current install."},
     {NULL, NULL, 0, NULL},

@@ -568,8 +568,10 @@ CPROF_INLINE void c_exit(PyObject *callable) {
  * callback first, and the regions hold a higher id than the tracer (so the region opens
  * before the frame's python_function). The frame's range is closed here, before the region's,
  * so the region encloses it; the tracer's own callback for the same exit then does nothing. */
-void cprof_py_tracer_exit_ahead(const void *code) {
-    if (tr.tool_id < 0) return;
+void cprof_py_tracer_exit_ahead(const void *code, int regions_tool) {
+    /* a lower id's callbacks run after the tracer's: the frame is closed already, and the top
+     * entry is its caller (a recursive region's own code: closed early, its exit skipped) */
+    if (tr.tool_id < 0 || regions_tool <= tr.tool_id) return;
     shadow_t *sh = shadow_for_pop();
     if (!sh || sh->ent[sh->depth - 1] != (uintptr_t)code) return; /* not ours to close */
     pop_recorded(sh);

@@ -7,6 +7,7 @@ code objects, so it runs without torch and on every Python (3.11: profile functi
 sys.monitoring local events); the second part uses torch.compile."""
 import sys
 import threading
+import time
 
 import pytest
 
@@ -194,6 +195,52 @@ def test_regions_enclose_their_frames_with_the_tracer_on_312(tmp_path):
               and e["name"].endswith((": middle", ": raiser", ": leaf"))]
     assert len(frames) == 5 * 2 + 2, [e["name"] for e in frames]
     assert _crossing(evs) == []
+
+
+def recursive_slow(n):
+    r = 0 if n == 0 else recursive_slow(n - 1) + 1
+    time.sleep(0.002)  # work after the recursive call: inside this frame, after its callee's
+    return r
+
+
+@pytest.mark.skipif(not MONITORING, reason="3.12+: the tracer and the regions are two tools")
+def test_regions_below_the_tracer_s_tool_id_leave_its_frames_alone(tmp_path):
+    """The tracer closes a region's frame ahead only when the regions' callbacks run first (a
+    higher tool id). When another tool left the regions only an id below the tracer's, the
+    tracer had closed the frame already and the regions' exit closed its caller instead: each
+    frame of a recursive region ended at its callee's end, 2 ms short here."""
+    mon = sys.monitoring
+    taken = []
+
+    def take(tool):
+        if mon.get_tool(tool) is None:
+            mon.use_tool_id(tool, "another tool")
+            taken.append(tool)
+
+    take(3)  # the tracer takes 4
+    try:
+        with cprof.ProfilerContext(activities=["CPU"], output_dir=str(tmp_path),
+                                   profile_name="low", gzip=False, verbose=False) as ctx:
+            mon.free_tool_id(3)
+            taken.remove(3)
+            take(5)  # the regions are left 3, below the tracer
+            regions = _compiled._Regions(with_stack=True)
+            regions.add(recursive_slow.__code__, "R: recursive_slow")
+            tool = regions.tool
+            recursive_slow(3)
+            regions.remove()
+    finally:
+        for t in taken:
+            mon.free_tool_id(t)
+    assert tool == 3
+    evs = sorted((e for e in load_trace(ctx.trace_path)["traceEvents"] if e.get("ph") == "X"),
+                 key=lambda e: e["ts"])
+    regs = [e for e in evs if e["name"] == "R: recursive_slow"]
+    frames = [e for e in evs if e["cat"] == "python_function"
+              and e["name"].endswith(": recursive_slow")]
+    assert len(regs) == len(frames) == 4, [e["name"] for e in evs]
+    for r, f in zip(regs, frames):  # outermost first: each frame lasts as long as its region
+        assert f["dur"] >= r["dur"] - 500, (r, f)
 
 
 def test_cprofile_runs_inside_a_with_stack_window(tmp_path):
