@@ -974,6 +974,17 @@ def test_loader_prefers_the_cupti_already_mapped(fake, tmp_path):
     assert mapped in r["cupti_error"] and "second CUPTI" in r["cupti_error"]
 
 
+def _timers_script(template, tmp_path):
+    """Runs a timers script (a template of root, so, out) against the fake driver in its own
+    process (the loader resolves once per process): its result and its last line as JSON."""
+    code = template.format(root=ROOT, so=FAKE_SO, out=str(tmp_path))
+    env = dict(os.environ, CPROF_LIBCUDA_PATH=FAKE_SO, CPROF_CUPTI_PATH=FAKE_SO)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r, json.loads(r.stdout.strip().splitlines()[-1])
+
+
 TIMERS_TWO_CONTEXTS = """
 import ctypes, json, sys, time
 sys.path.insert(0, {root!r})
@@ -1088,12 +1099,7 @@ def test_cuda_timers_on_a_thread_with_no_context_and_failed_records(tmp_path):
     and popped around the record). A record that fails anyway leaves its step out of every
     figure, counted and warned about with the driver's error; a step region's failure used to
     raise CprofError out of the user's step_timing_ctx."""
-    code = TIMERS_NO_CONTEXT.format(root=ROOT, so=FAKE_SO, out=str(tmp_path))
-    env = dict(os.environ, CPROF_LIBCUDA_PATH=FAKE_SO, CPROF_CUPTI_PATH=FAKE_SO)
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    r, out = _timers_script(TIMERS_NO_CONTEXT, tmp_path)
     # 2 ms in 2 of the 3 steps
     assert out["b"].get("worker", 0) >= 1.0 and out["b"].get("worker_dev1", 0) >= 1.0, out
     assert out["depth"] == [0, None, 0, None], out
@@ -1158,12 +1164,7 @@ def test_a_released_profiler_s_lost_record_marks_no_other_step(tmp_path):
     emptied when no Profiler is left, and indices start again at 0): another Profiler's good
     step vanished from its figures, counted unmeasured with a warning about a CUDA error it
     never had. With the store kept, the released step was counted in the other's run."""
-    code = TIMERS_LOST_RELEASED.format(root=ROOT, so=FAKE_SO, out=str(tmp_path))
-    env = dict(os.environ, CPROF_LIBCUDA_PATH=FAKE_SO, CPROF_CUPTI_PATH=FAKE_SO)
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    r, out = _timers_script(TIMERS_LOST_RELEASED, tmp_path)
     assert out["after_empty"] == [2, 0], out
     assert out["while_kept"] == [3, 0], out
     assert not any("could not be timed" in m for m in out["warnings"]), out
@@ -1175,12 +1176,7 @@ def test_cuda_timers_keep_each_context_s_events_apart(tmp_path):
     events in the pool that the next device-0 regions are handed and fail with. They were put
     back on top of the pool, so every later region of the process went unmeasured (and a step
     region raised); now events are kept per context and a failed one is destroyed."""
-    code = TIMERS_TWO_CONTEXTS.format(root=ROOT, so=FAKE_SO, out=str(tmp_path))
-    env = dict(os.environ, CPROF_LIBCUDA_PATH=FAKE_SO, CPROF_CUPTI_PATH=FAKE_SO)
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    r, out = _timers_script(TIMERS_TWO_CONTEXTS, tmp_path)
     # the step whose "wrong" region could not be recorded is left out, counted and warned about
     # (its buckets would be short of that region), never silently kept
     assert out["steps"] == 3 and out["unmeasured"] == 1, out
