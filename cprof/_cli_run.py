@@ -247,6 +247,16 @@ def _strip_prefix(msg):
     return msg[len("cprof: "):] if msg.startswith("cprof: ") else msg
 
 
+def _open_error(err):
+    """Why the window could not open, for cprof run's message: CUPTI's busy error says to use
+    strict=False, which is ProfilerContext's; on the command line the way is --activities CPU."""
+    why = _strip_prefix(err)
+    if isinstance(err, _C.CuptiBusyError):
+        why = why.replace("use cprof with strict=False to record CPU activity only",
+                          "run cprof run with --activities CPU to record CPU activity only")
+    return why
+
+
 def _parse_capture(text):
     """("api", None) / ("range", NAME); ValueError with what to write instead."""
     if text.lower() == "cudaprofilerapi":
@@ -459,7 +469,7 @@ class _Session:
             except Exception as err:
                 self.state = "failed"
                 self.out.error(f"the profiling window could not open ({why}): "
-                               f"{_strip_prefix(err)}; the program continues unprofiled")
+                               f"{_open_error(err)}; the program continues unprofiled")
                 return False
             self.state = "open"
             self.opened_by = why
@@ -1159,7 +1169,7 @@ class _Run:
             except Exception as err:
                 session.finished.set()
                 session.opened.set()
-                out.error(f"the profiling window could not open: {_strip_prefix(err)}; the "
+                out.error(f"the profiling window could not open: {_open_error(err)}; the "
                           "program was not run")
                 self.exit_code = 1
                 return

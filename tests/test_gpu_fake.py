@@ -240,6 +240,34 @@ def test_other_cupti_client_is_a_clear_error(tmp_path, fake_so):
     assert res["window_open"] is False
 
 
+CLI_BUSY = """
+import ctypes, sys
+sys.path.insert(0, {root!r})
+fake = ctypes.CDLL({so!r})
+fake.fake_cupti_set_other_subscriber.argtypes = [ctypes.c_char_p]
+fake.fake_cupti_set_other_subscriber(b"CUPTI for Nsight Systems")
+from cprof.__main__ import main
+sys.exit(main(["run", "--activities", "CPU,GPU", "-o", {out!r}, {script!r}]))
+"""
+
+
+def test_cprof_run_with_cupti_held_says_the_command_line_way_out(tmp_path, fake_so):
+    """cprof run cannot open its window while another tool holds CUPTI and does not run the
+    program (exit 1). The message said "use cprof with strict=False", an option cprof run does
+    not have; it now names --activities CPU, and still names the holder."""
+    script = tmp_path / "prog.py"
+    script.write_text("print('ran')\n")
+    code = CLI_BUSY.format(root=ROOT, so=fake_so, out=str(tmp_path / "out"), script=str(script))
+    env = dict(os.environ, CPROF_CUPTI_PATH=fake_so, CPROF_LIBCUDA_PATH=fake_so)
+    env.pop("NVTX_INJECTION64_PATH", None)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 1 and "ran" not in r.stdout, (r.returncode, r.stdout, r.stderr)
+    assert "another profiler holds CUPTI" in r.stderr, r.stderr
+    assert "--activities CPU" in r.stderr and "strict=False" not in r.stderr, r.stderr
+    assert "Nsight Systems" in r.stderr, r.stderr
+
+
 def test_idle_kineto_subscriber_is_shared_and_everything_collected(tmp_path, fake_so):
     """Kineto keeps its CUPTI subscriber after a torch.profiler session for the life of the
     process (seen on an H200 with torch 2.11). With torch loaded and no session running, cprof
