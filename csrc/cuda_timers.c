@@ -47,8 +47,8 @@ typedef struct {
 static const cprof_cuda_api *api;
 static int cuda_state = -1;        /* -1 unknown, 0 unusable, 1 usable */
 static char err[256];
-static char fail[160];             /* why the last resolve left a region unmeasured */
-static char lost_why[160];         /* why the latest record failed (cprof_timers_lost) */
+static char fail[256];             /* why the last resolve left a region unmeasured */
+static char lost_why[256];         /* why the latest record failed (cprof_timers_lost) */
 static uint64_t *lost;             /* steps with a failed record since the last resolve */
 static uint32_t nlost, lost_cap;
 static uint64_t lost_now;          /* steps marked at once (no room to wait for the resolve) */
@@ -75,6 +75,16 @@ static uint64_t share_ns = CPROF_TIMER_SHARE_NS_DEFAULT;
 static uint64_t n_records, n_shared;
 
 const char *cprof_timers_error(void) { return err; }
+
+/* "CUDA error N (the driver's description)" into buf: the number alone does not tell a sticky
+ * error of the program (700, an illegal address) from a timer's own mistake. */
+static const char *cuda_err(CUresult cr, char *buf, size_t cap) {
+    const char *what = NULL;
+    if (api->cuGetErrorString(cr, &what) != CUDA_SUCCESS) what = NULL;
+    if (what) snprintf(buf, cap, "CUDA error %d (%s)", (int)cr, what);
+    else snprintf(buf, cap, "CUDA error %d", (int)cr);
+    return buf;
+}
 
 int cprof_timers_cuda_init(void) {
     if (cprof_cuda_load_driver(&api) != CPROF_OK) {
@@ -110,7 +120,8 @@ static int event_get(CUcontext ctx, pooled *out) {
     }
     CUresult cr = api->cuEventCreate(&out->e, CU_EVENT_DEFAULT);
     if (cr != CUDA_SUCCESS) {
-        snprintf(lost_why, sizeof lost_why, "cuEventCreate returned CUDA error %d", (int)cr);
+        char e[96];
+        snprintf(lost_why, sizeof lost_why, "cuEventCreate returned %s", cuda_err(cr, e, sizeof e));
         return CPROF_E_UNAVAILABLE;
     }
     out->ctx = ctx;
@@ -162,9 +173,10 @@ static CUcontext borrow_ctx(uintptr_t stream, int *pushed) {
     if (!ctx) ctx = init_ctx;
     CUresult cr = ctx ? api->cuCtxPushCurrent(ctx) : CUDA_ERROR_INVALID_CONTEXT;
     if (cr != CUDA_SUCCESS) {
+        char e[96];
         snprintf(lost_why, sizeof lost_why,
                  "no CUDA context is current on the timing thread (cuCtxPushCurrent of the "
-                 "stream's returned CUDA error %d)", (int)cr);
+                 "stream's returned %s)", cuda_err(cr, e, sizeof e));
         return NULL;
     }
     *pushed = 1;
@@ -224,10 +236,12 @@ static int boundary(uintptr_t stream, CUevent *out) {
     }
     if (rc != CPROF_OK) return rc;
     if (cr != CUDA_SUCCESS) {
-        /* the stream is another context's (or gone): this event is no use here */
-        snprintf(lost_why, sizeof lost_why,
-                 "cuEventRecord returned CUDA error %d (a stream of another device, or gone)",
-                 (int)cr);
+        /* the stream is another context's (or gone), or the context is broken (a sticky error
+         * of the program): this event is no use here. Only an invalid handle is the stream's */
+        char e[96];
+        snprintf(lost_why, sizeof lost_why, "cuEventRecord returned %s%s",
+                 cuda_err(cr, e, sizeof e),
+                 cr == CUDA_ERROR_INVALID_HANDLE ? ": a stream of another device, or gone" : "");
         event_drop(p.e);
         last.valid = 0;
         return CPROF_E_UNAVAILABLE;
@@ -310,9 +324,11 @@ int cprof_timers_resolve(uint64_t *unmeasured) {
                     if (rc == CPROF_OK && cr == CUDA_SUCCESS)
                         snprintf(fail, sizeof fail, "cuEventElapsedTime gave %g ms, not a time",
                                  (double)ms);
-                    else if (rc == CPROF_OK)
+                    else if (rc == CPROF_OK) {
+                        char e[96];
                         snprintf(fail, sizeof fail, "cuEventSynchronize / cuEventElapsedTime "
-                                 "returned CUDA error %d", (int)cr);
+                                 "returned %s", cuda_err(cr, e, sizeof e));
+                    }
                     rc = CPROF_E_UNAVAILABLE;
                     failed_steps += (uint64_t)cprof_rs_step_unmeasured(r->step);
                     continue;

@@ -1185,3 +1185,52 @@ def test_cuda_timers_keep_each_context_s_events_apart(tmp_path):
     assert out["b"].get("dev0", 0) >= 1.5, out  # and device 0's (3 steps) after it
     # the event whose record failed was destroyed, not pooled: what lives is what the pool holds
     assert out["live"] == out["counts"]["events"], out
+
+
+TIMERS_STICKY = """
+import ctypes, json, sys, time, warnings
+sys.path.insert(0, {root!r})
+import cprof
+fake = ctypes.CDLL({so!r})
+fake.fake_cupti_set_error.argtypes = [ctypes.c_char_p, ctypes.c_int]
+out = {{}}
+for fn, code in (("cuEventRecord", 700), ("cuEventElapsedTime_v2", 719),
+                 ("cuEventRecord", 400)):
+    prof = cprof.Profiler(cprof.ProfilerConfig(output_dir={out!r}, run_name=fn + str(code),
+                                               warmup_runs=0, print_per_run=False,
+                                               model_profiling=True, strict_sync=False),
+                          timing="cuda")
+    prof.begin_run()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for i in range(4):
+            if i == 2:  # the program's kernel faulted: every later call fails the same way
+                fake.fake_cupti_set_error(fn.encode(), code)
+            with prof.step_timing_ctx():
+                with cprof.cuda_bucket_timer("lm_head"):
+                    time.sleep(0.001)
+        prof.end_run()
+    fake.fake_cupti_set_error(fn.encode(), 0)
+    out[fn + str(code)] = [str(x.message) for x in w if "could not be timed" in str(x.message)]
+print(json.dumps(out))
+"""
+
+
+def test_a_timer_failure_names_the_driver_s_error_not_a_guess(tmp_path):
+    """After a sticky CUDA error of the program (an illegal address, 700; a launch failure,
+    719) every event call fails. The warning said "cuEventRecord returned CUDA error 700 (a
+    stream of another device, or gone)": a number and a wrong diagnosis. It now gives the
+    driver's own description, and blames the stream only for an invalid handle (400)."""
+    code = TIMERS_STICKY.format(root=ROOT, so=FAKE_SO, out=str(tmp_path))
+    env = dict(os.environ, CPROF_LIBCUDA_PATH=FAKE_SO, CPROF_CUPTI_PATH=FAKE_SO)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    rec, elapsed, handle = out["cuEventRecord700"], out["cuEventElapsedTime_v2719"], \
+        out["cuEventRecord400"]
+    assert len(rec) == 1 and "an illegal memory access was encountered" in rec[0], rec
+    assert "another device" not in rec[0], rec
+    assert len(elapsed) == 1 and "unspecified launch failure" in elapsed[0], elapsed
+    assert len(handle) == 1 and "invalid resource handle" in handle[0], handle
+    assert "a stream of another device, or gone" in handle[0], handle

@@ -1122,7 +1122,10 @@ FAKE_EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr) {
     case CUDA_ERROR_NOT_INITIALIZED: *pStr = "initialization error"; break;
     case CUDA_ERROR_NO_DEVICE: *pStr = "no CUDA-capable device is detected"; break;
     case CUDA_ERROR_INVALID_DEVICE: *pStr = "invalid device ordinal"; break;
+    case CUDA_ERROR_INVALID_CONTEXT: *pStr = "invalid device context"; break;
     case CUDA_ERROR_INVALID_HANDLE: *pStr = "invalid resource handle"; break;
+    case CUDA_ERROR_ILLEGAL_ADDRESS: *pStr = "an illegal memory access was encountered"; break;
+    case CUDA_ERROR_LAUNCH_FAILED: *pStr = "unspecified launch failure"; break;
     case CUDA_ERROR_NOT_READY: *pStr = "device not ready"; break;
     case CUDA_ERROR_UNKNOWN: *pStr = "unknown error"; break;
     default: *pStr = NULL; return CUDA_ERROR_INVALID_VALUE;
