@@ -119,6 +119,12 @@ with warnings.catch_warnings(record=True) as caught:
             fake.fake_cupti_set_error(b"cuInit", int(os.environ["FAKE_CUINIT_ERROR"]))
         result["trace"] = str(scene("unavailable").trace_path)
         result["reason"] = cprof.features()["gpu_activity"]["reason"]
+    elif scenario == "cupti_clock":  # CUPTI_CLOCK_ERROR: the timestamp callback refused
+        fake.fake_cupti_set_own_clock(1)  # records then carry CUPTI's clock, as the real one's
+        if os.environ.get("CUPTI_CLOCK_ERROR"):
+            fake.fake_cupti_set_error(b"cuptiActivityRegisterTimestampCallback",
+                                      int(os.environ["CUPTI_CLOCK_ERROR"]))
+        result["trace"] = str(scene("clock").trace_path)
     elif scenario == "dropped":
         fake.fake_cupti_set_dropped(5)
         result["trace"] = str(scene("dropped").trace_path)

@@ -268,6 +268,25 @@ def test_cprof_run_with_cupti_held_says_the_command_line_way_out(tmp_path, fake_
     assert "Nsight Systems" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("refused", [False, True])
+def test_records_in_cupti_s_own_clock_land_in_their_ranges(tmp_path, fake_so, refused):
+    """Where CUPTI refuses the timestamp callback, its records carry its own clock and cprof
+    converts them with the offset it measured at start (cuptiGetTimestamp): the fake now
+    stamps that way (set_own_clock), so the fallback is checked, not only the callback."""
+    res = run("cupti_clock", tmp_path, fake_so, **({"CUPTI_CLOCK_ERROR": "999"} if refused
+                                                    else {}))
+    t = load_trace(res["trace"])
+    assert res["warnings"] == []
+    kernels = events(t, "kernel")
+    assert len(kernels) == 7 and t["cprof"]["gpu"]["dropped"]["outside_window"] == 0
+    rng = {e["name"]: e for e in events(t, "user_annotation")}
+    launches = rng["launches"]
+    calls = events(t, "cuda_runtime")
+    assert calls and all(launches["ts"] <= c["ts"] and c["ts"] + c["dur"]
+                         <= launches["ts"] + launches["dur"] for c in calls)
+    assert {k["args"]["External id"] for k in kernels} == {launches["args"]["External id"]}
+
+
 def test_idle_kineto_subscriber_is_shared_and_everything_collected(tmp_path, fake_so):
     """Kineto keeps its CUPTI subscriber after a torch.profiler session for the life of the
     process (seen on an H200 with torch 2.11). With torch loaded and no session running, cprof

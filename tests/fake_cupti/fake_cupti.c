@@ -15,7 +15,9 @@
  *    cuptiActivityFlushAll (on the calling thread, partly filled buffer included), and with
  *    fake_cupti_set_async(1) also from a background thread each time a buffer fills up;
  *  - cuptiActivityGetNextRecord walks a buffer and ends with CUPTI_ERROR_MAX_LIMIT_REACHED;
- *  - timestamps are whatever the test gave, used verbatim (tests pass cprof-clock ns);
+ *  - timestamps are whatever the test gave, used verbatim (tests pass cprof-clock ns); with
+ *    fake_cupti_set_own_clock(1) and no timestamp callback registered they are moved to
+ *    CUPTI's own clock (CLOCK_REALTIME, as cuptiGetTimestamp), as the real one stamps them;
  *  - one subscriber at a time: a second cuptiSubscribe fails with
  *    CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, as does any while
  *    fake_cupti_set_other_subscriber() pretends another tool holds CUPTI.
@@ -153,6 +155,7 @@ static char g_other_holder[128];
 static CUpti_BuffersCallbackRequestFunc g_req;
 static CUpti_BuffersCallbackCompleteFunc g_comp;
 static CUpti_TimestampCallbackFunc g_timestamp;
+static int g_own_clock; /* fake_cupti_set_own_clock */
 static uint64_t g_kinds; /* bit per enabled CUpti_ActivityKind */
 static uint8_t g_runtime_api[FAKE_API_BITS / 8], g_driver_api[FAKE_API_BITS / 8];
 static int g_thread_id_type;
@@ -302,10 +305,50 @@ static void queue_push(const void *rec, size_t size) {
     }
 }
 
+/* A time the test gave (cprof's clock, ~CLOCK_MONOTONIC) in CUPTI's own clock (CLOCK_REALTIME,
+ * what cuptiGetTimestamp gives without a timestamp callback); 0 stays 0 (not collected). */
+static void own_clock(uint64_t *t, int64_t delta) {
+    if (*t) *t = (uint64_t)((int64_t)*t + delta);
+}
+
+/* fake_cupti_set_own_clock(1): with no timestamp callback registered, records are stamped in
+ * CUPTI's own clock, as the real one does, instead of verbatim (g_lock held). */
+static void stamp(void *rec) {
+    if (!g_own_clock || g_timestamp) return;
+    int64_t d = (int64_t)(now_ns(CLOCK_REALTIME) - now_ns(CLOCK_MONOTONIC));
+    CUpti_Activity *a = rec;
+    switch (a->kind) {
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+        CUpti_ActivityKernel10 *k = rec;
+        own_clock(&k->start, d), own_clock(&k->end, d);
+        own_clock(&k->queued, d), own_clock(&k->submitted, d), own_clock(&k->completed, d);
+        break;
+    }
+#define SHIFT_SE(type) own_clock(&((type *)rec)->start, d), own_clock(&((type *)rec)->end, d)
+    case CUPTI_ACTIVITY_KIND_MEMCPY: SHIFT_SE(CUpti_ActivityMemcpy6); break;
+    case CUPTI_ACTIVITY_KIND_MEMCPY2: SHIFT_SE(CUpti_ActivityMemcpyPtoP4); break;
+    case CUPTI_ACTIVITY_KIND_MEMSET: SHIFT_SE(CUpti_ActivityMemset4); break;
+    case CUPTI_ACTIVITY_KIND_RUNTIME:
+    case CUPTI_ACTIVITY_KIND_DRIVER: SHIFT_SE(CUpti_ActivityAPI); break;
+    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: SHIFT_SE(CUpti_ActivitySynchronization2); break;
+    case CUPTI_ACTIVITY_KIND_OVERHEAD: SHIFT_SE(CUpti_ActivityOverhead3); break;
+    case CUPTI_ACTIVITY_KIND_GRAPH_TRACE: SHIFT_SE(CUpti_ActivityGraphTrace2); break;
+#undef SHIFT_SE
+    case CUPTI_ACTIVITY_KIND_MEMORY2: own_clock(&((CUpti_ActivityMemory4 *)rec)->timestamp, d); break;
+    case CUPTI_ACTIVITY_KIND_MEMORY_POOL:
+        own_clock(&((CUpti_ActivityMemoryPool3 *)rec)->timestamp, d);
+        break;
+    case CUPTI_ACTIVITY_KIND_MARKER: own_clock(&((CUpti_ActivityMarker2 *)rec)->timestamp, d); break;
+    default: break;
+    }
+}
+
 /* Creates a record if CUPTI would (g_lock held): returns 1 if it was queued or dropped, 0 if its
  * kind (or call id) was not enabled so no record exists. */
 static int emit(void *rec, size_t size) {
     CUpti_Activity *a = rec;
+    stamp(rec);
     switch (a->kind) {
     case CUPTI_ACTIVITY_KIND_RUNTIME:
     case CUPTI_ACTIVITY_KIND_DRIVER: {
@@ -1152,6 +1195,7 @@ FAKE_EXPORT void fake_cupti_reset(void) {
     g_other_holder[0] = '\0';
     g_dropped = g_discarded = g_completed_buffers = g_delivered_records = 0;
     g_zeroed_attr = 0;
+    g_own_clock = 0;
     g_dirty_buffers = 0;
     g_zeroed_requests = 0;
     g_next_grid_id = 1;
@@ -1332,6 +1376,12 @@ FAKE_EXPORT uint64_t fake_cuda_live_events(void) {
 }
 
 /* ---- records: each add_* returns 1 if CUPTI would have created the record, else 0 ---- */
+
+FAKE_EXPORT void fake_cupti_set_own_clock(int on) {
+    pthread_mutex_lock(&g_lock);
+    g_own_clock = on != 0;
+    pthread_mutex_unlock(&g_lock);
+}
 
 static int add(void *rec, size_t size) {
     pthread_mutex_lock(&g_lock);
