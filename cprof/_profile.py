@@ -732,7 +732,13 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                 self.collected_activities = w.config["collected_activities"]
                 self._notes = dict(self._notes, gpu_unavailable=w.gpu_failure)
                 _warn.warn(f"cprof: GPU activity was asked for but is not collected: "
-                           f"{w.gpu_failure}. Recording CPU activity only.", GpuUnavailableWarning)
+                           f"{w.gpu_failure.removeprefix('cprof: ')}. Recording CPU activity "
+                           "only.", GpuUnavailableWarning)
+            elif w.gpu_refused is not None:  # may pass: this window only, the next asks again
+                _warn.warn(f"cprof: GPU activity is not collected in this window: "
+                           f"{w.gpu_refused.removeprefix('cprof: ')}. This window records CPU "
+                           "activity only; the next window (schedule cycle) asks CUPTI again.",
+                           GpuUnavailableWarning)
         self._window = w
         self._warmup_window = True
         self._prepared_at = self._transitions

@@ -218,6 +218,7 @@ class Window:
         self.buffer_mb = DEFAULT_BUFFER_MB if buffer_mb is None else buffer_mb
         self.gpu_buffer_mb = gpu_buffer_mb
         self.gpu_failure = None  # why GPU collection could not start (it will not next time)
+        self.gpu_refused = None  # why CUPTI refused this window (the next one asks again)
         self.gpu = gpu
         self.memory = memory
         self.strict = strict
@@ -291,11 +292,17 @@ class Window:
                 self.gpu = False
                 self.notes["gpu_unavailable"] = str(err)
                 _warn.warn(f"{err} -- recording CPU activity only (strict=False)")
-            except _C.CprofError as err:
+            except _C.GpuUnavailableError as err:
                 # no GPU, no driver, no permission: the same fallback as a machine without
                 # CUDA; the profiler warns (once: it stops asking for GPU in later windows)
                 self.gpu = False
                 self.gpu_failure = str(err)
+                self.notes["gpu_unavailable"] = str(err)
+            except _C.CprofError as err:
+                # any other CUPTI error (CUPTI_ERROR_UNKNOWN, ...) says nothing of the next
+                # window: this one records CPU only, the profiler warns, later windows ask again
+                self.gpu = False
+                self.gpu_refused = str(err)
                 self.notes["gpu_unavailable"] = str(err)
             except MemoryError as err:
                 # the buffer pool could not be had (start closes the window, so a later one

@@ -287,6 +287,22 @@ def test_records_in_cupti_s_own_clock_land_in_their_ranges(tmp_path, fake_so, re
     assert {k["args"]["External id"] for k in kernels} == {launches["args"]["External id"]}
 
 
+@pytest.mark.parametrize("fn", ["cuptiSubscribe_v2", "cuptiActivityEnable",
+                                "cuptiActivityRegisterCallbacks"])
+def test_a_cupti_error_at_one_cycle_s_start_leaves_the_next_cycles_gpu(tmp_path, fake_so, fn):
+    """CUPTI refusing a window's start with an error that says nothing of the machine
+    (CUPTI_ERROR_UNKNOWN, once) was taken as "no GPU here": the rest of the schedule recorded
+    CPU only. That cycle is CPU only, with a warning that says so; the next ones collect.
+    No permission stays CPU only for good (privileges_schedule)."""
+    res = run("refused_schedule", tmp_path, fake_so, FAKE_REFUSE=f"{fn}:999")
+    assert res["kernels"] == [0, 7, 7], res
+    assert res["collected"] == ["CPU", "GPU"], res
+    w = [m for m, c in zip(res["warnings"], res["warning_classes"])
+         if c == "GpuUnavailableWarning"]
+    assert len(w) == 1 and "CUPTI_ERROR_UNKNOWN" in w[0] and "asks CUPTI again" in w[0], w
+    assert "cprof: " not in w[0][len("cprof: "):], w  # one prefix, not two
+
+
 def test_idle_kineto_subscriber_is_shared_and_everything_collected(tmp_path, fake_so):
     """Kineto keeps its CUPTI subscriber after a torch.profiler session for the life of the
     process (seen on an H200 with torch 2.11). With torch loaded and no session running, cprof
