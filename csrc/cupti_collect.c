@@ -581,10 +581,19 @@ int cprof_cupti_start(const cprof_gpu_config *cfg, uint64_t start_ns) {
         if (!timestamp_callback_ok) {
             uint64_t t = 0;
             uint64_t a = cprof_clock_now_ns();
-            api->cuptiGetTimestamp(&t);
+            CUptiResult tr = api->cuptiGetTimestamp(&t);
             uint64_t b = cprof_clock_now_ns();
-            cupti_clock_offset = (int64_t)t - (int64_t)(a + (b - a) / 2);
+            /* no clock to convert by: every record would land outside the window, lost in
+             * silence; this window goes without GPU records, said (decision 147) */
+            if (tr != CUPTI_SUCCESS || t == 0)
+                rc = map_cupti_error(tr != CUPTI_SUCCESS ? tr : CUPTI_ERROR_UNKNOWN,
+                                     "reading CUPTI's clock (its timestamp callback was refused "
+                                     "too)");
+            else
+                cupti_clock_offset = (int64_t)t - (int64_t)(a + (b - a) / 2);
         }
+    }
+    if (rc == CPROF_OK) {
         window_start_ns = start_ns;
         uint64_t t0 = cprof_clock_now_ns();
         rc = enable_kinds();

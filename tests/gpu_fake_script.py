@@ -116,6 +116,10 @@ with warnings.catch_warnings(record=True) as caught:
     elif scenario == "refused_schedule":  # CUPTI refuses one cycle's start (FAKE_REFUSE=fn:code)
         fake.fake_cupti_set_error_once.argtypes = [ctypes.c_char_p, ctypes.c_int]
         fn, code = os.environ["FAKE_REFUSE"].split(":")
+        if os.environ.get("CUPTI_CLOCK_ERROR"):  # no timestamp callback: CUPTI's own clock
+            fake.fake_cupti_set_own_clock(1)
+            fake.fake_cupti_set_error(b"cuptiActivityRegisterTimestampCallback",
+                                      int(os.environ["CUPTI_CLOCK_ERROR"]))
         fake.fake_cupti_set_error_once(fn.encode(), int(code))
         kernels = []
         prof = cprof.profile(activities=["CPU", "CUDA"], record_ops=False,

@@ -288,13 +288,16 @@ def test_records_in_cupti_s_own_clock_land_in_their_ranges(tmp_path, fake_so, re
 
 
 @pytest.mark.parametrize("fn", ["cuptiSubscribe_v2", "cuptiActivityEnable",
-                                "cuptiActivityRegisterCallbacks"])
+                                "cuptiActivityRegisterCallbacks", "cuptiGetTimestamp"])
 def test_a_cupti_error_at_one_cycle_s_start_leaves_the_next_cycles_gpu(tmp_path, fake_so, fn):
     """CUPTI refusing a window's start with an error that says nothing of the machine
     (CUPTI_ERROR_UNKNOWN, once) was taken as "no GPU here": the rest of the schedule recorded
     CPU only. That cycle is CPU only, with a warning that says so; the next ones collect.
-    No permission stays CPU only for good (privileges_schedule)."""
-    res = run("refused_schedule", tmp_path, fake_so, FAKE_REFUSE=f"{fn}:999")
+    No permission stays CPU only for good (privileges_schedule). cuptiGetTimestamp failing
+    where the timestamp callback was refused too left the clock offset at -now: every record
+    of the window fell outside it, counted only as outside_window."""
+    extra = {"CUPTI_CLOCK_ERROR": "999"} if fn == "cuptiGetTimestamp" else {}
+    res = run("refused_schedule", tmp_path, fake_so, FAKE_REFUSE=f"{fn}:999", **extra)
     assert res["kernels"] == [0, 7, 7], res
     assert res["collected"] == ["CPU", "GPU"], res
     w = [m for m, c in zip(res["warnings"], res["warning_classes"])
