@@ -213,7 +213,10 @@ static int cupti_accept(void *h, const char *path, const char *source) {
     uint32_t version = 0;
     CUptiResult r = get_version(&version);
     if (r != CUPTI_SUCCESS) {
-        err_append(g_cupti_err, sizeof g_cupti_err, "%s: cuptiGetVersion failed (CUptiResult %d)",
+        err_append(g_cupti_err, sizeof g_cupti_err,
+                   "%s: cuptiGetVersion failed (CUptiResult %d): a broken or mismatched "
+                   "libcupti; set CPROF_CUPTI_PATH to the libcupti.so.13 of your CUDA 13 "
+                   "toolkit or nvidia-cuda-cupti wheel",
                    where, (int)r);
         dlclose(h);
         return 0;

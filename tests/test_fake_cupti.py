@@ -1234,3 +1234,17 @@ def test_a_timer_failure_names_the_driver_s_error_not_a_guess(tmp_path):
     assert len(elapsed) == 1 and "unspecified launch failure" in elapsed[0], elapsed
     assert len(handle) == 1 and "invalid resource handle" in handle[0], handle
     assert "a stream of another device, or gone" in handle[0], handle
+
+
+def test_a_failing_cupti_version_check_says_what_to_do(tmp_path):
+    """A libcupti whose cuptiGetVersion fails is unusable for the process; the reason gave only
+    the CUptiResult. It now says what to do (the fault sweep)."""
+    code = (f"import ctypes, sys; sys.path.insert(0, {ROOT!r}); "
+            f"ctypes.CDLL({FAKE_SO!r}).fake_cupti_set_error(b'cuptiGetVersion', 999); "
+            "import cprof; print(cprof.features()['gpu_activity']['reason'])")
+    env = dict(os.environ, CPROF_LIBCUDA_PATH=FAKE_SO, CPROF_CUPTI_PATH=FAKE_SO)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "cuptiGetVersion failed (CUptiResult 999)" in r.stdout
+    assert "set CPROF_CUPTI_PATH" in r.stdout, r.stdout
