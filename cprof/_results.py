@@ -322,9 +322,13 @@ def _build(window):
                 continue  # a CPU event of its thread (above)
             if r["kind"] == "cuda_event":
                 continue  # a cudaEventRecord's record: what event waits wait on, not an event
+            # a cuda_sync record is the device side of a wait (Kineto's CUDA_SYNC is a device
+            # activity, drawn on the stream's track): a CUDA event of no thread, with no device
+            # time of its own (the work waited for has it) and no row (decision 148)
+            on_device = r["kind"] in _GPU_WORK + ("marker", "sync")
             ev = ProfilerEvent(r["name"], _GPU_CATS.get(r["kind"], r["kind"]),
-                               "CUDA" if r["kind"] in _GPU_WORK + ("marker",) else "CPU",
-                               r["tid"] if r["kind"] not in _GPU_WORK else None,
+                               "CUDA" if on_device else "CPU",
+                               r["tid"] if not on_device or r["kind"] == "marker" else None,
                                (r["start_ns"] - t0) / 1000.0, (r["end_ns"] - t0) / 1000.0,
                                stream=r["stream"], device=r["device"],
                                correlation=r["correlation"])
@@ -948,7 +952,7 @@ def average(cpu, gpu, group_by_input_shape=False, group_by_stack_n=0):
         add(ev, "CPU", ev.name, ev.duration_us, ev.self_cpu_time_total,
             ev.device_time_total, ev.self_device_time_total, ev.input_shapes, ev.stack)
     for ev in gpu:
-        if ev.device_type == "CUDA" and ev.category != "gpu_user_annotation":
+        if ev.device_type == "CUDA" and ev.category not in ("gpu_user_annotation", "cuda_sync"):
             add(ev, "CUDA", ev.name, 0.0, 0.0, ev.duration_us, ev.duration_us)
     # in the order first seen, as torch's key_averages (table(sort_by=...) sorts, stably)
     out = EventList(groups.values())

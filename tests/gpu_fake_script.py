@@ -422,6 +422,15 @@ with warnings.catch_warnings(record=True) as caught:
         result["launches_self_cpu"] = launches.self_cpu_time_total
         result["launches_cpu"] = launches.cpu_time_total
         result["tid"] = threading.get_native_id()
+        result["syncs"] = [{"device_type": str(e.device_type), "thread": e.thread,
+                            "cpu_total": e.cpu_time_total, "self_cpu": e.self_cpu_time_total,
+                            "dev_total": e.device_time_total, "stream": e.stream}
+                           for e in evs if e.category == "cuda_sync"]
+        result["event_rows"] = sorted([r.key, str(r.device_type), r.count]
+                                      for r in evs.key_averages())
+        result["profile_rows"] = sorted([r.key, str(r.device_type), r.count] for r in ka)
+        result["events_self_cpu"] = evs.key_averages().self_cpu_time_total
+        result["profile_self_cpu"] = ka.self_cpu_time_total
     elif scenario == "stack_spans":  # with_stack on: time.sleep is a cpu_op around launches
         result["trace"] = str(scene("spans", with_stack=True).trace_path)
     elif scenario in ("modules_link", "modules_stack_only"):

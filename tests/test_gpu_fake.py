@@ -733,6 +733,21 @@ def test_results_charge_gpu_work_once_and_list_the_cuda_calls(tmp_path, fake_so)
         n for n, r in gpu.items() for _ in range(r["count"]))
 
 
+def test_results_keep_cuda_syncs_off_the_cpu_and_out_of_the_rows(tmp_path, fake_so):
+    """A cuda_sync record (the device side of cudaStreamSynchronize) is a CUDA event of no
+    thread, as Kineto files CUDA_SYNC: it was a CPU event of thread 0 whose wait counted as CPU
+    time, a "Stream Sync" row of events().key_averages() but not of prof.key_averages()
+    (torch's are one list averaged). Its device time is the work it waited for, counted there
+    (decision 148)."""
+    res = run("results", tmp_path, fake_so)
+    (sync,) = res["syncs"]
+    assert sync == {"device_type": "CUDA", "thread": None, "cpu_total": 0, "self_cpu": 0,
+                    "dev_total": 0, "stream": 13}
+    assert res["event_rows"] == res["profile_rows"]
+    assert "Stream Sync" not in {r[0] for r in res["profile_rows"]}
+    assert res["events_self_cpu"] == pytest.approx(res["profile_self_cpu"])
+
+
 def test_toggle_collection_dynamic_leaves_out_what_was_launched_while_off(tmp_path, fake_so):
     """torch.profiler's toggle_collection_dynamic: GPU work asked for while CUDA is off (its
     launch call's time, wherever the kernel runs) is left out, its calls and syncs too, and
