@@ -425,6 +425,9 @@ def _remove_dup_nodes(cpu):
             ch.cpu_parent = p
         p.self_cpu_time_total += ev.self_cpu_time_total
         p.self_device_time_total += ev.self_device_time_total
+        # torch lifts the child's kernels up with its device time; the parent's own (launched
+        # outside the child) stay, so that kernels and self CUDA time still agree
+        p.kernels = p.kernels + ev.kernels
         gone.add(id(ev))
     if not gone:
         return cpu

@@ -431,6 +431,16 @@ with warnings.catch_warnings(record=True) as caught:
         result["profile_rows"] = sorted([r.key, str(r.device_type), r.count] for r in ka)
         result["events_self_cpu"] = evs.key_averages().self_cpu_time_total
         result["profile_self_cpu"] = ka.self_cpu_time_total
+    elif scenario == "dup_kernels":  # a range whose only child has its name (one event)
+        with cprof.profile(activities=["CPU", "CUDA"], record_ops=False) as p:
+            with cprof.range("fwd"):
+                with cprof.range("fwd"):
+                    fake.fake_cupti_script_basic(C.now_ns() + 1000, threading.get_native_id())
+                    time.sleep(0.002)
+        (fwd,) = [e for e in p.events() if e.name == "fwd"]
+        result["kernels"] = [list(k) for k in fwd.kernels]
+        result["self_dev"] = fwd.self_device_time_total
+        result["dev_total"] = fwd.device_time_total
     elif scenario == "stack_spans":  # with_stack on: time.sleep is a cpu_op around launches
         result["trace"] = str(scene("spans", with_stack=True).trace_path)
     elif scenario in ("modules_link", "modules_stack_only"):

@@ -748,6 +748,16 @@ def test_results_keep_cuda_syncs_off_the_cpu_and_out_of_the_rows(tmp_path, fake_
     assert res["events_self_cpu"] == pytest.approx(res["profile_self_cpu"])
 
 
+def test_a_merged_duplicate_range_keeps_its_child_s_kernels(tmp_path, fake_so):
+    """torch's _remove_dup_nodes lifts the merged child's kernels into the parent with its
+    device time: the parent's kernels list was left empty while its self CUDA time had
+    them."""
+    res = run("dup_kernels", tmp_path, fake_so)
+    assert res["kernels"] and res["self_dev"] > 0
+    assert sum(k[2] for k in res["kernels"]) == pytest.approx(res["self_dev"])
+    assert res["dev_total"] == pytest.approx(res["self_dev"])
+
+
 def test_toggle_collection_dynamic_leaves_out_what_was_launched_while_off(tmp_path, fake_so):
     """torch.profiler's toggle_collection_dynamic: GPU work asked for while CUDA is off (its
     launch call's time, wherever the kernel runs) is left out, its calls and syncs too, and
