@@ -299,8 +299,26 @@ static int map_cupti_error(CUptiResult r, const char *what) {
                   "record CPU activity only", what, cupti_str(r));
         return CPROF_E_CUPTI_BUSY;
     }
+    if (r == CUPTI_ERROR_VIRTUALIZED_DEVICE_INSUFFICIENT_PRIVILEGES) {
+        set_error("%s: CUPTI_ERROR_VIRTUALIZED_DEVICE_INSUFFICIENT_PRIVILEGES: profiling is not "
+                  "enabled for this vGPU; its hypervisor's administrator can enable it (NVIDIA "
+                  "vGPU docs, 'Enabling Profiling')", what);
+        return CPROF_E_CUPTI_PRIVILEGES;
+    }
     if (r == CUPTI_ERROR_NOT_INITIALIZED || r == CUPTI_ERROR_INVALID_DEVICE) {
         set_error("%s: %s: no usable GPU or driver", what, cupti_str(r));
+        return CPROF_E_NO_DEVICE;
+    }
+    /* the device or setup cannot be traced (decision 147): asking again next window would fail
+     * the same way, so these end GPU collection for the profiler as no device does */
+    if (r == CUPTI_ERROR_NOT_SUPPORTED || r == CUPTI_ERROR_API_NOT_IMPLEMENTED ||
+        r == CUPTI_ERROR_LEGACY_PROFILER_NOT_SUPPORTED ||
+        (r >= CUPTI_ERROR_VIRTUALIZED_DEVICE_NOT_SUPPORTED &&
+         r <= CUPTI_ERROR_CUDA_COMPILER_NOT_COMPATIBLE) ||
+        (r >= CUPTI_ERROR_CONFIDENTIAL_COMPUTING_NOT_SUPPORTED &&
+         r <= CUPTI_ERROR_WSL_DEVICE_NOT_SUPPORTED)) {
+        set_error("%s: %s (CUPTI error %d): CUPTI cannot trace this GPU or setup (a vGPU, MIG, "
+                  "WSL, confidential computing, ...)", what, cupti_str(r), (int)r);
         return CPROF_E_NO_DEVICE;
     }
     set_error("%s: %s (CUPTI error %d)", what, cupti_str(r), (int)r);

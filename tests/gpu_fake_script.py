@@ -102,8 +102,9 @@ with warnings.catch_warnings(record=True) as caught:
         result["trace"] = str(scene("priv").trace_path)
         result["zeroed_attr"] = fake.fake_cupti_zeroed_attr()
         result["zeroed_attr_set"] = fake.fake_cupti_calls(b"cuptiActivitySetAttribute")
-    elif scenario == "privileges_schedule":
-        fake.fake_cupti_set_error(b"cuptiActivityEnable", 35)  # INSUFFICIENT_PRIVILEGES
+    elif scenario == "privileges_schedule":  # FAKE_ENABLE_ERROR: 35 INSUFFICIENT_PRIVILEGES
+        fake.fake_cupti_set_error(b"cuptiActivityEnable",
+                                  int(os.environ.get("FAKE_ENABLE_ERROR", "35")))
         traces = []
         prof = cprof.profile(activities=["CPU", "CUDA"],
                              schedule=cprof.schedule(wait=1, warmup=1, active=1, repeat=3),

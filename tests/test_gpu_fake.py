@@ -367,11 +367,19 @@ def test_insufficient_privileges_message(tmp_path, fake_so):
     assert res["warning_classes"].count("GpuUnavailableWarning") == 1
 
 
-def test_insufficient_privileges_warns_once_per_profiler_not_per_cycle(tmp_path, fake_so):
-    res = run("privileges_schedule", tmp_path, fake_so)
-    warned = [c for c, w in zip(res["warning_classes"], res["warnings"])
-              if "INSUFFICIENT_PRIVILEGES" in w]
+@pytest.mark.parametrize("code, name", [
+    (35, "INSUFFICIENT_PRIVILEGES"), (40, "VIRTUALIZED_DEVICE_INSUFFICIENT_PRIVILEGES"),
+    (27, "NOT_SUPPORTED"), (45, "WSL_DEVICE_NOT_SUPPORTED")])
+def test_insufficient_privileges_warns_once_per_profiler_not_per_cycle(tmp_path, fake_so, code,
+                                                                        name):
+    """No permission, or a device / setup CUPTI cannot trace (a vGPU, WSL, MIG, ...), is the
+    machine's: GPU off for the profiler's later windows with one warning (decision 147). Only
+    35 was: 40 and the NOT_SUPPORTED family were taken as errors of one window, asked again and
+    warned about every schedule cycle."""
+    res = run("privileges_schedule", tmp_path, fake_so, FAKE_ENABLE_ERROR=str(code))
+    warned = [c for c, w in zip(res["warning_classes"], res["warnings"]) if name in w]
     assert warned == ["GpuUnavailableWarning"], res["warnings"]
+    assert not any("asks CUPTI again" in w for w in res["warnings"]), res["warnings"]
     assert res["traces"] == 3
     assert res["collected"] == ["CPU"]
 
