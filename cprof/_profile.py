@@ -726,19 +726,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         w.cuda_off_since = 0 if "GPU" in self._toggled_off else None
         w.start()
         if gpu and not w.gpu:  # CUPTI refused (busy with strict=False, no permission, ...)
-            w.config["collected_activities"] = [a for a in self.collected_activities
-                                                if a != "GPU"]
-            if w.gpu_failure is not None:  # not transient: CPU only from now on, one warning
-                self.collected_activities = w.config["collected_activities"]
-                self._notes = dict(self._notes, gpu_unavailable=w.gpu_failure)
-                _warn.warn(f"cprof: GPU activity was asked for but is not collected: "
-                           f"{w.gpu_failure.removeprefix('cprof: ')}. Recording CPU activity "
-                           "only.", GpuUnavailableWarning)
-            elif w.gpu_refused is not None:  # may pass: this window only, the next asks again
-                _warn.warn(f"cprof: GPU activity is not collected in this window: "
-                           f"{w.gpu_refused.removeprefix('cprof: ')}. This window records CPU "
-                           "activity only; the next window (schedule cycle) asks CUPTI again.",
-                           GpuUnavailableWarning)
+            self._gpu_refused(w)
         self._window = w
         self._warmup_window = True
         self._prepared_at = self._transitions
@@ -747,6 +735,22 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         except BaseException:
             self._abort_window()
             raise
+
+    def _gpu_refused(self, w):
+        """Window w could not collect GPU activity (at its start or its restart after warmup):
+        its config says CPU only, and the profiler warns (decision 147)."""
+        w.config["collected_activities"] = [a for a in self.collected_activities if a != "GPU"]
+        if w.gpu_failure is not None:  # not transient: CPU only from now on, one warning
+            self.collected_activities = w.config["collected_activities"]
+            self._notes = dict(self._notes, gpu_unavailable=w.gpu_failure)
+            _warn.warn(f"cprof: GPU activity was asked for but is not collected: "
+                       f"{w.gpu_failure.removeprefix('cprof: ')}. Recording CPU activity "
+                       "only.", GpuUnavailableWarning)
+        elif w.gpu_refused is not None:  # may pass: this window only, the next asks again
+            _warn.warn(f"cprof: GPU activity is not collected in this window: "
+                       f"{w.gpu_refused.removeprefix('cprof: ')}. This window records CPU "
+                       "activity only; the next window (schedule cycle) asks CUPTI again.",
+                       GpuUnavailableWarning)
 
     def _abort_window(self):
         """Closes a window that could not be set up (nothing of value was collected)."""
@@ -763,10 +767,14 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             # warmup collected into this window: discard it, keep collection running (not
             # when it was prepared in this very transition: nothing to discard; a stop() in
             # the step that began the warmup has that step's work to discard)
-            self._window.restart()
-            self._window.config = self._config()
-            if not self._window.gpu:
-                self._window.config["collected_activities"] = [
+            w = self._window
+            had_gpu = w.gpu
+            w.restart()
+            w.config = self._config()
+            if had_gpu and not w.gpu:  # CUPTI refused the restart: as at a start
+                self._gpu_refused(w)
+            elif not w.gpu:
+                w.config["collected_activities"] = [
                     a for a in self.collected_activities if a != "GPU"]
         self._warmup_window = False
         self._window.config["first_step"] = self.step_num

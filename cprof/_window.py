@@ -292,18 +292,8 @@ class Window:
                 self.gpu = False
                 self.notes["gpu_unavailable"] = str(err)
                 _warn.warn(f"{err} -- recording CPU activity only (strict=False)")
-            except _C.GpuUnavailableError as err:
-                # no GPU, no driver, no permission: the same fallback as a machine without
-                # CUDA; the profiler warns (once: it stops asking for GPU in later windows)
-                self.gpu = False
-                self.gpu_failure = str(err)
-                self.notes["gpu_unavailable"] = str(err)
             except _C.CprofError as err:
-                # any other CUPTI error (CUPTI_ERROR_UNKNOWN, ...) says nothing of the next
-                # window: this one records CPU only, the profiler warns, later windows ask again
-                self.gpu = False
-                self.gpu_refused = str(err)
-                self.notes["gpu_unavailable"] = str(err)
+                self._gpu_refused(err)
             except MemoryError as err:
                 # the buffer pool could not be had (start closes the window, so a later one
                 # can open): say what to lower
@@ -312,6 +302,19 @@ class Window:
             else:
                 if self.nvtx:
                     _set_nvtx_injection()
+
+    def _gpu_refused(self, err):
+        """CUPTI refused this window (decision 147). No GPU, no driver, no permission
+        (GpuUnavailableError): the same fallback as a machine without CUDA; the profiler warns
+        once and stops asking in later windows (gpu_failure). Any other CUPTI error
+        (CUPTI_ERROR_UNKNOWN, ...) says nothing of the next window: this one records CPU only,
+        the profiler warns, later windows ask again (gpu_refused)."""
+        self.gpu = False
+        self.notes["gpu_unavailable"] = str(err)
+        if isinstance(err, _C.GpuUnavailableError):
+            self.gpu_failure = str(err)
+        else:
+            self.gpu_refused = str(err)
 
     def _pool_bytes(self):
         """CUPTI's buffer pool cap: gpu_buffer_mb, else CPROF_GPU_BUFFER_MB, else the C
@@ -350,11 +353,17 @@ class Window:
             try:
                 _C.gpu_start(memory=self.memory, nvtx=self.nvtx, share=_kineto_idle(),
                              pool_bytes=self._pool_bytes())
-            except (_C.CprofError, MemoryError) as err:
+            except _C.CprofError as err:
+                # as at a start, a held CUPTI included (it was ours a moment ago: nothing to
+                # raise mid-step for); the profiler warns (decision 147)
+                self._gpu_refused(err)
+            except MemoryError as err:
                 self.gpu = False
                 self.notes["gpu_unavailable"] = str(err)
                 _warn.warn(f"cprof: GPU collection could not be restarted after warmup: "
-                           f"{err} -- recording CPU activity only")
+                           f"{str(err).removeprefix('cprof: ')}; ask for a smaller CUPTI "
+                           "buffer pool (gpu_buffer_mb or CPROF_GPU_BUFFER_MB; default 128) -- "
+                           "recording CPU activity only")
 
     def _note_off_at_start(self):
         if self.cuda_off_since is not None:

@@ -134,6 +134,23 @@ with warnings.catch_warnings(record=True) as caught:
                 prof.step()
         result["kernels"] = kernels
         result["collected"] = prof.collected_activities
+    elif scenario == "refused_restart":  # CUPTI refuses the restart after warmup (FAKE_REFUSE)
+        fake.fake_cupti_set_error_once.argtypes = [ctypes.c_char_p, ctypes.c_int]
+        fn, code = os.environ["FAKE_REFUSE"].split(":")
+        kernels = []
+        prof = cprof.profile(activities=["CPU", "CUDA"], record_ops=False,
+                             schedule=cprof.schedule(wait=0, warmup=1, active=1, repeat=2),
+                             on_trace_ready=lambda p: kernels.append(
+                                 len([e for e in p.events() if e.category == "kernel"])))
+        with prof:
+            for i in range(4):
+                if i == 0:  # the warmup window is open: the error hits its restart
+                    fake.fake_cupti_set_error_once(fn.encode(), int(code))
+                fake.fake_cupti_script_basic(C.now_ns() + 1000, threading.get_native_id())
+                time.sleep(0.002)
+                prof.step()
+        result["kernels"] = kernels
+        result["collected"] = prof.collected_activities
     elif scenario == "unavailable":
         # the environment poses the problem: no driver, an old one, or (here) no device
         if os.environ.get("FAKE_CUINIT_ERROR"):  # 100: CUDA_ERROR_NO_DEVICE, ...

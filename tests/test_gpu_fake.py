@@ -306,6 +306,26 @@ def test_a_cupti_error_at_one_cycle_s_start_leaves_the_next_cycles_gpu(tmp_path,
     assert "cprof: " not in w[0][len("cprof: "):], w  # one prefix, not two
 
 
+@pytest.mark.parametrize("code", [999, 35])
+def test_a_cupti_error_at_the_restart_after_warmup_is_taken_as_at_a_start(tmp_path, fake_so,
+                                                                         code):
+    """A schedule's warmup window restarts CUPTI when the active steps begin. A refusal there
+    was a RuntimeWarning with its "cprof: " said twice, and no permission there did not end
+    GPU collection for later cycles; it now follows decision 147 as a start does: an error of
+    one window (999) leaves the next cycle its GPU, no permission (35) ends it, each said once
+    as a GpuUnavailableWarning."""
+    res = run("refused_restart", tmp_path, fake_so, FAKE_REFUSE=f"cuptiSubscribe_v2:{code}")
+    w = [(m, c) for m, c in zip(res["warnings"], res["warning_classes"]) if "CUPTI" in m]
+    assert len(w) == 1 and w[0][1] == "GpuUnavailableWarning", res["warnings"]
+    assert w[0][0].count("cprof: ") == 1, w
+    if code == 999:
+        assert res["kernels"] == [0, 7] and res["collected"] == ["CPU", "GPU"], res
+        assert "asks CUPTI again" in w[0][0], w
+    else:
+        assert res["kernels"] == [0, 0] and res["collected"] == ["CPU"], res
+        assert "INSUFFICIENT_PRIVILEGES" in w[0][0], w
+
+
 def test_idle_kineto_subscriber_is_shared_and_everything_collected(tmp_path, fake_so):
     """Kineto keeps its CUPTI subscriber after a torch.profiler session for the life of the
     process (seen on an H200 with torch 2.11). With torch loaded and no session running, cprof
