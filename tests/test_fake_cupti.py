@@ -1221,12 +1221,7 @@ def test_a_timer_failure_names_the_driver_s_error_not_a_guess(tmp_path):
     719) every event call fails. The warning said "cuEventRecord returned CUDA error 700 (a
     stream of another device, or gone)": a number and a wrong diagnosis. It now gives the
     driver's own description, and blames the stream only for an invalid handle (400)."""
-    code = TIMERS_STICKY.format(root=ROOT, so=FAKE_SO, out=str(tmp_path))
-    env = dict(os.environ, CPROF_LIBCUDA_PATH=FAKE_SO, CPROF_CUPTI_PATH=FAKE_SO)
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    _, out = _timers_script(TIMERS_STICKY, tmp_path)
     rec, elapsed, handle = out["cuEventRecord700"], out["cuEventElapsedTime_v2719"], \
         out["cuEventRecord400"]
     assert len(rec) == 1 and "an illegal memory access was encountered" in rec[0], rec
