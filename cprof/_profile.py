@@ -725,12 +725,14 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         w.cpu_off = "CPU" in self._toggled_off
         w.cuda_off_since = 0 if "GPU" in self._toggled_off else None
         w.start()
-        if gpu and not w.gpu:  # CUPTI refused (busy with strict=False, no permission, ...)
-            self._gpu_refused(w)
         self._window = w
         self._warmup_window = True
         self._prepared_at = self._transitions
         try:
+            # the warning may raise (a warnings filter of "error"): the window, open by now,
+            # is then closed with the rest, not left open to refuse every later one
+            if gpu and not w.gpu:  # CUPTI refused (busy with strict=False, no permission, ...)
+                self._gpu_refused(w)
             self._install_glue()
         except BaseException:
             self._abort_window()

@@ -151,6 +151,24 @@ with warnings.catch_warnings(record=True) as caught:
                 prof.step()
         result["kernels"] = kernels
         result["collected"] = prof.collected_activities
+    elif scenario == "refused_warning_as_error":  # the start's warning raised (FAKE_REFUSE)
+        fake.fake_cupti_set_error_once.argtypes = [ctypes.c_char_p, ctypes.c_int]
+        fn, code = os.environ["FAKE_REFUSE"].split(":")
+        fake.fake_cupti_set_error_once(fn.encode(), int(code))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # pytest -W error, filterwarnings = error
+            try:
+                with cprof.profile(activities=["CPU", "CUDA"], record_ops=False):
+                    pass
+            except Warning as err:
+                result["raised"] = type(err).__name__
+        result["open_after"] = [C.active(), C.gpu_active(), fake.fake_cupti_subscribed(None)]
+        try:  # the next profiler of the process opens its window
+            with cprof.profile(activities=["CPU"], record_ops=False):
+                pass
+            result["next"] = "ok"
+        except Exception as err:
+            result["next"] = f"{type(err).__name__}: {err}"
     elif scenario == "unavailable":
         # the environment poses the problem: no driver, an old one, or (here) no device
         if os.environ.get("FAKE_CUINIT_ERROR"):  # 100: CUDA_ERROR_NO_DEVICE, ...

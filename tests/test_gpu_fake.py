@@ -326,6 +326,19 @@ def test_a_cupti_error_at_the_restart_after_warmup_is_taken_as_at_a_start(tmp_pa
         assert "INSUFFICIENT_PRIVILEGES" in w[0][0], w
 
 
+@pytest.mark.parametrize("code", [999, 35])
+def test_a_start_s_gpu_warning_raised_as_error_closes_the_window(tmp_path, fake_so, code):
+    """Under a warnings filter of "error" the GpuUnavailableWarning of a refused start raises
+    out of the profiler's start. It was warned before the profiler took the window, so the
+    window stayed open: every later profiler of the process was refused ("a cprof window is
+    already open"). It is now closed as any failed start's is."""
+    res = run("refused_warning_as_error", tmp_path, fake_so,
+              FAKE_REFUSE=f"cuptiActivityEnable:{code}")
+    assert res["raised"] == "GpuUnavailableWarning", res
+    assert res["open_after"] == [False, False, 0], res
+    assert res["next"] == "ok", res
+
+
 def test_idle_kineto_subscriber_is_shared_and_everything_collected(tmp_path, fake_so):
     """Kineto keeps its CUPTI subscriber after a torch.profiler session for the life of the
     process (seen on an H200 with torch 2.11). With torch loaded and no session running, cprof
