@@ -35,6 +35,26 @@ scenario = sys.argv[1]
 result = {"warnings": []}
 
 
+def refused_schedule(warmup, repeat, steps, refuse_at):
+    """A GPU schedule of one active step per cycle, the basic script launched in each step;
+    refuse_at: (step, fn, code) makes fn fail once at that step. Kernels per trace and the
+    profiler's collected activities go into the result."""
+    kernels = []
+    prof = cprof.profile(activities=["CPU", "CUDA"], record_ops=False,
+                         schedule=cprof.schedule(wait=0, warmup=warmup, active=1, repeat=repeat),
+                         on_trace_ready=lambda p: kernels.append(
+                             len([e for e in p.events() if e.category == "kernel"])))
+    with prof:
+        for i in range(steps):
+            if refuse_at is not None and i == refuse_at[0]:
+                fake.fake_cupti_set_error_once(refuse_at[1].encode(), refuse_at[2])
+            fake.fake_cupti_script_basic(C.now_ns() + 1000, threading.get_native_id())
+            time.sleep(0.002)
+            prof.step()
+    result["kernels"] = kernels
+    result["collected"] = prof.collected_activities
+
+
 def scene(name, **kw):
     # with_stack off: time.sleep below would be the innermost range (a cpu_op) at launch time
     kw.setdefault("with_stack", False)
@@ -122,35 +142,12 @@ with warnings.catch_warnings(record=True) as caught:
             fake.fake_cupti_set_error(b"cuptiActivityRegisterTimestampCallback",
                                       int(os.environ["CUPTI_CLOCK_ERROR"]))
         fake.fake_cupti_set_error_once(fn.encode(), int(code))
-        kernels = []
-        prof = cprof.profile(activities=["CPU", "CUDA"], record_ops=False,
-                             schedule=cprof.schedule(wait=0, warmup=0, active=1, repeat=3),
-                             on_trace_ready=lambda p: kernels.append(
-                                 len([e for e in p.events() if e.category == "kernel"])))
-        with prof:
-            for _ in range(3):
-                fake.fake_cupti_script_basic(C.now_ns() + 1000, threading.get_native_id())
-                time.sleep(0.002)
-                prof.step()
-        result["kernels"] = kernels
-        result["collected"] = prof.collected_activities
+        refused_schedule(warmup=0, repeat=3, steps=3, refuse_at=None)
     elif scenario == "refused_restart":  # CUPTI refuses the restart after warmup (FAKE_REFUSE)
         fake.fake_cupti_set_error_once.argtypes = [ctypes.c_char_p, ctypes.c_int]
         fn, code = os.environ["FAKE_REFUSE"].split(":")
-        kernels = []
-        prof = cprof.profile(activities=["CPU", "CUDA"], record_ops=False,
-                             schedule=cprof.schedule(wait=0, warmup=1, active=1, repeat=2),
-                             on_trace_ready=lambda p: kernels.append(
-                                 len([e for e in p.events() if e.category == "kernel"])))
-        with prof:
-            for i in range(4):
-                if i == 0:  # the warmup window is open: the error hits its restart
-                    fake.fake_cupti_set_error_once(fn.encode(), int(code))
-                fake.fake_cupti_script_basic(C.now_ns() + 1000, threading.get_native_id())
-                time.sleep(0.002)
-                prof.step()
-        result["kernels"] = kernels
-        result["collected"] = prof.collected_activities
+        # refused at step 0, while the warmup window is open: the error hits its restart
+        refused_schedule(warmup=1, repeat=2, steps=4, refuse_at=(0, fn, int(code)))
     elif scenario == "refused_warning_as_error":  # the start's warning raised (FAKE_REFUSE)
         fake.fake_cupti_set_error_once.argtypes = [ctypes.c_char_p, ctypes.c_int]
         fn, code = os.environ["FAKE_REFUSE"].split(":")
