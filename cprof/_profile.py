@@ -170,6 +170,15 @@ def resolve_gpu(activities):
     return collected, notes
 
 
+_STEP_REQUESTER = "ProfilerStep"  # torch.profiler's name in KinetoStepTracker's counts
+
+
+def _step_tracker():
+    """torch's KinetoStepTracker where torch is imported (cprof never imports it), else None."""
+    mod = sys.modules.get("torch.autograd.profiler")
+    return getattr(mod, "KinetoStepTracker", None)
+
+
 def _clean_exit(exc):
     """sys.exit(0) / sys.exit() / sys.exit(None): the program's normal end, not a failure that
     marks the window partial (as `cprof run` reads it)."""
@@ -355,6 +364,13 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         self.memory = None         # memory snapshot of the last window (profile_memory + CUDA)
         self._mem_sampling = False  # the CPU memory sampler runs for this window (_glue)
         self.action_map = self._build_action_map()
+        # torch's global step count (KinetoStepTracker, what Kineto's on-demand tracing
+        # counts iterations by): registered here and counted by step() under
+        # KINETO_USE_DAEMON, erased at the with block's end, as torch.profiler.profile does
+        tracker = _step_tracker()
+        self._daemon_steps = tracker is not None and bool(os.environ.get("KINETO_USE_DAEMON"))
+        if tracker is not None:
+            tracker.init_step_count(_STEP_REQUESTER)
 
     # seed 002's profiling section: its values for what a config leaves out
     _CONFIG_DEFAULTS = dict(wait=3, warmup=1, active=3, repeat=1, skip_first=0,
@@ -598,6 +614,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                     self.current_action = ProfilerAction.NONE
                 raise
             finally:
+                if self._daemon_steps:
+                    _step_tracker().increment_step(_STEP_REQUESTER)
                 self._enter_step()
         finally:
             if critical:
@@ -644,6 +662,9 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             try:
                 self._stop()
             finally:
+                tracker = _step_tracker()
+                if tracker is not None:
+                    tracker.erase_step_count(_STEP_REQUESTER)
                 et = self.execution_trace_observer
                 if et is not None:  # torch's observer writes its file here (as torch's exit)
                     et.cleanup()

@@ -539,3 +539,33 @@ def test_results_while_recording_are_empty_as_torchs(tmp_path):
         with pytest.raises(cprof.WindowStateError, match="still recording"):
             p.export_chrome_trace(str(tmp_path / "t.json"))  # exports still need a window
     assert len(p.events()) > 0
+
+
+def _step_counts(mod, monkeypatch, daemon):
+    """KinetoStepTracker's counts around a scheduled profile of `mod`, as torch.profiler's step
+    keeps them (under KINETO_USE_DAEMON: Kineto's on-demand tracing counts iterations by it)."""
+    from torch.autograd.profiler import KinetoStepTracker as K
+    if daemon:
+        monkeypatch.setenv("KINETO_USE_DAEMON", "1")
+    else:
+        monkeypatch.delenv("KINETO_USE_DAEMON", raising=False)
+    monkeypatch.setattr(K, "_current_step", 0)
+    monkeypatch.setattr(K, "_step_dict", type(K._step_dict)(int))
+    p = mod.profile(schedule=mod.schedule(wait=1, warmup=1, active=1),
+                    activities=[mod.ProfilerActivity.CPU])
+    seen = [dict(K._step_dict)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with p:
+            for _ in range(4):
+                p.step()
+            seen.append((K.current_step(), dict(K._step_dict)))
+    seen.append(dict(K._step_dict))
+    return seen
+
+
+@pytest.mark.parametrize("daemon", [True, False])
+def test_kineto_step_tracker_counts_steps_as_torch_profiler(monkeypatch, daemon):
+    got = _step_counts(cprof, monkeypatch, daemon)
+    assert got == _step_counts(torch.profiler, monkeypatch, daemon)
+    assert got[1][0] == (4 if daemon else 0)
