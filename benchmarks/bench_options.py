@@ -33,6 +33,7 @@ import argparse
 import gc
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -82,7 +83,14 @@ def build(torch, device):
     return step
 
 
-def run_block(torch, cprof, kind, option, step, k, device, tmpdir):
+def minor_faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def run_block(torch, cprof, kind, option, step, k, device, tmpdir, faults):
+    """Seconds the block's k steps took; appends the minor page faults they took to faults
+    (first touches of new memory: on a VM whose memory the host has not yet backed, each one
+    also costs the host a fault, which would make a profiler's new buffers dearer there)."""
     def steps():
         for _ in range(k):
             step()
@@ -93,9 +101,12 @@ def run_block(torch, cprof, kind, option, step, k, device, tmpdir):
     gc.disable()
     try:
         if kind == "none":
+            f0 = minor_faults()
             t0 = clock()
             steps()
-            return clock() - t0
+            t1 = clock()
+            faults.append(minor_faults() - f0)
+            return t1 - t0
         opts = OPTIONS[option]
         if kind == "cprof":
             acts = ["CPU", "CUDA"] if device == "cuda" else ["CPU"]
@@ -110,10 +121,12 @@ def run_block(torch, cprof, kind, option, step, k, device, tmpdir):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             prof.__enter__()
+            f0 = minor_faults()
             t0 = clock()
             try:
                 steps()
                 t1 = clock()
+                faults.append(minor_faults() - f0)
             finally:
                 prof.__exit__(None, None, None)
             path = os.path.join(tmpdir, "t.json")
@@ -147,10 +160,12 @@ def main(argv=None):
     results = {}
     for pi, phase in enumerate(phases):
         times = {c: [] for c in phase}
+        faults = {c: [] for c in phase}
         for r in range(a.rounds):
             order = phase[r % len(phase):] + phase[: r % len(phase)]
             for kind, opt in order:
-                s = run_block(torch, cprof, kind, opt, step, a.steps, a.device, tmpdir)
+                s = run_block(torch, cprof, kind, opt, step, a.steps, a.device, tmpdir,
+                              faults[(kind, opt)])
                 times[(kind, opt)].append(s / a.steps * 1e3)
         base = statistics.median(times[("none", None)])
         for (kind, opt), v in times.items():
@@ -159,7 +174,9 @@ def main(argv=None):
             ratio, q1, q3 = paired_ratios(v, times[("none", None)])
             results[key] = {"ms_per_step": statistics.median(v),
                             "ratio": ratio, "ratio_q1": q1, "ratio_q3": q3,
-                            "ratio_of_medians": statistics.median(v) / base}
+                            "ratio_of_medians": statistics.median(v) / base,
+                            "minor_faults_per_step":
+                                statistics.median(faults[(kind, opt)]) / a.steps}
     info = machine_info(torch, cprof)
     info["device"] = a.device
     if a.device == "cuda":
@@ -168,14 +185,16 @@ def main(argv=None):
     print(f"machine: {info}")
     print(f"{a.rounds} rounds x {a.steps} steps, medians; ratio = median over rounds of the "
           "block / the same round's no-profiler block (same phase)")
-    print(f"{'option':<10} {'none ms':>9} {'cprof ms':>9} {'cprof x':>8} {'torch ms':>9} "
-          f"{'torch x':>8}")
+    print("flt/step: minor page faults per step in the timed block (median over rounds)")
+    print(f"{'option':<10} {'none ms':>9} {'cprof ms':>9} {'cprof x':>8} {'flt/step':>8} "
+          f"{'torch ms':>9} {'torch x':>8} {'flt/step':>8}")
     n1, n2 = results["none(phase1)"], results["none(phase2)"]
     for o in OPTIONS:
         c, t = results[f"cprof:{o}"], results[f"torch:{o}"]
         print(f"{o:<10} {n1['ms_per_step']:>9.3f} {c['ms_per_step']:>9.3f} {c['ratio']:>7.2f}x "
-              f"{t['ms_per_step']:>9.3f} {t['ratio']:>7.2f}x   (torch phase none "
-              f"{n2['ms_per_step']:.3f} ms)")
+              f"{c['minor_faults_per_step']:>8.2f} {t['ms_per_step']:>9.3f} {t['ratio']:>7.2f}x "
+              f"{t['minor_faults_per_step']:>8.2f}   (torch phase none "
+              f"{n2['ms_per_step']:.3f} ms, {n2['minor_faults_per_step']:.2f} flt/step)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"machine": info, "results": results, "rounds": a.rounds,
