@@ -103,15 +103,38 @@ out:
 
 /* ---- B / E duration pairs ---- */
 
-int cprof_tevs_pair_begin_end(cprof_tev *ev, size_t n) {
-    size_t nbe = 0;
-    for (size_t i = 0; i < n; i++) nbe += ev[i].ph == 'B' || ev[i].ph == 'E';
+/* Range b (just paired) and child c, paired just before it at the next depth, read as one
+ * range written twice (B B E E once sorted): the same name, times and text of their B and of
+ * their E. */
+static int same_pair(const cprof_tev *ev, size_t b, size_t be, size_t c, size_t ce,
+                     const char *text) {
+    const cprof_tev *x = &ev[b], *y = &ev[c];
+    if (x->name != y->name || x->ts_ns != y->ts_ns || x->dur_ns != y->dur_ns || x->cat != y->cat ||
+        x->raw_len != y->raw_len || ev[be].raw_len != ev[ce].raw_len)
+        return 0;
+    return !text || (memcmp(text + x->raw_off, text + y->raw_off, x->raw_len) == 0 &&
+                     memcmp(text + ev[be].raw_off, text + ev[ce].raw_off, ev[be].raw_len) == 0);
+}
+
+int cprof_tevs_pair_begin_end(cprof_tev *ev, size_t n, const char *text) {
+    size_t nbe = 0, repeats = 0;
+    for (size_t i = 0; i < n; i++) {
+        nbe += ev[i].ph == 'B' || ev[i].ph == 'E';
+        repeats += ev[i].skip == CPROF_TSKIP_DUPLICATE;
+    }
     if (!nbe) return CPROF_OK;
     keyed *v = malloc(nbe * sizeof *v);
     size_t *open = malloc(nbe * sizeof *open);
-    if (!v || !open) {
+    /* last[2d], last[2d + 1]: the B and E of the range last paired at depth d since the range
+     * open at d - 1 began (SIZE_MAX: none); twin: the B and E of each pair that repeats the
+     * range around it */
+    size_t *last = malloc(2 * (nbe + 1) * sizeof *last);
+    size_t *twin = malloc(nbe * sizeof *twin);
+    if (!v || !open || !last || !twin) {
         free(v);
         free(open);
+        free(last);
+        free(twin);
         return CPROF_E_NOMEM;
     }
     nbe = 0;
@@ -120,22 +143,44 @@ int cprof_tevs_pair_begin_end(cprof_tev *ev, size_t n) {
     /* by thread and time; at one time, in the order written (the Trace Event Format's rule:
      * an E ends the latest B still open on its thread) */
     qsort(v, nbe, sizeof *v, cmp_keyed);
-    size_t depth = 0;
+    size_t depth = 0, pairs = 0, ntwin = 0;
     for (size_t q = 0; q < nbe; q++) {
         if (q && (v[q].pid != v[q - 1].pid || v[q].tid != v[q - 1].tid)) depth = 0;
         cprof_tev *e = &ev[v[q].idx];
         if (e->ph == 'B') {
             open[depth++] = v[q].idx;
+            last[2 * depth] = SIZE_MAX; /* no child of this range paired yet */
             continue;
         }
         if (!depth) continue; /* an E with no B open: stays E, counted as unpaired */
-        cprof_tev *b = &ev[open[--depth]];
+        size_t bi = open[--depth];
+        cprof_tev *b = &ev[bi];
         if (!b->name) continue; /* a range with no name: both stay, unpaired */
         b->ph = 'X';
         b->dur_ns = e->ts_ns - b->ts_ns;
         e->ph = 0; /* its end is the range's end now */
+        pairs++;
+        size_t c = last[2 * (depth + 1)], ce = last[2 * (depth + 1) + 1];
+        if (c != SIZE_MAX && same_pair(ev, bi, v[q].idx, c, ce, text)) {
+            twin[ntwin++] = c; /* the inner one: its B was written later, its E earlier */
+            twin[ntwin++] = ce;
+        }
+        last[2 * depth] = bi;
+        last[2 * depth + 1] = v[q].idx;
     }
+    /* A recursion within one µs writes such a twin truly (whole-µs traces): twins are taken
+     * for repeats only where the trace was written twice, by the evidence of its other
+     * events (decision 117 found repeated X / flow events) or of its pairs (every pair has
+     * its twin, and there are at least two) */
+    if (ntwin && (repeats || (ntwin / 2 >= 2 && ntwin == pairs)))
+        for (size_t k = 0; k < ntwin; k++) {
+            ev[twin[k]].skip = CPROF_TSKIP_DUPLICATE; /* both events counted, as repeats */
+            ev[twin[k]].ph = 0;
+            ev[twin[k]].kind = CPROF_TK_OTHER;
+        }
     free(v);
     free(open);
+    free(last);
+    free(twin);
     return CPROF_OK;
 }

@@ -678,7 +678,7 @@ static int parse_owned(char *text, size_t len, int keep_text, cprof_trace **out,
     free(ps.scratch);
     if (!rc) rc = mark_module_twins(t);
     if (!rc) rc = cprof_tevs_mark_duplicates(t->ev, t->nev, text);
-    if (!rc) rc = cprof_tevs_pair_begin_end(t->ev, t->nev);
+    if (!rc) rc = cprof_tevs_pair_begin_end(t->ev, t->nev, text);
     if (!rc) rc = cprof_tevs_link_flows(t, t->ev, t->nev);
     if (rc == CPROF_E_NOMEM && err && errcap)
         snprintf(err, errcap, "out of memory while parsing the trace (%zu bytes of JSON)", len);

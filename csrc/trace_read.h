@@ -188,8 +188,12 @@ int cprof_tevs_link_flows(const cprof_trace *t, cprof_tev *ev, size_t n);
 /* Each 'E' ends the latest 'B' still open on its pid / tid (at one ts, in the order written):
  * the B becomes a complete range ('X', dur = E.ts - B.ts) and the E ph 0. A B left open, an E
  * with none open, and a B without a name stay 'B' / 'E': the analysis counts them unpaired.
+ * A pair that repeats the range around it exactly (the same name, times, and B and E text
+ * when text is given) is marked skipped, CPROF_TSKIP_DUPLICATE, both its events, where the
+ * trace reads as written twice: other events were marked repeats (call it after
+ * cprof_tevs_mark_duplicates), or every pair has such a twin and there are two or more.
  * 0 or CPROF_E_NOMEM. */
-int cprof_tevs_pair_begin_end(cprof_tev *ev, size_t n);
+int cprof_tevs_pair_begin_end(cprof_tev *ev, size_t n, const char *text);
 
 /* ---- trace_analyse.c ---- */
 typedef struct cprof_report_opts {

@@ -1654,3 +1654,62 @@ def test_a_refused_rank_quoted_in_the_warning_is_cut_between_characters():
         bad = r["trace"]["rank_invalid"]
         assert "\ufffd" not in bad and len(bad.encode()) <= 64, bad
         assert (text[:len(bad) - 1], len(bad.encode()) > 60) == (bad[1:], True)
+
+
+def _begin_end_events():
+    """Two threads of nested B / E ranges (a recorder that writes B / E, not Kineto's X)."""
+    ev = []
+    for tid in (1, 2):
+        for s in range(3):
+            t0 = 1000 * s + tid
+            for name, ts, te in (("step", t0, t0 + 900), ("fwd", t0 + 10, t0 + 400),
+                                 ("mm", t0 + 20, t0 + 50), ("bwd", t0 + 410, t0 + 880)):
+                ev.append({"ph": "B", "cat": "user_annotation", "name": name, "pid": 1,
+                           "tid": tid, "ts": ts, "args": {"s": s}})
+                ev.append({"ph": "E", "cat": "user_annotation", "name": name, "pid": 1,
+                           "tid": tid, "ts": te})
+    return sorted(ev, key=lambda e: (e["tid"], e["ts"]))
+
+
+def test_begin_end_pairs_written_twice_are_counted_once():
+    """A B / E trace written twice: every range was counted twice (calls x2), where a repeated
+    X is skipped. Now each pair that repeats the range around it is skipped and counted as
+    "duplicate" where the trace reads as written twice (every pair twinned)."""
+    once = report_events(_begin_end_events())
+    twice = report_events(_begin_end_events() * 2)
+    assert once["trace"]["skipped"]["total"] == 0
+    assert {r["name"]: r["calls"] for r in once["ranges"]} == {"step": 6, "fwd": 6, "mm": 6,
+                                                              "bwd": 6}
+    for key in ("ranges", "window", "steps"):
+        assert twice[key] == once[key], key
+    assert twice["trace"]["skipped"]["duplicate"] == 48  # 24 pairs' B and E
+    # with X events repeated too (the evidence of a trace written twice), a lone twin goes
+    x = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 9, "ts": 5, "dur": 3}
+    b = {"ph": "B", "cat": "user_annotation", "name": "f", "pid": 1, "tid": 1, "ts": 10}
+    e = {"ph": "E", "cat": "user_annotation", "name": "f", "pid": 1, "tid": 1, "ts": 12}
+    r = report_events([x, b, e, dict(x), dict(b), dict(e)])
+    assert r["trace"]["skipped"]["duplicate"] == 3
+    assert [row["calls"] for row in r["ranges"] if row["name"] == "f"] == [1]
+
+
+def test_begin_end_twins_in_a_trace_not_written_twice_are_kept():
+    """Pairs that differ in args, times or name are never twins; and a trace where only some
+    pairs repeat their parent exactly (recursions within one µs) keeps them all."""
+    ev = _begin_end_events()
+    twice = ev + [dict(e, args={"s": 99}) if e["ph"] == "B" else dict(e) for e in ev]
+    r = report_events(twice)
+    assert r["trace"]["skipped"]["total"] == 0
+    assert {row["name"]: row["calls"] for row in r["ranges"]}["step"] == 12
+    rec = []
+    for ts in (10, 20, 30):  # f -> f within one µs, three times, plus ranges with no twin
+        rec += [{"ph": "B", "cat": "user_annotation", "name": "f", "pid": 1, "tid": 1,
+                 "ts": ts}] * 2
+        rec += [{"ph": "E", "cat": "user_annotation", "name": "f", "pid": 1, "tid": 1,
+                 "ts": ts + 1}] * 2
+        rec += [{"ph": "B", "cat": "user_annotation", "name": "g", "pid": 1, "tid": 1,
+                 "ts": ts + 2},
+                {"ph": "E", "cat": "user_annotation", "name": "g", "pid": 1, "tid": 1,
+                 "ts": ts + 3}]
+    r = report_events(rec)
+    assert r["trace"]["skipped"]["total"] == 0
+    assert {row["name"]: row["calls"] for row in r["ranges"]} == {"f": 6, "g": 3}
