@@ -302,6 +302,9 @@ class Window:
             else:
                 if self.nvtx:
                     _set_nvtx_injection()
+                # the window's span starts once CUPTI collects (enabling it takes ms), not
+                # before: the report's window and utilisation would count that time
+                _C.mark_start()
 
     def _gpu_refused(self, err):
         """CUPTI refused this window (decision 147). No GPU, no driver, no permission
@@ -353,6 +356,7 @@ class Window:
             try:
                 _C.gpu_start(memory=self.memory, nvtx=self.nvtx, share=_kineto_idle(),
                              pool_bytes=self._pool_bytes())
+                _C.mark_start()  # as at a start: the span leaves CUPTI's enabling out
             except _C.CprofError as err:
                 # as at a start, a held CUPTI included (it was ours a moment ago: nothing to
                 # raise mid-step for); the profiler warns (decision 147)
@@ -440,6 +444,7 @@ class Window:
         "exit"), if any. Returns the snapshot (None in a forked child: nothing is closed)."""
         if self.foreign("stop"):
             return None
+        user_end = 0
         if self.gpu and _C.gpu_active():
             user_end = _C.now_ns()  # the sync below is cprof's, not the program's
             _sync_cuda()  # let launched work finish, so its records are complete
@@ -451,7 +456,8 @@ class Window:
                 _warn.warn(f"cprof: GPU records of this window are lost: {err}")
             else:
                 self._check_gpu_drops()
-        snap = _C.stop()
+        # the span ends where the program's window did, not after cprof's sync and CUPTI flush
+        snap = _C.stop(span_stop_ns=user_end)
         _glue.nvtx_window_end()  # NVTX ranges still open were closed by the stop
         snap.rename_threads(_thread_names())
         self.snapshot = snap

@@ -138,6 +138,9 @@ typedef struct cprof_thread_data {
 typedef struct cprof_snapshot {
     uint64_t window_id;
     uint64_t start_ns, stop_ns; /* cprof clock */
+    /* the window's end as the program saw it, before cprof's closing CUDA sync and CUPTI
+     * flush (the trace's window span and metadata end there); 0: stop_ns */
+    uint64_t span_stop_ns;
     int64_t unix_offset_ns;     /* add to cprof clock to get Unix ns */
     size_t nthreads;
     cprof_thread_data *threads;
@@ -168,6 +171,14 @@ void cprof_pool_unlock(void);
 int cprof_events_start(int cpu_on);
 /* Non-zero while a window is open (2: CPU collection toggled off). */
 int cprof_events_active(void);
+/* The open window's start is now: once cprof's own set-up after cprof_events_start (enabling
+ * CUPTI: milliseconds) is done, so the window's span does not cover it. CPROF_E_STATE
+ * without a window. Caller holds the GIL. */
+int cprof_events_mark_start(void);
+/* The end of a snapshot's window span: span_stop_ns where set, else stop_ns. */
+CPROF_INLINE uint64_t cprof_snapshot_span_stop(const cprof_snapshot *s) {
+    return s->span_stop_ns ? s->span_stop_ns : s->stop_ns;
+}
 /* toggle_collection_dynamic's CPU side: while off, pushes record nothing (they still balance
  * their pops; ranges already open end normally) except ProfilerStep ranges, and are counted in
  * the snapshot's toggled_off. CPROF_E_STATE without a window. Caller holds the GIL. */

@@ -793,6 +793,14 @@ int cprof_events_start(int cpu_on) {
     return CPROF_OK;
 }
 
+int cprof_events_mark_start(void) {
+    if (!g_active) return CPROF_E_STATE;
+    pthread_mutex_lock(&registry_lock);
+    g_start_ns = cprof_clock_now_ns();
+    pthread_mutex_unlock(&registry_lock);
+    return CPROF_OK;
+}
+
 int cprof_events_toggle_cpu(int on) {
     if (!g_active) return CPROF_E_STATE;
     __atomic_store_n(&g_active, on ? 1 : 2, __ATOMIC_RELEASE);

@@ -24,13 +24,14 @@ int cprof_meta_json(const cprof_snapshot *snap, const char *extra_json, char **o
      * written as raw integer literals */
     char tmp[32];
     int64_t start_unix = (int64_t)snap->start_ns + snap->unix_offset_ns;
-    int64_t stop_unix = (int64_t)snap->stop_ns + snap->unix_offset_ns;
+    int64_t stop_unix = (int64_t)cprof_snapshot_span_stop(snap) + snap->unix_offset_ns;
     cJSON_AddNumberToObject(win, "id", (double)snap->window_id);
     snprintf(tmp, sizeof tmp, "%lld", (long long)start_unix);
     cJSON_AddItemToObject(win, "start_unix_ns", cJSON_CreateRaw(tmp));
     snprintf(tmp, sizeof tmp, "%lld", (long long)stop_unix);
     cJSON_AddItemToObject(win, "stop_unix_ns", cJSON_CreateRaw(tmp));
-    cJSON_AddNumberToObject(win, "duration_ns", (double)(snap->stop_ns - snap->start_ns));
+    cJSON_AddNumberToObject(win, "duration_ns",
+                            (double)(cprof_snapshot_span_stop(snap) - snap->start_ns));
     cJSON_AddStringToObject(win, "clock", "CLOCK_MONOTONIC");
     cprof_clock_state cs;
     cprof_clock_info(&cs);

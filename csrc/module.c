@@ -449,7 +449,10 @@ static PyObject *mod_start(PyObject *module, PyObject *args, PyObject *kwds) {
     Py_RETURN_NONE;
 }
 
-static PyObject *mod_stop(PyObject *module, PyObject *unused) {
+static PyObject *mod_stop(PyObject *module, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"span_stop_ns", NULL};
+    unsigned long long span_stop = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|K", kwlist, &span_stop)) return NULL;
     module_state *st = get_state(module);
     cprof_snapshot *snap = NULL;
     int rc = cprof_events_stop(&snap);
@@ -458,7 +461,17 @@ static PyObject *mod_stop(PyObject *module, PyObject *unused) {
         return NULL;
     }
     if (rc) return raise_core_error(st, rc, "stop", 0);
+    /* inside the window, or the span keeps its stop */
+    if (span_stop > snap->start_ns && span_stop < snap->stop_ns) snap->span_stop_ns = span_stop;
     return cprof_py_snapshot_wrap(snap);
+}
+
+static PyObject *mod_mark_start(PyObject *module, PyObject *unused) {
+    if (cprof_events_mark_start() == CPROF_E_STATE) {
+        PyErr_SetString(get_state(module)->WindowStateError, "no cprof window is open");
+        return NULL;
+    }
+    Py_RETURN_NONE;
 }
 
 static PyObject *mod_active(PyObject *module, PyObject *unused) {
@@ -830,7 +843,11 @@ static PyMethodDef module_methods[] = {
      "ProfilerStep ranges are always recorded."},
     {"cpu_on", (PyCFunction)mod_cpu_on, METH_NOARGS,
      "True while a window is open and recording CPU ranges."},
-    {"stop", (PyCFunction)mod_stop, METH_NOARGS, "Closes the window; returns a Snapshot."},
+    {"stop", (PyCFunction)(void (*)(void))mod_stop, METH_VARARGS | METH_KEYWORDS,
+     "stop(span_stop_ns=0): closes the window; returns a Snapshot. span_stop_ns: where the "
+     "window's span ends (the program's end of it, before cprof's closing work)."},
+    {"mark_start", (PyCFunction)mod_mark_start, METH_NOARGS,
+     "The open window's start is now (after cprof's own set-up, such as enabling CUPTI)."},
     {"active", (PyCFunction)mod_active, METH_NOARGS, "True while a window is open."},
     {"counts", (PyCFunction)mod_counts, METH_NOARGS, "(stored, dropped) in the open window."},
     {"names_refused", (PyCFunction)mod_names_refused, METH_NOARGS,

@@ -535,7 +535,7 @@ int cprof_trace_write(cprof_sink *sink, const cprof_snapshot *snap, const cprof_
                       "\"pid\":\"Spans\",\"tid\":\"PyTorch Profiler\",\"ts\":");
     cprof_buf_us3(b, (int64_t)snap->start_ns + to_base);
     cprof_buf_puts(b, ",\"dur\":");
-    cprof_buf_us3(b, (int64_t)(snap->stop_ns - snap->start_ns));
+    cprof_buf_us3(b, (int64_t)(cprof_snapshot_span_stop(snap) - snap->start_ns));
     cprof_buf_puts(b, ",\"args\":{\"Op count\":");
     cprof_buf_u64(b, snap->nrecords);
     cprof_buf_puts(b, ",\"cprof window\":");

@@ -205,6 +205,21 @@ with warnings.catch_warnings(record=True) as caught:
         result["zeroed_attr"] = fake.fake_cupti_zeroed_attr()
         result["zeroed_requests"] = fake.fake_cupti_zeroed_requests()
         result["dirty_buffers"] = fake.fake_cupti_dirty_buffers()
+    elif scenario == "slow_cupti":  # run with FAKE_CUPTI_SLOW_US: what the window spans cover
+        traces = []
+
+        def keep(p):
+            traces.append(os.path.join(out_dir, f"s{len(traces)}.json"))
+            p.export_chrome_trace(traces[-1])
+        prof = cprof.profile(activities=["CPU", "CUDA"], record_ops=False, on_trace_ready=keep,
+                             schedule=cprof.schedule(wait=0, warmup=1, active=2, repeat=1))
+        with prof:  # the warmup's restart enables CUPTI again inside step()
+            for i in range(4):
+                fake.fake_cupti_script_basic(C.now_ns() + 1000, threading.get_native_id())
+                time.sleep(0.002)
+                prof.step()
+        p = scene("slow_context")  # no schedule: the first start enables CUPTI
+        result["traces"] = traces + [str(p.trace_path)]
     elif scenario == "nvtx":
         with cprof.ProfilerContext(output_dir=out_dir, profile_name="nvtx", verbose=False) as p:
             t0 = C.now_ns() + 1000

@@ -944,3 +944,29 @@ def test_a_peer_copy_names_its_source_and_destination_devices(tmp_path, fake_so)
     assert c["name"] == "Memcpy PtoP (Device -> Device)"
     assert (c["args"]["fromDevice"], c["args"]["inDevice"], c["args"]["toDevice"]) == (0, 0, 1)
     assert c["args"]["bytes"] == 1 << 20
+
+
+def test_window_span_leaves_out_cuptis_enabling_and_the_closing_flush(tmp_path, fake_so):
+    """Seed-002 audit finding 1: the window's span (Kineto's "PyTorch Profiler (0)", and the
+    window metadata) started before CUPTI was enabled and ended after cprof's closing sync
+    and flush, so a warmup's restart put ~6 ms of nothing before the first recorded step and
+    `cprof report` counted it: utilisation 10.9% instead of 17.6%, a 9 ms "largest gap". With
+    each subscribe and flush taking 30 ms, the span now hugs the steps."""
+    res = run("slow_cupti", tmp_path, fake_so, FAKE_CUPTI_SLOW_US="30000")
+    assert len(res["traces"]) == 2
+    for path in res["traces"]:
+        t = load_trace(path)
+        span = [e for e in events(t, "Trace") if e["name"] == "PyTorch Profiler (0)"]
+        assert len(span) == 1, path
+        s0, s1 = span[0]["ts"], span[0]["ts"] + span[0]["dur"]
+        cpu = [e for e in events(t) if e.get("cat") in ("user_annotation", "gpu_user_annotation")
+               and e["name"].startswith(("ProfilerStep#", "step"))]
+        assert cpu, path
+        first, last = min(e["ts"] for e in cpu), max(e["ts"] + e["dur"] for e in cpu)
+        # before: 30+ ms (one subscribe) ahead, 60+ ms (two flushes) after
+        assert 0 <= first - s0 < 10_000, (path, first - s0)
+        assert 0 <= s1 - last < 10_000, (path, s1 - last)
+        w = t["cprof"]["window"]
+        assert abs(w["duration_ns"] / 1e3 - span[0]["dur"]) < 1, w
+        for k in events(t, "kernel"):  # GPU work is still inside the window it belongs to
+            assert k["ts"] >= s0 - 1 and k["ts"] + k["dur"] <= s1 + 1, k

@@ -619,9 +619,21 @@ static CUptiResult subscribed(CUptiResult r, CUpti_CallbackFunc callback, void *
     return r;
 }
 
+/* FAKE_CUPTI_SLOW_US: each subscribe and each forced flush takes this long (a real CUPTI
+ * takes milliseconds to attach and to flush: tests of what the window's span covers) */
+static void slow_cupti(void) {
+    static long us = -1;
+    if (us < 0) {
+        const char *e = getenv("FAKE_CUPTI_SLOW_US");
+        us = e ? atol(e) : 0;
+    }
+    if (us > 0) usleep((useconds_t)us);
+}
+
 FAKE_EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *subscriber,
                                        CUpti_CallbackFunc callback, void *userdata) {
     FAKE_ENTER(cuptiSubscribe, CUptiResult);
+    slow_cupti();
     return subscribed(subscribe(subscriber, NULL), callback, userdata);
 }
 
@@ -629,6 +641,7 @@ FAKE_EXPORT CUptiResult cuptiSubscribe_v2(CUpti_SubscriberHandle *subscriber,
                                           CUpti_CallbackFunc callback, void *userdata,
                                           CUpti_SubscriberParams *pParams) {
     FAKE_ENTER(cuptiSubscribe_v2, CUptiResult);
+    slow_cupti();
     return subscribed(subscribe(subscriber, pParams), callback, userdata);
 }
 
@@ -736,6 +749,7 @@ FAKE_EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag) {
     FAKE_ENTER(cuptiActivityFlushAll, CUptiResult);
     (void)flag; /* every fake record is complete, so a forced flush returns the same */
     if (tls_delivering) return CUPTI_ERROR_INVALID_OPERATION; /* from inside a buffer callback */
+    slow_cupti();
     deliver(1);
     return CUPTI_SUCCESS;
 }
