@@ -7,9 +7,10 @@ import statistics
 
 LAUNCH_UTIL_PCT = 60.0       # launch-bound: the GPU is busy less than this share of the window
 LAUNCH_KERNEL_US = 20.0      # ... its kernels average less than this
-LAUNCH_HOST_SHARE = 0.5      # ... and at least half its idle time waits on the host
-LAUNCH_CALL_SHARE = 0.1      # ... of which launch calls fill at least this share (not a host
-                             # busy elsewhere: data loading, I/O, a Python loop between steps)
+LAUNCH_HOST_SHARE = 0.5      # ... and at least half its idle time waits on the host while it
+                             # launches: in gaps the next work's launch call fills 3% or more
+                             # of (trace_gaps.c; not a host busy elsewhere: data loading, I/O,
+                             # a Python loop between steps)
 SYNC_SHARE = 0.10            # sync stalls: waits or sync-caused idle above 10% of the window
 SMALL_COPIES = 10            # many small copies: at least this many below small_copy_bytes
 IDLE_UTIL_PCT = 50.0         # GPU mostly idle (not launch-bound): busy below this share
@@ -114,6 +115,19 @@ def loss_diagnoses(losses):
     return out
 
 
+def gap_cpu_name(g):
+    """What the CPU ran during gap g: the innermost event covering half of it or more (the
+    DataLoader range, not the ProfilerStep around it), else the one covering most (siblings
+    are not nested: the shortest is not the answer)."""
+    cpu = g.get("cpu") or []
+    if not cpu:
+        return "nothing recorded"
+    half = [c for c in cpu if 2 * c["overlap_us"] >= g["dur_us"]]
+    if half:
+        return min(half, key=lambda c: c["dur_us"])["name"]
+    return min(cpu, key=lambda c: (-c["overlap_us"], c["dur_us"]))["name"]
+
+
 def diagnose(r):
     """The diagnoses of one trace's report, most severe first."""
     out = []
@@ -174,14 +188,13 @@ def diagnose(r):
     for dev in r.get("devices", []):
         idle = dev["idle"]
         itot = max(idle["total_us"], 1e-9)
-        # the gaps where the next op's launch had not returned: what the words call waiting
-        # for the CPU (short gaps had their work queued; unknown ones have no launch)
-        host_us = idle["host_us"]
-        host_share = host_us / itot
-        launch_us = launches.get("calls", 0) * launches.get("avg_us", 0.0)
+        # the gaps where the next op's launch had not returned and was under way (its call
+        # fills 3% of the gap or more): what the words call waiting for the CPU to launch
+        # (short gaps had their work queued; unknown ones have no launch; a host gap the
+        # launch fills less of is the CPU busy elsewhere: data loading, say, a gpu_idle case)
+        host_share = idle.get("host_launching_us", idle["host_us"]) / itot
         if (dev["util_pct"] < LAUNCH_UTIL_PCT and 0 < avg_kernel < LAUNCH_KERNEL_US
-                and host_share >= LAUNCH_HOST_SHARE
-                and launch_us >= LAUNCH_CALL_SHARE * host_us):
+                and host_share >= LAUNCH_HOST_SHARE):
             launch_bound = True
             out.append(_d(
                 "launch_bound", f"GPU {dev['device']} is launch-bound",
@@ -206,8 +219,8 @@ def diagnose(r):
             else "medium",
             f"The CPU waits for the GPU {sync.get('calls', 0):,} times for "
             f"{_fmt_us(sync.get('total_us', 0))} ({100 * sync.get('total_us', 0) / win:.1f}% "
-            f"of the window; {names or 'CUPTI sync records'}), and the GPU then sits idle "
-            f"{_fmt_us(sync_idle)} until new work arrives. Look for .item(), .cpu(), "
+            f"of the window; {names or 'CUPTI sync records'}), the GPU idle "
+            f"{_fmt_us(sync_idle)} of that time. Look for .item(), .cpu(), "
             ".tolist(), printing tensors, torch.cuda.synchronize() or blocking copies inside "
             "the step; keep values on the GPU or sync once per step.",
             sync_calls=sync.get("calls", 0), sync_us=sync.get("total_us", 0),
@@ -255,15 +268,13 @@ def diagnose(r):
                         key=lambda g: g["dur_us"], default=None)
                 if g is None:
                     continue
-                # the event covering most of the gap (of those covering as much, the
-                # innermost), not the shortest: siblings are not nested
-                cpu = (min(g["cpu"], key=lambda c: (-c["overlap_us"], c["dur_us"]))["name"]
-                       if g.get("cpu") else "nothing recorded")
+                cpu = gap_cpu_name(g)
                 out.append(_d(
                     "gpu_idle", f"GPU {dev['device']} is idle most of the window", "medium",
                     f"GPU {dev['device']} is busy {dev['util_pct']:.1f}% of the window; idle "
                     f"{_fmt_us(dev['idle']['total_us'])}: waiting on the host "
-                    f"{_fmt_us(dev['idle']['host_us'])}, after syncs "
+                    f"{_fmt_us(dev['idle']['host_us'])} (of it, the CPU launching the next work "
+                    f"{_fmt_us(dev['idle'].get('host_launching_us', 0.0))}), after syncs "
                     f"{_fmt_us(dev['idle']['sync_us'])}, cause unknown (no launch in the "
                     f"trace to judge by) {_fmt_us(dev['idle'].get('unknown_us', 0.0))}. "
                     "The largest gap is "

@@ -31,7 +31,8 @@ TABLES = [
     ("devices", "GPU Utilisation", [
         ("device", "Device", "int"), ("stream", "Stream", "str"), ("busy_us", "Busy (us)", "f3"),
         ("util_pct", "Util (%)", "pct"), ("idle_us", "Idle (us)", "f3"),
-        ("host_us", "Wait host (us)", "f3"), ("sync_us", "After sync (us)", "f3"),
+        ("host_us", "Wait host (us)", "f3"), ("host_launching_us", "Of it launching (us)", "f3"),
+        ("sync_us", "After sync (us)", "f3"),
         ("short_us", "Short gaps (us)", "f3"), ("other_us", "Other (us)", "f3"),
         ("unknown_us", "Unknown (us)", "f3")]),
     ("gaps", "Largest GPU Idle Gaps", [
@@ -65,7 +66,9 @@ def _rows(report, key):
             i = d["idle"]
             out.append({"device": d["device"], "stream": "all", "busy_us": d["busy_us"],
                         "util_pct": d["util_pct"], "idle_us": i["total_us"],
-                        "host_us": i["host_us"], "sync_us": i["sync_us"],
+                        "host_us": i["host_us"],
+                        "host_launching_us": i.get("host_launching_us", 0.0),
+                        "sync_us": i["sync_us"],
                         "short_us": i["short_us"], "other_us": i["other_us"],
                         "unknown_us": i.get("unknown_us", 0.0)})
             for s in d["streams"]:

@@ -18,7 +18,7 @@ typedef struct op {
 typedef struct gap {
     int64_t s, e;
     int32_t dev;
-    int kind;
+    int kind, launching;
     int64_t before, after; /* event indices, -1: none */
 } gap;
 
@@ -116,15 +116,27 @@ static int64_t corr_get(const corr_map *m, int64_t corr) {
     return slot < 0 ? -1 : (int64_t)m->event[slot];
 }
 
-/* Does any sync interval overlap [s, e)? spans sorted by start, pmax = prefix max of ends. */
-static int sync_overlaps(const span *sy, const int64_t *pmax, size_t n, int64_t s, int64_t e) {
+/* The part of [s, e) the CPU spent waiting (sync intervals sorted by start, pmax = prefix max
+ * of ends): *ws .. *we, from the first wait's start to the last one's end within [s, e).
+ * 0: no wait overlaps it. */
+static int sync_part(const span *sy, const int64_t *pmax, size_t n, int64_t s, int64_t e,
+                     int64_t *ws, int64_t *we) {
     size_t lo = 0, hi = n; /* first index with start >= e */
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
         if (sy[mid].s < e) lo = mid + 1;
         else hi = mid;
     }
-    return lo > 0 && pmax[lo - 1] > s;
+    if (lo == 0 || pmax[lo - 1] <= s) return 0;
+    int64_t first = e, last = s;
+    for (size_t i = lo; i-- > 0 && pmax[i] > s;) /* every wait ending after s, walking back */
+        if (sy[i].e > s) {
+            if (sy[i].s < first) first = sy[i].s;
+            if (sy[i].e > last) last = sy[i].e;
+        }
+    *ws = first > s ? first : s;
+    *we = last < e ? last : e;
+    return *we > *ws;
 }
 
 static cJSON *add_obj(cJSON *arr) {
@@ -179,8 +191,10 @@ static int is_cpu_activity(const cprof_tev *e) {
     }
 }
 
-/* The CPU events covering most of the gap (at least a tenth of it; at most 4, the innermost
- * first): the one covering most is always among them, whatever runs shorter beside it. */
+/* The CPU events covering the gap (each at least a tenth of it; at most 4, the innermost
+ * first): the innermost ones covering half of it or more (a step range covers every gap in
+ * it, the DataLoader range inside it is the answer), then the ones covering most; the one
+ * covering most is always among them. */
 static void gap_cpu(const cprof_trace *t, const gap *g, cJSON *o) {
     cJSON *arr = cJSON_AddArrayToObject(o, "cpu");
     const cprof_tev *ev = cprof_trace_events(t);
@@ -206,7 +220,14 @@ static void gap_cpu(const cprof_trace *t, const gap *g, cJSON *o) {
         c[nc++] = (cand){en - s, e->dur_ns, (uint32_t)i};
     }
     qsort(c, nc, sizeof *c, cmp_cand_cover);
-    if (nc > 4) nc = 4;
+    if (nc > 4) {
+        /* c[0] covers most; then the innermost of those covering half or more, then the
+         * next by cover */
+        size_t half = 1;
+        while (half < nc && 2 * c[half].overlap >= g->e - g->s) half++;
+        if (half > 4) qsort(c + 1, half - 1, sizeof *c, cmp_cand);
+        nc = 4;
+    }
     qsort(c, nc, sizeof *c, cmp_cand);
     for (size_t i = 0; i < nc; i++) {
         cJSON *r = add_obj(arr);
@@ -223,6 +244,29 @@ static void gap_cpu(const cprof_trace *t, const gap *g, cJSON *o) {
     free(c);
 }
 
+/* The cause of the idle piece [s, e) (no CPU wait in it) before the op `first` (-1: none
+ * follows): the op's launch call had not returned when the piece began: waiting on the host;
+ * then a short gap between two ops; then no launch to judge by: unknown; else the work was
+ * queued: other. *launching: the launch call fills LAUNCH_DENSITY_PCT of a host piece (the
+ * CPU was issuing work, not busy elsewhere: data loading, logging, Python). */
+#define LAUNCH_DENSITY_PCT 3
+static int piece_kind(const cprof_tev *ev, const corr_map *cm, int64_t first, int64_t prev_last,
+                      int64_t s, int64_t e, int64_t short_ns, int *launching) {
+    *launching = 0;
+    if (first < 0) return GAP_UNKNOWN;
+    int64_t launch = corr_get(cm, ev[first].correlation);
+    if (launch >= 0) {
+        int64_t ls = ev[launch].ts_ns, le = ls + (ev[launch].dur_ns > 0 ? ev[launch].dur_ns : 0);
+        if (le > s) {
+            int64_t a = ls > s ? ls : s, b = le < e ? le : e;
+            *launching = b > a && (b - a) * 100 >= (e - s) * LAUNCH_DENSITY_PCT;
+            return GAP_HOST;
+        }
+    }
+    if (e - s < short_ns && prev_last >= 0) return GAP_SHORT;
+    return launch < 0 ? GAP_UNKNOWN : GAP_OTHER;
+}
+
 static void keep_largest(gap *top, int *ntop, int cap, const gap *g) {
     int64_t d = g->e - g->s;
     int pos = *ntop;
@@ -232,6 +276,47 @@ static void keep_largest(gap *top, int *ntop, int cap, const gap *g) {
     memmove(&top[pos + 1], &top[pos], (size_t)(last - pos) * sizeof *top);
     top[pos] = *g;
     if (*ntop < cap) (*ntop)++;
+}
+
+/* One device's idle time being classified. */
+typedef struct gap_state {
+    const cprof_tev *ev;
+    const corr_map *cm;
+    const span *sy;
+    const int64_t *pmax;
+    size_t nsync;
+    int64_t short_ns;
+    int32_t dev;
+    int64_t idle[GAP_KINDS];
+    int64_t launching; /* host idle while the next work's launch call filled the piece */
+    gap *top;
+    int *ntop, cap;
+} gap_state;
+
+static void idle_piece(gap_state *st, int64_t s, int64_t e, int64_t prev_last, int64_t first,
+                       int sync) {
+    if (e <= s) return;
+    int launching = 0;
+    int kind = sync ? GAP_SYNC
+                    : piece_kind(st->ev, st->cm, first, prev_last, s, e, st->short_ns, &launching);
+    gap g = {s, e, st->dev, kind, launching, prev_last, first};
+    st->idle[kind] += e - s;
+    if (launching) st->launching += e - s;
+    keep_largest(st->top, st->ntop, st->cap, &g);
+}
+
+/* The idle gap [s, e) between prev_last and first (-1: none): the part the CPU spent waiting
+ * (a sync) is idle after syncs; what lies before and after it has its own cause (the GPU idle
+ * while the CPU loads data after a `.item()` is the host's, not the sync's). */
+static void idle_gap(gap_state *st, int64_t s, int64_t e, int64_t prev_last, int64_t first) {
+    int64_t ws, we;
+    if (!sync_part(st->sy, st->pmax, st->nsync, s, e, &ws, &we)) {
+        idle_piece(st, s, e, prev_last, first, 0);
+        return;
+    }
+    idle_piece(st, s, ws, prev_last, first, 0);
+    idle_piece(st, ws, we, prev_last, first, 1);
+    idle_piece(st, we, e, prev_last, first, 0);
 }
 
 int cprof_gaps_report(const cprof_trace *t, const cprof_report_opts *o, int64_t win0,
@@ -306,7 +391,10 @@ int cprof_gaps_report(const cprof_trace *t, const cprof_report_opts *o, int64_t 
     size_t si = 0;
     for (size_t i = 0; i < nops;) {
         int32_t dev = ops[i].dev;
-        int64_t idle[GAP_KINDS] = {0}, busy = 0, kernels = 0;
+        int64_t busy = 0, kernels = 0;
+        gap_state gs = {ev, &cm, sy, pmax, nsync, o->short_gap_ns, dev, {0}, 0, top, &ntop,
+                        top_cap};
+        const int64_t *idle = gs.idle;
         memset(binv, 0, (size_t)bins * sizeof *binv);
         int64_t prev_end = win0, prev_last = -1; /* prev_last: the op that ended the last segment */
         size_t j = i;
@@ -320,22 +408,8 @@ int cprof_gaps_report(const cprof_trace *t, const cprof_report_opts *o, int64_t 
                     seg_last = ops[j].idx;
                 }
             }
-            if (cs > prev_end) { /* the idle gap before this segment, classified */
-                gap g = {prev_end, cs, dev, GAP_OTHER, prev_last, first};
-                int64_t launch = corr_get(&cm, ev[first].correlation);
-                /* evidence first, whatever the length: a CPU-side wait; the next op's launch
-                 * call had not returned when the GPU ran dry (it began after, or was still
-                 * running then): waiting on the host. Then a short gap between two ops; then
-                 * no launch to judge by: unknown; else the work was queued: other */
-                if (sync_overlaps(sy, pmax, nsync, prev_end, cs)) g.kind = GAP_SYNC;
-                else if (launch >= 0 && ev[launch].ts_ns + (ev[launch].dur_ns > 0
-                                                                ? ev[launch].dur_ns : 0) > prev_end)
-                    g.kind = GAP_HOST;
-                else if (cs - prev_end < o->short_gap_ns && prev_last >= 0) g.kind = GAP_SHORT;
-                else if (launch < 0) g.kind = GAP_UNKNOWN;
-                idle[g.kind] += cs - prev_end;
-                keep_largest(top, &ntop, top_cap, &g);
-            }
+            if (cs > prev_end) /* the idle gap before this segment, classified */
+                idle_gap(&gs, prev_end, cs, prev_last, first);
             busy += ce - cs;
             /* the timeline: the segment's overlap with each bin */
             int64_t a = cs < win0 ? win0 : cs, b = ce > win1 ? win1 : ce;
@@ -354,12 +428,8 @@ int cprof_gaps_report(const cprof_trace *t, const cprof_report_opts *o, int64_t 
             prev_end = ce;
             prev_last = seg_last;
         }
-        if (win1 > prev_end) { /* after the last GPU work: no launch follows to judge by */
-            gap g = {prev_end, win1, dev, GAP_UNKNOWN, prev_last, -1};
-            if (sync_overlaps(sy, pmax, nsync, prev_end, win1)) g.kind = GAP_SYNC;
-            idle[g.kind] += win1 - prev_end;
-            keep_largest(top, &ntop, top_cap, &g);
-        }
+        if (win1 > prev_end) /* after the last GPU work: no launch follows to judge by */
+            idle_gap(&gs, prev_end, win1, prev_last, -1);
         cJSON *d = add_obj(devices);
         if (!d) goto out_bins;
         cJSON_AddNumberToObject(d, "device", dev);
@@ -384,6 +454,8 @@ int cprof_gaps_report(const cprof_trace *t, const cprof_report_opts *o, int64_t 
             snprintf(key, sizeof key, "%s_us", gap_kind_names[q]);
             cJSON_AddNumberToObject(id, key, us(idle[q]));
         }
+        /* of host_us: the CPU was issuing the next work (launch-bound), not busy elsewhere */
+        cJSON_AddNumberToObject(id, "host_launching_us", us(gs.launching));
         cJSON *tl = cJSON_AddObjectToObject(d, "timeline");
         cJSON_AddNumberToObject(tl, "start_us", us(win0));
         cJSON_AddNumberToObject(tl, "bin_us", us(wdur) / bins);
@@ -404,6 +476,7 @@ int cprof_gaps_report(const cprof_trace *t, const cprof_report_opts *o, int64_t 
         cJSON_AddNumberToObject(g, "start_us", us(top[q].s));
         cJSON_AddNumberToObject(g, "dur_us", us(top[q].e - top[q].s));
         cJSON_AddStringToObject(g, "kind", gap_kind_names[top[q].kind]);
+        if (top[q].kind == GAP_HOST) cJSON_AddBoolToObject(g, "launching", top[q].launching);
         add_name(g, "before", t, top[q].before);
         add_name(g, "after", t, top[q].after);
         gap_cpu(t, &top[q], g);

@@ -132,7 +132,11 @@ def test_utilisation_and_idle_breakdown(report):
     assert idle["total_us"] == pytest.approx(
         idle["host_us"] + idle["sync_us"] + idle["short_us"] + idle["other_us"]
         + idle["unknown_us"], abs=1e-3)
-    assert idle["sync_us"] == 105   # [220, 325): the CPU waited in cudaStreamSynchronize
+    # the gap [220, 325): the CPU waited in cudaStreamSynchronize [230, 300) (after syncs);
+    # before it, and after it while the graph was launched [310, 320), the GPU waited on the
+    # host, launching in [300, 325) (the launch fills 10 of its 25 µs), not in [220, 230)
+    assert idle["sync_us"] == 70
+    assert idle["host_us"] - idle["host_launching_us"] >= 10 - 1e-3
     assert idle["short_us"] == 1    # [340, 341] inside the graph
     tl = dev["timeline"]
     assert len(tl["busy_pct"]) == 100
@@ -143,7 +147,13 @@ def test_largest_gaps_name_the_cpu_work(report):
     gaps = report["gaps"]
     assert [g["dur_us"] for g in gaps] == sorted((g["dur_us"] for g in gaps), reverse=True)
     sync = [g for g in gaps if g["kind"] == "sync"][0]
-    assert sync["dur_us"] == 105 and sync["before"] == "Memset (Device)"
+    assert sync["dur_us"] == 70
+    # the rest of that gap: before the wait (10 µs) and after it, while the graph is launched
+    after = [g for g in gaps if g["start_us"] == pytest.approx(sync["start_us"] + 70)]
+    assert [(g["kind"], g["dur_us"], g["launching"]) for g in after] == [("host", 25, True)]
+    before = [g for g in gaps if g["start_us"] == pytest.approx(sync["start_us"] - 10)]
+    assert [(g["kind"], g["dur_us"], g["launching"]) for g in before] == [("host", 10, False)]
+    assert sync["before"] == "Memset (Device)"
     assert "FillFunctor" in sync["after"]
     assert {c["name"] for c in sync["cpu"]} >= {"cudaStreamSynchronize", "Stream Sync"}
     copy_gap = [g for g in gaps if g["dur_us"] == 27][0]  # [125, 152): memcpy launched at 130
@@ -261,6 +271,72 @@ def test_an_idle_gpu_during_data_loading_is_not_launch_bound(tmp_path):
                               15, 2000)])
     ids = {d["id"] for d in doc["diagnoses"]}
     assert "launch_bound" not in ids and "gpu_idle" in ids
+
+
+def _loader_bound_trace(path, sync):
+    """Seed-002 audit's loop, 3 steps: a ProfilerStep range around a 3 ms DataLoader range,
+    then 50 five-µs kernels (8 µs launch calls, 10 µs apart) and a 500 µs GEMM; with sync, a
+    `loss.item()` at each step's end: a 9 µs cudaStreamSynchronize as the GEMM ends."""
+    ev, c = [], 0
+    for s in range(3):
+        t0 = 5000 * s
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 1,
+                   "tid": 1, "ts": t0, "dur": 5000})
+        ev.append({"ph": "X", "cat": "user_annotation", "pid": 1, "tid": 1, "ts": t0 + 10,
+                   "dur": 3000,
+                   "name": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"})
+        t = t0 + 3020
+        for k in range(51):
+            c += 1
+            kd = 500 if k == 50 else 5
+            ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
+                       "tid": 1, "ts": t, "dur": 8, "args": {"correlation": c}})
+            ev.append({"ph": "X", "cat": "kernel", "name": "gemm" if k == 50 else "small",
+                       "pid": 0, "tid": 7, "ts": t + 9, "dur": kd,
+                       "args": {"correlation": c, "device": 0, "stream": 7}})
+            t += 10
+        if sync:  # the CPU waits as the GEMM (t - 1 .. t + 499) ends
+            ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize",
+                       "pid": 1, "tid": 1, "ts": t + 495, "dur": 9})
+    path.write_text(json.dumps({"traceEvents": ev}))
+    return json.loads(cprof("report", path, "--format", "json").stdout)
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_a_loop_held_up_by_data_loading_is_diagnosed_as_such(tmp_path, sync):
+    """Seed-002 audit findings 2-4. Each step's 3 ms of data loading was: (3) "launch-bound,
+    99% of the idle time waiting for the CPU to launch work", because every gap whose next
+    launch had not returned counted as launch wait and the launch calls' total passed 10% of
+    it; (2) named after the ProfilerStep range, which covers every gap in it, not the
+    DataLoader range filling 96% of it; (4) with a `.item()` sync overlapping the gap's
+    start, "after syncs" whole, a high "Synchronisation stalls" for 0.1% of the window spent
+    in syncs. Now a gap is launch wait only where the next launch fills 3% of it or more,
+    the diagnosis names the innermost event covering half the gap, and only the time the
+    CPU waited is after syncs."""
+    doc = _loader_bound_trace(tmp_path / "dl.json", sync)
+    ids = {d["id"]: d for d in doc["diagnoses"]}
+    assert "launch_bound" not in ids and "sync_stalls" not in ids, list(ids)
+    gi = ids["gpu_idle"]["evidence"]
+    assert gi["cpu_during_gap"].startswith("enumerate(DataLoader)")
+    (dev,) = doc["devices"]
+    idle = dev["idle"]
+    assert idle["host_us"] - idle["host_launching_us"] >= 2 * 3000  # the loader's gaps
+    assert idle["host_launching_us"] < 0.1 * idle["total_us"]
+    # the waits' idle part: 5 µs a step (the GEMM ends 4 µs into the 9 µs wait)
+    assert idle["sync_us"] == (pytest.approx(3 * 5) if sync else 0)
+    big = max(doc["gaps"], key=lambda g: g["dur_us"])
+    assert big["kind"] == "host" and big["dur_us"] > 2900
+
+
+def test_launch_bound_needs_the_launches_in_the_gaps(tmp_path):
+    """The positive control of the rule above: the same kernels with no loader between steps
+    (the CPU only launching, 8 µs calls 10 µs apart, kernels 5 µs): launch-bound."""
+    doc = _launch_trace(tmp_path / "lb.json",
+                        [(10 * i, 8, 10 * i + 9, 5) for i in range(300)])
+    (d,) = [d for d in doc["diagnoses"] if d["id"] == "launch_bound"]
+    assert d["evidence"]["idle_waiting_on_host_pct"] > 90
+    idle = doc["devices"][0]["idle"]
+    assert idle["host_launching_us"] == pytest.approx(idle["host_us"])
 
 
 def test_md_and_csv_carry_each_diagnosis_evidence(gpu_trace):
