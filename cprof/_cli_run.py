@@ -357,6 +357,17 @@ class _Session:
         self.held_by_import = False  # the timer waited for the program's import of torch
 
     # -- SIGTERM, SIGHUP, SIGQUIT --
+    def _in_child(self, signum):
+        """A signal the handler got in a process forked from the program before forked() ran
+        (its at-fork hooks run in order; a Pool's terminate() can come that early): the
+        child's default action, as without cprof. True when so."""
+        if os.getpid() == self.pid:
+            return False
+        self.forked()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return True
+
     def forked(self):
         if signal.getsignal(signal.SIGTERM) == self.on_sigterm:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -368,6 +379,8 @@ class _Session:
         """SIGHUP (a terminal or ssh session gone, torchrun stopping its workers) or SIGQUIT:
         python would die at once, so the trace is written first (partial, end "SIGHUP"),
         said, and the process dies of the signal as it would have."""
+        if self._in_child(signum):
+            return
         if self._critical:
             self.signal_pending = signum  # acted on once open / close is done
             return
@@ -394,6 +407,8 @@ class _Session:
                 os._exit(128 + signum)
 
     def on_sigterm(self, signum, frame):
+        if self._in_child(signum):
+            return
         if self._critical or self.finished.is_set():
             self.term_pending = True  # raised (or reported) once open / close is done
             return

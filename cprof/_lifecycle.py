@@ -75,9 +75,12 @@ ENDING_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP", "SIGQUI
 
 
 def debug(msg, *args):
-    """A note for the "cprof" logger at DEBUG level; never printed by default."""
-    import logging
-    logging.getLogger("cprof").debug(msg, *args)
+    """A note for the "cprof" logger at DEBUG level; never printed by default. Nothing where
+    the program has not imported logging (no handler could print it): importing it takes
+    milliseconds, too long in a forked child's at-fork hooks (a Pool worker, decision 152)."""
+    logging = sys.modules.get("logging")
+    if logging is not None:
+        logging.getLogger("cprof").debug(msg, *args)
 
 
 def _main_thread():
