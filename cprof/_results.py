@@ -697,8 +697,8 @@ class EventList(list):
                 raise SortKeyError(f"cprof: cannot sort by {sort_by!r}; sort_by is one of "
                                  f"{', '.join(SORT_KEYS)} ('device' may be spelt 'cuda' or "
                                  f"'xpu', as torch.profiler takes it)")
-        if not isinstance(row_limit, int) or isinstance(row_limit, bool):
-            raise TypeError("cprof: row_limit must be an int (negative = all rows)")
+        # row_limit is compared as torch's _build_table compares it (rows stop when their
+        # count == row_limit): None, a negative or any non-integer value prints every row
         rows = list(self)
         if sort_by is not None:
             rows.sort(key=lambda r: getattr(r, attr) or 0, reverse=True)  # [memory]: None

@@ -569,3 +569,34 @@ def test_kineto_step_tracker_counts_steps_as_torch_profiler(monkeypatch, daemon)
     got = _step_counts(cprof, monkeypatch, daemon)
     assert got == _step_counts(torch.profiler, monkeypatch, daemon)
     assert got[1][0] == (4 if daemon else 0)
+
+
+def test_table_row_limit_reads_as_torchs():
+    """row_limit=None (in tutorials' scripts), a numpy int, a float: as many rows as
+    torch.profiler's table prints for it (it stops when the count == row_limit)."""
+    np = pytest.importorskip("numpy")
+
+    def work():
+        for i in range(6):
+            with torch.profiler.record_function(f"a_long_region_name_for_row_count_{i}"):
+                torch.ones(4).sum()
+
+    def rows(text):  # the lines between the 2nd and 3rd rules
+        seps = [i for i, ln in enumerate(text.splitlines()) if ln and set(ln) <= {"-", " "}]
+        return seps[2] - seps[1] - 1 if len(seps) >= 3 else 0
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as tp:
+        work()
+    with cprof.profile(activities=CPU) as cp:
+        work()
+    names = lambda p: [r.key for r in p.key_averages() if r.key.startswith("a_long_")]
+    assert len(names(tp)) == len(names(cp)) == 6
+    for limit in (None, -1, 0, 3, np.int64(2), 2.0, 2.5, "3", True):
+        want = rows(tp.key_averages().table(sort_by="cpu_time_total", row_limit=limit))
+        got = rows(cp.key_averages().table(sort_by="cpu_time_total", row_limit=limit))
+        # every row: torch and cprof record other aten ops, so "all" is the count there
+        want = "all" if want == len(tp.key_averages()) else want
+        got = "all" if got == len(cp.key_averages()) else got
+        assert got == want, (limit, got, want)
+    full = cp.key_averages().table(row_limit=None)
+    assert all(n in full for n in names(cp))
