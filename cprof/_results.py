@@ -136,7 +136,8 @@ class ProfilerEvent(_TorchCompat):
                  "stack", "_ns", "_parent", "cpu_parent", "cpu_children", "id", "step_name",
                  "kernels", "self_cpu_percent", "total_cpu_percent", "total_device_percent",
                  "flops", "sequence_nr", "fwd_thread", "concrete_inputs", "cpu_memory_usage",
-                 "self_cpu_memory_usage", "device_memory_usage", "self_device_memory_usage")
+                 "self_cpu_memory_usage", "device_memory_usage", "self_device_memory_usage",
+                 "is_async")
 
     def __init__(self, name, category, device_type, thread, start_us, end_us, depth=0,
                  stream=None, device=None, correlation=None, truncated=False,
@@ -153,6 +154,10 @@ class ProfilerEvent(_TorchCompat):
         self.correlation = correlation
         self.truncated = truncated
         self.step_name = None    # "ProfilerStep#N" of a step (its name is "ProfilerStep*")
+        # ended on another thread than it began on (record_function ended through a future), or
+        # a torch async RecordFunction ("gloo:all_reduce"): as torch's, no self time, parent or
+        # children (torch's _populate_cpu_children leaves them out of the CPU tree)
+        self.is_async = False
         # record_shapes: torch.profiler's "Input Dims" / "Input type" of the call ([] if none)
         self.input_shapes = input_shapes if input_shapes is not None else []
         self.input_types = input_types if input_types is not None else []
@@ -229,7 +234,7 @@ def _build(window):
                   and os.environ.get("CPROF_MODULE_EVENTS") != "0")
     hide_modules = bool(window.config.get("record_shapes") or window.config.get("with_stack")) \
         and not window.config.get("with_modules") and not py_modules
-    for tid, name, cat, begin, end, depth, trunc, frag, seq, fwd, module in \
+    for tid, name, cat, begin, end, depth, trunc, frag, seq, fwd, module, is_async in \
             snap.records(args=True):
         if module and hide_modules:
             continue
@@ -260,6 +265,7 @@ def _build(window):
                            (begin - t0) / 1000.0, (end - t0) / 1000.0, depth,
                            truncated=bool(trunc), input_shapes=shapes, input_types=types)
         ev.step_name = step_name
+        ev.is_async = bool(is_async)
         ev.flops = flops
         if values:
             ev.concrete_inputs = values
@@ -290,6 +296,11 @@ def _build(window):
         for ev in evs:
             while stack and stack[-1]._ns[1] <= ev._ns[0]:
                 stack.pop()
+            if ev.is_async:
+                # in no parent's place and parent of none; _parent (the range it began in)
+                # serves only its Python stack and the walk to a launch's owner
+                ev._parent = stack[-1] if stack else None
+                continue
             ev.self_cpu_time_total = ev.duration_us
             if stack:
                 # a child that outlives its parent (ranges closed by identity: a ProfilerStep
@@ -344,7 +355,7 @@ def _build(window):
                         owner.device_time_total += d
                         owner = owner._parent
     for ev in cpu:
-        if ev._parent is not None:
+        if ev._parent is not None and not ev.is_async:
             ev.cpu_parent = ev._parent
             ev._parent.cpu_children.append(ev)
         ev._ns = ev._parent = None
@@ -389,6 +400,8 @@ def _attribute_memory(cpu, data, t0):
             cover[lo] += 1
             cover[hi] -= 1
     for ev in cpu:
+        if ev.is_async:  # torch's: no self memory, as no self time
+            continue
         ev.self_cpu_memory_usage = ev.cpu_memory_usage - sum(
             c.cpu_memory_usage for c in ev.cpu_children)
         ev.self_device_memory_usage = ev.device_memory_usage - sum(
@@ -584,7 +597,7 @@ def _innermost(evs, starts, t):
     i = bisect.bisect_right(starts, t) - 1
     ev = evs[i] if i >= 0 else None
     while ev is not None and (not ev._ns[0] <= t <= ev._ns[1]
-                              or ev.category in _NOT_OWNERS):
+                              or ev.category in _NOT_OWNERS or ev.is_async):
         ev = ev._parent
     return ev
 
@@ -618,6 +631,7 @@ class FunctionEventAvg(_TorchCompat):
         self.flops = 0
         self.category = getattr(first, "category", None)
         self.use_device = getattr(first, "use_device", None)
+        self.is_async = getattr(first, "is_async", False)
         self.cpu_parent = getattr(first, "cpu_parent", None)
         self.cpu_children = getattr(first, "cpu_children", [])
         self.self_cpu_percent = self.total_cpu_percent = self.total_device_percent = -1
@@ -636,6 +650,7 @@ class FunctionEventAvg(_TorchCompat):
             self.stack = list(other.stack or [])
             self.category = other.category
             self.use_device = other.use_device
+            self.is_async = other.is_async
             self.cpu_parent = other.cpu_parent
             self.cpu_children = other.cpu_children
         elif other.key != self.key:
@@ -879,8 +894,10 @@ def _format_table(events, header=None, row_limit=100, src_width=75, name_width=5
         name = clean(e.key)
         if name_width is not None and len(name) >= name_width - 3:
             name = name[: name_width - 3] + "..."
+        # torch prints an async row's CPU total % as 0: its time is no share of self time
         values = [name, share(e.self_cpu_time_total, total_cpu), t(e.self_cpu_time_total),
-                  share(e.cpu_time_total, total_cpu), t(e.cpu_time_total), t(e.cpu_time)]
+                  0 if e.is_async else share(e.cpu_time_total, total_cpu), t(e.cpu_time_total),
+                  t(e.cpu_time)]
         if has_dev:
             values += [t(e.self_device_time_total), share(e.self_device_time_total, total_dev),
                        t(e.device_time_total), t(e.device_time)]

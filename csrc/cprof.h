@@ -94,8 +94,11 @@ enum cprof_record_flags {
     CPROF_REC_TRUNCATED = 1u << 0, /* still open when the window closed: end = window end */
     CPROF_REC_RAW_ARGS = 1u << 1,  /* reserved holds the name id of a JSON fragment of args
                                     * members ("k":v,...) that the writer pastes verbatim */
-    CPROF_REC_MODULE = 1u << 2     /* an nn.Module call (py_hooks.c): with with_stack, the
+    CPROF_REC_MODULE = 1u << 2,    /* an nn.Module call (py_hooks.c): with with_stack, the
                                     * writer mirrors it as torch's "nn.Module: " python_function */
+    CPROF_REC_ASYNC = 1u << 3      /* ended on another thread than the one it began on, or a
+                                    * torch async RecordFunction (async_open): torch.profiler's
+                                    * is_async, kept out of events()' CPU tree and self times */
 };
 
 /* One complete range. 64 bytes, fixed; records live in chunks and never move. */

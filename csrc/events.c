@@ -335,18 +335,20 @@ int cprof_events_push_detached(uint32_t name_id, uint8_t cat, uint64_t *token) {
     return push_with_token(name_id, cat, token, DETACHED_BIT);
 }
 
-static int pop_token_in(tstate *t, uint64_t token, uint64_t now) {
+/* flags: record flags to add to the range closed (CPROF_REC_ASYNC when another thread ends it) */
+static int pop_token_in(tstate *t, uint64_t token, uint64_t now, uint8_t flags) {
     if (CPROF_UNLIKELY(!t || !token)) return CPROF_E_EMPTY;
     uint32_t i = t->depth;
     while (i > 0 && t->seq[i - 1] != token) i--;
     if (i == 0) return CPROF_E_EMPTY; /* closed already (a plain pop took it) */
+    if (flags && t->stack[i - 1]) t->stack[i - 1]->flags |= flags;
     close_entry(t, i, now);
     return CPROF_OK;
 }
 
 int cprof_events_pop_token(uint64_t token) {
     uint64_t now = cprof_clock_now_ns();
-    return pop_token_in(tls, token, now);
+    return pop_token_in(tls, token, now, 0);
 }
 
 /* A named range's key on the stack: the innermost open one of that key and category is the
@@ -366,18 +368,19 @@ int cprof_events_pop_named(uint32_t key, uint8_t cat) {
         if (r) r->end_ns = now;
         return CPROF_OK;
     }
-    return pop_token_in(t, k, now);
+    return pop_token_in(t, k, now, 0);
 }
 
 int cprof_events_pop_token_on(uint64_t ident, uint64_t token) {
     uint64_t now = cprof_clock_now_ns();
-    if (tls && tls->ident == ident) return pop_token_in(tls, token, now);
-    /* another thread's stack: its pushes and pops hold the GIL, which we hold */
+    if (tls && tls->ident == ident) return pop_token_in(tls, token, now, 0);
+    /* another thread's stack: its pushes and pops hold the GIL, which we hold; a range another
+     * thread ends is async (torch.profiler's is_async: its start and end threads differ) */
     int rc = CPROF_E_EMPTY;
     pthread_mutex_lock(&registry_lock);
     for (tstate *t = registry; t; t = t->next)
         if (t->ident == ident && !atomic_load(&t->dead)) {
-            rc = pop_token_in(t, token, now);
+            rc = pop_token_in(t, token, now, CPROF_REC_ASYNC);
             break;
         }
     pthread_mutex_unlock(&registry_lock);
@@ -661,6 +664,7 @@ int cprof_events_async_open(uint32_t name_id, uint8_t cat, uint64_t *handle) {
     if (rc == CPROF_OK) {
         cprof_record *r = record_open(t, name_id, cat);
         if (r) {
+            r->flags |= CPROF_REC_ASYNC; /* torch marks an async RecordFunction is_async */
             *handle = ++async_next;
             async_tab[async_n++] = (async_entry){*handle, r};
         }

@@ -445,9 +445,10 @@ static PyObject *snapshot_rename_threads(SnapshotObject *self, PyObject *mapping
 }
 
 /* records(args=False): every range as a tuple (tid, name, category, begin_ns, end_ns, depth,
- * truncated), begin/end on the cprof clock; with args, four more members: the range's JSON args
+ * truncated), begin/end on the cprof clock; with args, five more members: the range's JSON args
  * fragment (record_shapes' "Input Dims", ...) as a str, or None; an operator's sequence number
- * (-1: none) and forward thread id; 1 for an nn.Module call's range. Invalid UTF-8 (a lone surrogate
+ * (-1: none) and forward thread id; 1 for an nn.Module call's range; 1 for an async range
+ * (CPROF_REC_ASYNC: ended on another thread, or a torch async RecordFunction). Invalid UTF-8 (a lone surrogate
  * given as a name) reads as U+FFFD, as the trace writes it. For results and tests; the
  * trace is the bulk path. */
 static PyObject *snapshot_records(SnapshotObject *self, PyObject *pargs, PyObject *kw) {
@@ -487,10 +488,11 @@ static PyObject *snapshot_records(SnapshotObject *self, PyObject *pargs, PyObjec
                     fwd = (long long)r->arg_val[1];
                 }
                 PyObject *item = Py_BuildValue(
-                    with_args ? "(KNiKKiiNLLi)" : "(KNiKKii)", (unsigned long long)t->tid, name,
+                    with_args ? "(KNiKKiiNLLii)" : "(KNiKKii)", (unsigned long long)t->tid, name,
                     (int)r->cat, (unsigned long long)r->begin_ns, (unsigned long long)r->end_ns,
                     (int)r->depth, (int)((r->flags & CPROF_REC_TRUNCATED) != 0), frag, seq, fwd,
-                    (int)((r->flags & CPROF_REC_MODULE) != 0));
+                    (int)((r->flags & CPROF_REC_MODULE) != 0),
+                    (int)((r->flags & CPROF_REC_ASYNC) != 0));
                 if (cprof_py_list_take(list, item) < 0) goto fail;
             }
         }

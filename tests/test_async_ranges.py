@@ -217,3 +217,126 @@ def test_nccl_collectives_on_a_gpu(tmp_path):
     assert names == ["nccl:all_reduce"] * 3, res
     assert all(c[1] == "user_annotation" and c[2] > 0 for c in res["coll"]), res
     assert res["kernels"] >= 3, res
+
+
+# ---- events(): a range that ends on another thread is async, as torch.profiler's ----
+
+def _async_of(events, name):
+    (ev,) = [e for e in events if e.name == name]
+    return ev
+
+
+def test_async_ranges_are_out_of_the_cpu_tree_in_events(api):
+    """torch's is_async ranges (start and end threads differ, or a torch async RecordFunction):
+    no self CPU time, no parent, no children; what runs meanwhile on the opening thread nests
+    in what encloses the async range, and its time is self time there."""
+    import time
+    with cprof.profile(activities=["CPU"]) as p:
+        with cprof.range("outer"):
+            h = _open(api, "test:async")
+            token = _C.open_range("future_region")  # record_function's, ended by a future
+            ident = threading.get_ident()
+            with cprof.range("meanwhile"):
+                time.sleep(0.01)
+            same = _C.open_range("ended_here")
+            _C.close_range(same, ident)  # the opening thread: an ordinary range
+            assert _on_thread(lambda: api.async_close(h))["value"] == 0
+            _on_thread(lambda: _C.close_range(token, ident))
+    ev = p.events()
+    outer, meanwhile = _async_of(ev, "outer"), _async_of(ev, "meanwhile")
+    for name in ("test:async", "future_region"):
+        a = _async_of(ev, name)
+        assert a.is_async is True, name
+        assert a.self_cpu_time_total == 0 and a.cpu_children == [] and a.cpu_parent is None
+        assert a.cpu_time_total >= 10_000  # its wall time stays its total
+        assert a not in outer.cpu_children
+    assert _async_of(ev, "ended_here").is_async is False
+    assert meanwhile.cpu_parent is outer
+    assert outer.self_cpu_time_total == pytest.approx(
+        outer.cpu_time_total - sum(c.cpu_time_total for c in outer.cpu_children))
+    assert ev.self_cpu_time_total == pytest.approx(
+        sum(e.self_cpu_time_total for e in ev if not e.is_async))
+    rows = {r.key: r for r in p.key_averages()}
+    assert rows["future_region"].is_async and rows["future_region"].self_cpu_time_total == 0
+    assert not rows["outer"].is_async
+    top = p.key_averages().table(top_level_events_only=True, row_limit=-1)
+    assert "future_region" in top and "meanwhile" not in top
+
+
+def _rf_future_work(torch, other_thread):
+    import time
+    from torch.futures import Future
+    fut = Future()
+    if not other_thread:
+        fut.set_result(1)  # done already: its callbacks run here, on the opening thread
+    with torch.profiler.record_function("async_region_name_long") as rf:
+        out = rf._call_end_callbacks_on_future(fut)
+    t = threading.Thread(target=lambda: (time.sleep(0.03), fut.done() or fut.set_result(1)))
+    t.start()
+    x = torch.randn(64, 64)
+    x @ x  # on the opening thread while the range is open
+    t.join()
+    out.wait()
+
+
+@pytest.mark.parametrize("other_thread", [True, False], ids=["other_thread", "same_thread"])
+def test_record_function_ended_by_a_future_is_async_as_torchs(other_thread):
+    """DDP's and RPC's pattern: torch marks the range is_async when the future completes on
+    another thread (no self time, out of the CPU tree), and not when it was done already."""
+    torch = pytest.importorskip("torch")
+    got = {}
+    for label, prof in (("torch", torch.profiler.profile), ("cprof", cprof.profile)):
+        with prof(activities=[torch.profiler.ProfilerActivity.CPU]) as p:
+            _rf_future_work(torch, other_thread)
+        ev = p.events()
+        a = _async_of(ev, "async_region_name_long")
+        mm = [e for e in ev if e.name == "aten::matmul"][0]
+        top = p.key_averages().table(top_level_events_only=True, row_limit=-1)
+        got[label] = {
+            "is_async": a.is_async, "self_zero": a.self_cpu_time_total == 0,
+            "children": sorted(c.name for c in a.cpu_children),
+            "matmul_parent": mm.cpu_parent and mm.cpu_parent.name,
+            "top_has_matmul": " aten::matmul " in top,
+            "avg_async": {r.key: r for r in p.key_averages()}["async_region_name_long"].is_async,
+        }
+    assert got["cprof"] == got["torch"]
+    assert got["cprof"]["is_async"] is other_thread
+
+
+GLOO_ASYNC_EVENTS = """
+import json, os, tempfile
+import torch, torch.distributed as dist
+import cprof
+store = dist.FileStore(os.path.join(tempfile.mkdtemp(), "store"), 1)
+dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+x = torch.randn(1 << 16)
+out = {}
+for label, prof in (("torch", torch.profiler.profile), ("cprof", cprof.profile)):
+    with prof(activities=[torch.profiler.ProfilerActivity.CPU]) as p:
+        for _ in range(3):
+            w = dist.all_reduce(x, async_op=True)
+            (x * 2).sum()
+            w.wait()
+    g = [e for e in p.events() if e.name.startswith("gloo:")]
+    row = [r for r in p.key_averages() if r.key == "gloo:all_reduce"][0]
+    out[label] = {"n": len(g), "async": sorted({e.is_async for e in g}),
+                  "self": sorted({e.self_cpu_time_total for e in g}),
+                  "children": sum(len(e.cpu_children) for e in g),
+                  "parents": sum(e.cpu_parent is not None for e in g),
+                  "row": [row.is_async, row.self_cpu_time_total]}
+dist.destroy_process_group()
+print(json.dumps(out))
+"""
+
+
+def test_gloo_collective_ranges_are_async_in_events_as_torchs(tmp_path):
+    """torch marks its async RecordFunctions is_async whatever thread ends them: their wall
+    time (the wait for the other ranks) is no self CPU time of theirs."""
+    pytest.importorskip("torch.distributed")
+    try:
+        from cprof import _torch_ops  # noqa: F401
+    except ImportError as err:
+        pytest.skip(f"cprof._torch_ops is not built: {err}")
+    res, _ = run_ops_snippet(GLOO_ASYNC_EVENTS, cwd=tmp_path)
+    assert res["cprof"] == res["torch"]
+    assert res["cprof"]["async"] == [True] and res["cprof"]["self"] == [0]
