@@ -837,7 +837,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         self._last = w
         if self.acc_events:  # parsed now: the window's data goes when the next one opens
             from ._results import events_of
-            self._acc.extend(events_of(w))
+            self._acc.extend(events_of(w, first_id=len(self._acc)))
 
     def _et_call(self, method):
         """The execution trace observer's start() / stop(): an error is reported after the

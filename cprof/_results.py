@@ -205,16 +205,17 @@ class ProfilerEvent(_TorchCompat):
                 f"dur_us={self.duration_us:.3f}>")
 
 
-def events_of(window):
+def events_of(window, first_id=0):
     """All events of a finished window, CPU ranges first (per thread, in begin order), then
     GPU records; CPU events carry self CPU time and the CUDA time they launched. An EventList
-    (table(), key_averages(), total_average()), as torch's events()."""
-    out = EventList(_build(window)[0])
+    (table(), key_averages(), total_average()), as torch's events(). Their ids count from
+    first_id (acc_events: past the windows before, so that ids stay unique, as torch's)."""
+    out = EventList(_build(window, first_id)[0])
     out.profile_memory = bool(window.config.get("profile_memory"))
     return out
 
 
-def _build(window):
+def _build(window, first_id=0):
     snap, gpu = window.snapshot, window.gpu_snapshot
     with_flops = bool(window.config.get("with_flops"))
     # times in microseconds from the window's start, as torch.profiler's events are from its
@@ -364,7 +365,7 @@ def _build(window):
     if mem:
         cpu += _attribute_memory(cpu, mem, t0)
     everything = cpu + gpu_events
-    for i, ev in enumerate(everything):
+    for i, ev in enumerate(everything, first_id):
         ev.id = i
     collected = window.config.get("collected_activities")
     if "GPU" not in (collected if collected is not None else

@@ -1513,3 +1513,21 @@ def test_data_loss_warnings_point_at_the_users_line(tmp_path):
             ln for _, _, ln in body.__code__.co_lines() if ln is not None)
         assert filename == __file__ and first <= lineno <= last, (body.__name__, lineno)
 
+
+
+def test_acc_events_ids_are_unique_across_windows():
+    """Code keying on e.id (a parent map {e.id: e}) must not merge events of two windows: torch's
+    accumulated ids are unique; cprof's count on from the windows before."""
+    with cprof.profile(activities=CPU, acc_events=True,
+                       schedule=cprof.schedule(wait=0, warmup=0, active=1, repeat=3)) as p:
+        for _ in range(4):
+            with cprof.range("w"):
+                with cprof.range("inner"):
+                    pass
+            p.step()
+    ev = p.events()
+    assert sum(e.name == "w" for e in ev) == 3
+    assert sorted(e.id for e in ev) == list(range(len(ev)))
+    by_id = {e.id: e for e in ev}
+    assert all(by_id[e.id] is e for e in ev)
+    assert all(by_id[e.cpu_parent.id] is e.cpu_parent for e in ev if e.cpu_parent is not None)
