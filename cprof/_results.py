@@ -697,6 +697,15 @@ class EventList(list):
     """A list of FunctionEventAvg (key_averages()) or of ProfilerEvent (events()) with
     torch.profiler's table(), total_average() and, for events, key_averages()."""
 
+    def __init__(self, *args, use_device=None, profile_memory=False, with_flops=False):
+        """torch's EventList(events, use_device=None, profile_memory=False, with_flops=False):
+        profile_memory adds table()'s memory columns; use_device and with_flops are kept
+        (cprof's table shows CUDA and FLOPs columns when a row has some)."""
+        super().__init__(*args)
+        self.use_device = use_device
+        self.profile_memory = bool(profile_memory)
+        self.with_flops = bool(with_flops)
+
     def table(self, sort_by=None, row_limit=100, max_src_column_width=75,
               max_name_column_width=55, max_shapes_column_width=80, header=None,
               top_level_events_only=False, time_unit=None):
@@ -759,10 +768,27 @@ class EventList(list):
         return source
 
     def export_chrome_trace(self, path):
-        """The window these events came from, as a Kineto-compatible Chrome trace (torch's
-        EventList writes its events; cprof writes the window they are the events of: the same
-        events, with the GPU side and metadata). .gz by suffix. Returns the path written."""
-        return self._profiler("EventList.export_chrome_trace").export_chrome_trace(path)
+        """prof.events() as it came: the window they are the events of, as a Kineto-compatible
+        Chrome trace (the same events, with the GPU side and metadata). Any other list (a
+        filtered one, EventList(events)): these events only, in torch's EventList format (a
+        JSON array of "X" events and launch flow starts). .gz by suffix. Returns the path."""
+        source = getattr(self, "source", None)
+        if source is not None:
+            return source.export_chrome_trace(path)
+        if any(isinstance(e, FunctionEventAvg) for e in self):
+            raise TypeError("cprof: EventList.export_chrome_trace writes events (prof.events() "
+                            "or a list of them), not key_averages() rows")
+        path = os.fspath(path)
+        data = _legacy_trace(self, self.use_device or "cuda").encode("utf-8")
+        if path.endswith(".gz"):
+            import gzip
+            data = gzip.compress(data)
+        from ._window import check_output_dir
+        check_output_dir(os.path.dirname(path) or ".",
+                         "pass export_chrome_trace a path in a directory you can write to")
+        atomic_write(path, data, "trace", "call export_chrome_trace(path) again with a path "
+                     "on a disk with room")
+        return path
 
     def export_stacks(self, path, metric="self_cpu_time_total"):
         """The window's Python stacks in the collapsed format (profile.export_stacks)."""
@@ -781,6 +807,28 @@ class EventList(list):
             for attr in _SUMMED:
                 setattr(total, attr, getattr(total, attr) + (getattr(r, attr) or 0))
         return total
+
+
+def _legacy_trace(events, device_name):
+    """torch's EventList.export_chrome_trace text: each event with a trace name as an "X"
+    event of pid "CPU functions", and a flow start ("s", cat cpu_to_<device>) per kernel it
+    launched; names JSON-escaped (torch pastes them raw)."""
+    out, next_id = [], 0
+    for ev in events:
+        name = ev.trace_name
+        if name is None:
+            continue
+        name = json.dumps(name)
+        tid = ev.thread if ev.thread is not None else 0
+        out.append(f'{{"name": {name}, "ph": "X", "ts": {ev.time_range.start}, '
+                   f'"dur": {ev.time_range.elapsed_us()}, "tid": {tid}, '
+                   f'"pid": "CPU functions", "args": {{}}}}')
+        for _ in ev.kernels:
+            out.append(f'{{"name": {name}, "ph": "s", "ts": {ev.time_range.start}, '
+                       f'"tid": {tid}, "pid": "CPU functions", "id": {next_id}, '
+                       f'"cat": "cpu_to_{device_name}", "args": {{}}}}')
+            next_id += 1
+    return "[" + ", ".join(out) + "]"
 
 
 def _fmt_mem(nbytes):

@@ -382,7 +382,61 @@ def test_eventlist_keeps_torchs_spelling_and_exports(tmp_path):
     assert "r" in [e["name"] for e in load_trace(out)["traceEvents"]]
     assert p.profiler.function_events.export_chrome_trace(str(tmp_path / "fe.json.gz"))
     with pytest.raises(RuntimeError, match="events of a profiler's window"):
-        cprof.EventList(list(ev)).export_chrome_trace(str(tmp_path / "x.json"))
+        cprof.EventList(list(ev)).export_stacks(str(tmp_path / "x.stacks"))
+
+
+def _keep_drop_work():
+    with torch.profiler.record_function("keep_this_region_name"):
+        torch.ones(3).sum()
+    with torch.profiler.record_function("drop_this_region_name"):
+        torch.zeros(3).sum()
+
+
+def test_eventlist_takes_torchs_keywords():
+    """type(prof.events())(events, use_device=..., profile_memory=..., with_flops=...), as
+    torch's EventList: profile_memory gives the table its memory columns."""
+    tables = {}
+    for label, prof in (("torch", torch.profiler.profile), ("cprof", cprof.profile)):
+        with prof(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as p:
+            _keep_drop_work()
+        ev = p.events()
+        sub = [e for e in ev if e.name.startswith("aten::")]
+        with_mem = type(ev)(sub, use_device=None, profile_memory=True, with_flops=False)
+        plain = type(ev)(sub)
+        assert len(with_mem) == len(sub) and isinstance(with_mem, type(ev))
+        tables[label] = ("CPU Mem" in with_mem.table(), "CPU Mem" in plain.table())
+    assert tables["cprof"] == tables["torch"] == (True, False)
+    el = cprof.EventList([], use_device="cuda", with_flops=True)
+    assert el.use_device == "cuda" and el.with_flops is True and el.profile_memory is False
+    with pytest.raises(TypeError):
+        cprof.EventList([], bogus=1)
+
+
+def test_filtered_eventlist_exports_its_events_as_torchs(tmp_path):
+    """A filtered EventList's export_chrome_trace writes those events in torch's EventList
+    format (a JSON array); prof.events() as it came writes the window (cprof's trace)."""
+    names = {}
+    for label, prof in (("torch", torch.profiler.profile), ("cprof", cprof.profile)):
+        with prof(activities=[torch.profiler.ProfilerActivity.CPU]) as p:
+            _keep_drop_work()
+        ev = p.events()
+        sub = type(ev)([e for e in ev if e.name == "keep_this_region_name"])
+        path = tmp_path / f"{label}.json"
+        sub.export_chrome_trace(str(path))
+        with open(path) as f:
+            data = json.load(f)
+        assert isinstance(data, list)
+        names[label] = sorted({(e["name"], e["ph"], e["pid"]) for e in data})
+        (x,) = data
+        assert x["dur"] == pytest.approx(sub[0].time_range.elapsed_us())
+    assert names["cprof"] == names["torch"] == [("keep_this_region_name", "X", "CPU functions")]
+    p = _window_with([('a "quoted"\nname', 1)])
+    out = cprof.EventList(p.events()).export_chrome_trace(tmp_path / "sub" / "q.json.gz")
+    import gzip
+    with gzip.open(out, "rt") as f:
+        assert 'a "quoted"\nname' in [e["name"] for e in json.load(f)]
+    with pytest.raises(TypeError, match="not key_averages"):
+        p.key_averages().export_chrome_trace(str(tmp_path / "avg.json"))
 
 
 def test_a_record_function_around_step_keeps_the_steps_whole():
