@@ -83,23 +83,50 @@ __all__ = [
     "__version__",
 ]
 
+# torch.profiler's names that are torch's own objects, re-exported on first use (so that
+# importing cprof does not import torch): name -> (module, attribute, what it is for)
+_TORCH_NAMES = {
+    "ExecutionTraceObserver": ("torch.profiler", "ExecutionTraceObserver",
+                               "to record execution traces"),
+    "itt": ("torch.profiler", "itt", "for ITT annotations"),
+    "RecordScope": ("torch.profiler", "RecordScope", "for its RecordFunction scopes"),
+    "_ExperimentalConfig": ("torch._C._profiler", "_ExperimentalConfig",
+                            "for profile(experimental_config=...), which cprof ignores"),
+}
+# torch.profiler's names that cprof does not offer, and what to use instead
+_NOT_OFFERED = {
+    "profiler": "torch.profiler.profiler is the module defining profile, schedule and "
+                "tensorboard_trace_handler; cprof has them at its top level (cprof.profile)",
+    "_KinetoProfile": "torch.profiler.profile's base class; cprof.profile has no such base: "
+                      "use cprof.profile, or torch.profiler._KinetoProfile for torch's",
+    "KinetoStepTracker": "torch's step counter for Kineto's on-demand tracing, which cprof "
+                         "does not use: cprof counts steps with prof.step(); import it from "
+                         "torch.profiler to drive torch's on-demand tracing",
+    "register_optimizer_step_post_hook": "torch.optim's hook registry, which torch.profiler "
+                                         "uses for Kineto's on-demand step counter; cprof "
+                                         "counts steps with prof.step(); import it from "
+                                         "torch.optim.optimizer",
+}
+
 if _find_spec("torch") is not None:  # torch's class, re-exported lazily (below)
     __all__.append("ExecutionTraceObserver")
 
 
 def __getattr__(name):
-    # torch's ExecutionTraceObserver, for profile(execution_trace_observer=...): re-exported on
-    # first use, so that importing cprof does not import torch
-    if name == "ExecutionTraceObserver":
+    reexport = _TORCH_NAMES.get(name)
+    if reexport is not None:
+        module, attr, purpose = reexport
         try:
-            from torch.profiler import ExecutionTraceObserver
-        except ImportError as err:
-            raise AttributeError(
-                "cprof.ExecutionTraceObserver is torch.profiler's; install torch to record "
-                "execution traces") from err
-        return ExecutionTraceObserver
+            return getattr(__import__(module, fromlist=[attr]), attr)
+        except (ImportError, AttributeError) as err:
+            raise AttributeError(f"cprof.{name} is {module}.{attr}; install torch {purpose}") \
+                from err
+    if name in _NOT_OFFERED:
+        raise AttributeError(f"module 'cprof' has no attribute {name!r} "
+                             f"({_NOT_OFFERED[name]})")
     raise AttributeError(f"module 'cprof' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(__all__))
+    torch_names = set(_TORCH_NAMES) if _find_spec("torch") is not None else set()
+    return sorted(set(globals()) | set(__all__) | torch_names)

@@ -654,3 +654,27 @@ def test_table_row_limit_reads_as_torchs():
         assert got == want, (limit, got, want)
     full = cp.key_averages().table(row_limit=None)
     assert all(n in full for n in names(cp))
+
+
+def test_torch_profiler_module_names():
+    """`import cprof as profiler`: torch.profiler's own objects users write (profiler.itt.range,
+    profiler._ExperimentalConfig, RecordScope) are torch's; the others say what to use."""
+    import torch.profiler as tp
+    for name in ("itt", "RecordScope", "_ExperimentalConfig", "ExecutionTraceObserver"):
+        assert getattr(cprof, name) is getattr(tp, name), name
+        assert name in dir(cprof)
+    with cprof.profile(activities=CPU, experimental_config=cprof._ExperimentalConfig()):
+        with cprof.itt.range("itt_range_name"):
+            pass
+    # torch 2.13's public names and the ones users reach for (the apisurface audit's list)
+    names = set(tp.__all__) | {"itt", "_ExperimentalConfig", "_KinetoProfile", "RecordScope",
+                               "KinetoStepTracker", "register_optimizer_step_post_hook",
+                               "profiler"}
+    for name in sorted(names):
+        try:
+            getattr(cprof, name)
+        except AttributeError as err:  # each missing one says what to use instead
+            assert name in str(err) and "(" in str(err), (name, str(err))
+    assert not hasattr(cprof, "no_such_name")
+    with pytest.raises(AttributeError, match="cprof.profile"):
+        cprof.profiler  # noqa: B018
