@@ -325,6 +325,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         # acc_events: events() / key_averages() cover every window so far, as torch's do
         self.acc_events = flag(acc_events, who, "acc_events")
         self._acc = []              # the finished windows' events (acc_events)
+        self._acc_list = None       # events() of them, made once per window added
         self.enabled = _rank_selected(ranks)
         self.ranks = ranks
         self._api = _api
@@ -838,6 +839,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         if self.acc_events:  # parsed now: the window's data goes when the next one opens
             from ._results import events_of
             self._acc.extend(events_of(w, first_id=len(self._acc)))
+            self._acc_list = None
 
     def _et_call(self, method):
         """The execution trace observer's start() / stop(): an error is reported after the
@@ -996,7 +998,10 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         duration_us, ...). Empty while a window records (as torch's)."""
         from ._results import EventList, events_of
         if self.acc_events and self._acc:
-            out = EventList(self._acc)
+            if self._acc_list is None:  # one list until a window is added, as torch's
+                self._acc_list = EventList(self._acc)
+                self._acc_list.profile_memory = bool(self.profile_memory)
+            out = self._acc_list
         elif self._recording_only():
             out = EventList([])
         else:

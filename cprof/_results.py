@@ -210,12 +210,24 @@ def events_of(window, first_id=0):
     GPU records; CPU events carry self CPU time and the CUDA time they launched. An EventList
     (table(), key_averages(), total_average()), as torch's events(). Their ids count from
     first_id (acc_events: past the windows before, so that ids stay unique, as torch's)."""
-    out = EventList(_build(window, first_id)[0])
+    _build(window, first_id)
+    return window.results[2]
+
+
+def _build(window, first_id=None):
+    """(every event, the CPU ones, the GPU ones) of a window, built once per window (ids from
+    first_id; None: any numbering, for the results that do not show ids)."""
+    cached = getattr(window, "results", None)
+    if cached is not None and first_id in (None, cached[0]):
+        return cached[1]
+    built = _build_now(window, first_id or 0)
+    out = EventList(built[0])
     out.profile_memory = bool(window.config.get("profile_memory"))
-    return out
+    window.results = (first_id or 0, built, out)
+    return built
 
 
-def _build(window, first_id=0):
+def _build_now(window, first_id):
     snap, gpu = window.snapshot, window.gpu_snapshot
     with_flops = bool(window.config.get("with_flops"))
     # times in microseconds from the window's start, as torch.profiler's events are from its

@@ -231,6 +231,9 @@ class Window:
         self._stack_stopped = {}  # native id -> when the tracer stopped (stack_replaced)
         self.dropped_extra = {}  # losses counted in Python, added to the metadata's "dropped"
         self.snapshot = None
+        # _results' events of this window, built on first use (events(), key_averages()): every
+        # call gives the same objects, as torch's function_events (ids counted from first_id)
+        self.results = None  # (first_id, (everything, cpu, gpu), EventList of everything)
         self.start_time = None
         self.partial = False
         self.end_reason = None
@@ -629,6 +632,7 @@ class Window:
         return WriteResult(path, events, nbytes, seconds)
 
     def release(self):
+        self.results = None
         self.mem_samples = None
         self.mem_events = None
         if self.snapshot is not None:

@@ -1531,3 +1531,42 @@ def test_acc_events_ids_are_unique_across_windows():
     by_id = {e.id: e for e in ev}
     assert all(by_id[e.id] is e for e in ev)
     assert all(by_id[e.cpu_parent.id] is e.cpu_parent for e in ev if e.cpu_parent is not None)
+
+
+@pytest.mark.filterwarnings("ignore:cprof.schedule")
+def test_events_is_built_once_per_window_as_torchs_function_events():
+    """events() gives the same list and objects on every call (torch's cached
+    function_events): an event from one call is found by identity in the next, and a loop
+    calling events() is not quadratic; a later window gives its own."""
+    def window(name):
+        with cprof.profile(activities=CPU) as p:
+            with cprof.range(name):
+                with cprof.range("inner"):
+                    pass
+        return p
+
+    p = window("first")
+    a, b = p.events(), p.events()
+    assert a is b and a[0] is b[0]
+    inner = [e for e in a if e.name == "inner"][0]
+    assert any(e is inner.cpu_parent for e in p.events())
+    assert p.profiler.function_events is a
+    assert [r.key for r in p.key_averages()] == [r.key for r in a.key_averages()]
+    with p:  # the same profiler's next window: its own events
+        with cprof.range("second"):
+            pass
+    c = p.events()
+    assert c is not a and [e.name for e in c] == ["second"] and p.events() is c
+    acc = cprof.profile(activities=CPU, acc_events=True,
+                        schedule=cprof.schedule(wait=0, warmup=0, active=1, repeat=2,
+                                                skip_first_wait=0))
+    with acc:
+        for i in range(2):
+            with cprof.range(f"w{i}"):
+                pass
+            acc.step()
+            if i == 0:  # the first window is done, the second records
+                first = acc.events()
+                assert "w0" in [e.name for e in first] and acc.events() is first
+    assert [e.name for e in acc.events() if e.name.startswith("w")] == ["w0", "w1"]
+    assert acc.events() is acc.events()
