@@ -275,8 +275,12 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             if use_cuda and activities is None:
                 activities = ["CPU", "CUDA"]
         if experimental_config:
+            # say what is lost: capture_overload_names' split rows are the one users look for
             warnings.warn("cprof.profile: experimental_config not supported by cprof; "
-                          "ignored", RuntimeWarning, stacklevel=2)
+                          "ignored: its options (capture_overload_names, verbose, "
+                          "profile_all_threads, ...) change nothing, so events' overload_name "
+                          "stays \"\" and key_averages(group_by_overload_name=True) does not "
+                          "split rows", RuntimeWarning, stacklevel=2)
         # with_flops estimates FLOPs from the operators' shapes: it records them, as torch's
         who = f"cprof.{_api}"
         self.with_flops = flag(with_flops, who, "with_flops")

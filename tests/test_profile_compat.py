@@ -663,9 +663,10 @@ def test_torch_profiler_module_names():
     for name in ("itt", "RecordScope", "_ExperimentalConfig", "ExecutionTraceObserver"):
         assert getattr(cprof, name) is getattr(tp, name), name
         assert name in dir(cprof)
-    with cprof.profile(activities=CPU, experimental_config=cprof._ExperimentalConfig()):
-        with cprof.itt.range("itt_range_name"):
-            pass
+    with pytest.warns(RuntimeWarning, match="experimental_config"):
+        with cprof.profile(activities=CPU, experimental_config=cprof._ExperimentalConfig()):
+            with cprof.itt.range("itt_range_name"):
+                pass
     # torch 2.13's public names and the ones users reach for (the apisurface audit's list)
     names = set(tp.__all__) | {"itt", "_ExperimentalConfig", "_KinetoProfile", "RecordScope",
                                "KinetoStepTracker", "register_optimizer_step_post_hook",
@@ -678,3 +679,10 @@ def test_torch_profiler_module_names():
     assert not hasattr(cprof, "no_such_name")
     with pytest.raises(AttributeError, match="cprof.profile"):
         cprof.profiler  # noqa: B018
+
+
+def test_experimental_config_warning_says_overload_names_are_lost():
+    cfg = torch._C._profiler._ExperimentalConfig(capture_overload_names=True)
+    with pytest.warns(RuntimeWarning, match="overload_name"):
+        with cprof.profile(activities=CPU, experimental_config=cfg):
+            pass
