@@ -214,6 +214,57 @@ def events_of(window, first_id=0):
     return window.results[2]
 
 
+def _nest(evs):
+    """Parents and self CPU times of one thread's events, in begin order. The parent is the
+    innermost earlier event that contains the event (torch's _populate_cpu_children rule).
+    Self time: each instant goes to the innermost event open then (the latest begun), so a
+    range that outlives the one it began in (closed by identity: a ProfilerStep ending inside
+    a record_function; a range held open across an await or a yield while other frames run)
+    is counted once, never in two events' self times (decision 155). Async events (ended on
+    another thread) take no time and are no parent; their _parent serves only their Python
+    stack and the walk to a launch's owner."""
+    stack = []  # begun and not known to have ended, begin order
+    live = []   # the same without async events: who owns the time
+    now = None
+    for ev in evs:
+        s, e = ev._ns
+        while stack and stack[-1]._ns[1] <= s:
+            stack.pop()
+        parent = None
+        for cand in reversed(stack):
+            if cand._ns[1] >= e and cand._ns[1] > s:
+                parent = cand
+                break
+        if ev.is_async:
+            ev._parent = parent or (stack[-1] if stack else None)
+            continue
+        ev._parent = parent
+        now = _give_time(live, now, s)
+        ev.self_cpu_time_total = 0.0
+        stack.append(ev)
+        live.append(ev)
+    _give_time(live, now, None)
+
+
+def _give_time(live, now, until):
+    """Charges [now, until) (None: to the last end) to the innermost open events of live
+    (latest begun last), dropping those that end; returns the new now."""
+    while live:
+        top = live[-1]
+        end = top._ns[1]
+        if now is None or now < top._ns[0]:
+            now = top._ns[0] if now is None else max(now, top._ns[0])
+        if until is not None and now >= until:
+            return now
+        if end <= now:
+            live.pop()
+            continue
+        upto = end if until is None or end < until else until
+        top.self_cpu_time_total += (upto - now) / 1000.0
+        now = upto
+    return now if until is None or (now is not None and now >= until) else until
+
+
 def _build(window, first_id=None):
     """(every event, the CPU ones, the GPU ones) of a window, built once per window (ids from
     first_id; None: any numbering, for the results that do not show ids)."""
@@ -303,28 +354,9 @@ def _build_now(window, first_id):
         for evs in by_thread.values():
             evs.sort(key=lambda e: (e._ns[0], -e._ns[1]))
         cpu = [ev for evs in by_thread.values() for ev in evs]
-    # self CPU time: duration minus directly nested children (records are in begin order)
+    # parents and self CPU time, thread by thread (records are in begin order)
     for evs in by_thread.values():
-        stack = []
-        for ev in evs:
-            while stack and stack[-1]._ns[1] <= ev._ns[0]:
-                stack.pop()
-            if ev.is_async:
-                # in no parent's place and parent of none; _parent (the range it began in)
-                # serves only its Python stack and the walk to a launch's owner
-                ev._parent = stack[-1] if stack else None
-                continue
-            ev.self_cpu_time_total = ev.duration_us
-            if stack:
-                # a child that outlives its parent (ranges closed by identity: a ProfilerStep
-                # ending inside a record_function, an NVTX range_start) is charged its overlap
-                parent = stack[-1]
-                if ev._ns[1] <= parent._ns[1]:
-                    parent.self_cpu_time_total -= ev.duration_us
-                else:
-                    parent.self_cpu_time_total -= max(parent._ns[1] - ev._ns[0], 0) / 1000.0
-                ev._parent = parent
-            stack.append(ev)
+        _nest(evs)
     # with_stack: each event's Python stack, from its enclosing python_function ranges
     for ev in cpu:
         p = ev._parent

@@ -16,6 +16,30 @@ static uint64_t duration(const cprof_snapshot *snap, const cprof_record *r) {
     return end > r->begin_ns ? end - r->begin_ns : 0;
 }
 
+/* The ranges of one thread open at `now`, latest begun last: each instant goes to the top. */
+typedef struct open_range {
+    size_t row;
+    uint64_t begin, end;
+} open_range;
+
+/* Charges [*now, until) to the innermost open ranges, dropping those that end. */
+static void give_time(cprof_summary_row *out, open_range *st, size_t *nopen, uint64_t *now,
+                      uint64_t until) {
+    while (*nopen) {
+        open_range *top = &st[*nopen - 1];
+        if (*now < top->begin) *now = top->begin;
+        if (*now >= until) return;
+        if (top->end <= *now) {
+            (*nopen)--;
+            continue;
+        }
+        uint64_t upto = top->end < until ? top->end : until;
+        out[top->row].self_ns += upto - *now;
+        *now = upto;
+    }
+    if (*now < until) *now = until;
+}
+
 int cprof_summary_build(const cprof_snapshot *snap, cprof_summary_row **rows, size_t *nrows) {
     if (!snap || !rows || !nrows) return CPROF_E_ARG;
     *rows = NULL;
@@ -26,17 +50,17 @@ int cprof_summary_build(const cprof_snapshot *snap, cprof_summary_row **rows, si
     uint32_t *slot_of = calloc(nslots ? nslots : 1, sizeof *slot_of); /* row index + 1 */
     cprof_summary_row *out = NULL;
     size_t n = 0, cap = 0;
-    /* stack[d] = row index and duration of the open range at depth d, to charge children */
-    size_t stack_cap = 64;
-    struct frame {
-        size_t row;
-        uint64_t end_ns;
-        int valid;
-    } *stack = malloc(stack_cap * sizeof *stack);
+    /* self time: each instant of a thread goes to the innermost range open then (the latest
+     * begun), so ranges that nest get duration minus children, and one that outlives the
+     * range it began in (closed by identity; held open across an await or a yield while
+     * other frames run) is counted once, never twice (decision 155) */
+    size_t stack_cap = 64, nopen = 0;
+    open_range *stack = malloc(stack_cap * sizeof *stack);
     if (!slot_of || !stack) goto oom;
 
     for (size_t t = 0; t < snap->nthreads; t++) {
-        size_t depth_seen = 0;
+        uint64_t now = 0;
+        nopen = 0;
         for (const cprof_chunk *c = snap->threads[t].chunks; c; c = c->next) {
             for (uint32_t k = 0; k < c->count; k++) {
                 const cprof_record *r = &c->rec[k];
@@ -61,35 +85,22 @@ int cprof_summary_build(const cprof_snapshot *snap, cprof_summary_row **rows, si
                 cprof_summary_row *s = &out[row];
                 s->count++;
                 s->total_ns += d;
-                s->self_ns += d;
                 if (d < s->min_ns) s->min_ns = d;
                 if (d > s->max_ns) s->max_ns = d;
-                /* records are in push order per thread; the parent is the last range seen one
-                 * level up (a dropped parent leaves its children uncharged, never mischarged) */
-                size_t depth = r->depth;
-                if (depth + 1 > stack_cap) {
-                    size_t ncap = stack_cap;
-                    while (ncap < depth + 1) ncap *= 2;
-                    struct frame *ns = realloc(stack, ncap * sizeof *ns);
+                /* an async range (ended on another thread: torch's is_async) takes no time */
+                if (r->flags & CPROF_REC_ASYNC) continue;
+                /* records are in push (begin) order per thread */
+                give_time(out, stack, &nopen, &now, r->begin_ns);
+                if (nopen == stack_cap) {
+                    open_range *ns = realloc(stack, 2 * stack_cap * sizeof *ns);
                     if (!ns) goto oom;
                     stack = ns;
-                    stack_cap = ncap;
+                    stack_cap *= 2;
                 }
-                for (size_t i = depth_seen; i < depth; i++) stack[i].valid = 0;
-                if (depth > 0 && depth <= depth_seen && stack[depth - 1].valid) {
-                    /* a child that outlives its parent (ranges closed by identity) is charged
-                     * only its part inside */
-                    cprof_summary_row *p = &out[stack[depth - 1].row];
-                    uint64_t end = r->begin_ns + d, pend = stack[depth - 1].end_ns;
-                    uint64_t inside = end < pend ? d : pend > r->begin_ns ? pend - r->begin_ns : 0;
-                    p->self_ns = p->self_ns > inside ? p->self_ns - inside : 0;
-                }
-                stack[depth].row = row;
-                stack[depth].end_ns = r->begin_ns + d;
-                stack[depth].valid = 1;
-                depth_seen = depth + 1;
+                stack[nopen++] = (open_range){row, r->begin_ns, r->begin_ns + d};
             }
         }
+        give_time(out, stack, &nopen, &now, UINT64_MAX);
     }
     free(slot_of);
     free(stack);
