@@ -306,6 +306,11 @@ def diagnose(r):
     return out
 
 
+def _collective_us(r):
+    c = r.get("collectives") or {}
+    return c.get("total_us", 0.0) if c.get("kernels") else c.get("host_us", 0.0)
+
+
 def _rank_rows(reports):
     """One row per rank: the reports that carry the same rank (the windows of one process: a
     schedule with repeat, several ProfilerContexts) pooled; a report without a rank (a
@@ -326,7 +331,9 @@ def _rank_rows(reports):
         devs = [(r.get("window", {}).get("dur_us", 0.0), d) for r in rs
                 for d in r.get("devices", [])]
         paths = list(dict.fromkeys(r["trace"]["path"] for r in rs))
-        coll = sum(r.get("collectives", {}).get("total_us", 0.0) for r in rs)
+        # NCCL kernels; else the CPU process groups' ranges (gloo: a range lasts as long as
+        # its collective, the wait for the other ranks included)
+        coll = sum(_collective_us(r) for r in rs)
         rows.append({
             "rank": key[1] if key[0] == "rank" else None,
             "path": paths[0] + (f" (+{len(paths) - 1} more)" if len(paths) > 1 else ""),
@@ -415,6 +422,16 @@ def rank_table(reports):
         return rows, diags
     # synchronised ranks: compare the work outside collectives
     if sum(1 for r in known if r["collective_step_us"]) < 2:
+        # equal steps, but no time in collectives to tell whether some ranks wait for
+        # another inside them: no verdict, not "no straggler"
+        diags.append(_d(
+            "no_collective_time", "Steps equal across ranks; collectives not seen", "info",
+            f"The ranks' median steps are within {100 * (STRAGGLER_RATIO - 1):.0f}% of each "
+            "other, but the traces hold no collective time (NCCL kernels, or gloo / MPI / "
+            "UCC ranges) for the ranks that synchronise each step: a rank the others wait for "
+            "would not show in step times, so there is no verdict on stragglers. Profile the "
+            "GPU (NCCL kernels) or keep torch.distributed's ranges in the trace.",
+            ranks=len(known)))
         return rows, diags
     work = {r["rank"]: max(r["step_med_us"] - (r["collective_step_us"] or 0.0), 0.0)
             for r in known}

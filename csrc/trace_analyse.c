@@ -27,6 +27,56 @@ static int starts_with(const cprof_trace *t, uint32_t id, const char *prefix) {
     return n >= m && memcmp(s, prefix, m) == 0;
 }
 
+/* A CPU-side collective whose range lasts as long as the collective, waiting for the other
+ * ranks included: torch's gloo / MPI / UCC process groups (their RecordFunctions end when the
+ * work completes). NCCL's CPU range ends at the enqueue: its kernels are the collective. */
+static int host_collective(const cprof_trace *t, const cprof_tev *e) {
+    return (e->kind == CPROF_TK_CPU_OP || e->kind == CPROF_TK_USER_ANNOTATION) &&
+           (starts_with(t, e->name, "gloo:") || starts_with(t, e->name, "mpi:") ||
+            starts_with(t, e->name, "ucc:"));
+}
+
+typedef struct ival {
+    int64_t s, e;
+} ival;
+
+static int cmp_ival(const void *a, const void *b) {
+    const ival *x = a, *y = b;
+    return (x->s > y->s) - (x->s < y->s);
+}
+
+/* The host collectives' count and the time they cover (their union: async collectives
+ * overlap). 0 or CPROF_E_NOMEM. */
+static int host_collectives(const cprof_trace *t, const cprof_tev *ev, size_t n, uint64_t *count,
+                            int64_t *covered) {
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (ev[i].ph == 'X' && ev[i].dur_ns >= 0 && host_collective(t, &ev[i])) m++;
+    *count = m;
+    *covered = 0;
+    if (!m) return CPROF_OK;
+    ival *v = malloc(m * sizeof *v);
+    if (!v) return CPROF_E_NOMEM;
+    m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (ev[i].ph == 'X' && ev[i].dur_ns >= 0 && host_collective(t, &ev[i]))
+            v[m++] = (ival){ev[i].ts_ns, sat_add(ev[i].ts_ns, ev[i].dur_ns)};
+    qsort(v, m, sizeof *v, cmp_ival);
+    int64_t cs = v[0].s, ce = v[0].e;
+    for (size_t i = 1; i < m; i++) {
+        if (v[i].s > ce) {
+            *covered = sat_add(*covered, ce - cs);
+            cs = v[i].s;
+            ce = v[i].e;
+        } else if (v[i].e > ce) {
+            ce = v[i].e;
+        }
+    }
+    *covered = sat_add(*covered, ce - cs);
+    free(v);
+    return CPROF_OK;
+}
+
 static int contains_ci(const cprof_trace *t, uint32_t id, const char *needle) {
     size_t n, m = strlen(needle);
     const char *s = cprof_trace_str(t, id, &n);
@@ -892,6 +942,12 @@ int cprof_report_build(const cprof_trace *t, const cprof_report_opts *opts, cons
     cJSON *co = cJSON_AddObjectToObject(root, "collectives");
     cJSON_AddNumberToObject(co, "kernels", (double)colls);
     cJSON_AddNumberToObject(co, "total_us", us(coll_total));
+    uint64_t hcount;
+    int64_t hcovered;
+    if (host_collectives(t, ev, n, &hcount, &hcovered)) goto out;
+    /* gloo / MPI / UCC ranges (CPU process groups): the time they cover, waits included */
+    cJSON_AddNumberToObject(co, "host_ranges", (double)hcount);
+    cJSON_AddNumberToObject(co, "host_us", us(hcovered));
     cJSON_AddNumberToObject(root, "unattributed_gpu_us", us(a.unattributed_gpu));
     char *text = cJSON_PrintUnformatted(root);
     if (!text) goto out;

@@ -630,6 +630,49 @@ def test_ranks_without_steps_are_not_called_free_of_stragglers(tmp_path):
     assert "no straggler" in cprof("report", d).stdout  # steps, and none straggles
 
 
+def _gloo_rank_trace(path, rank, work_us, coll_us):
+    """A CPU rank of a gloo job: 4 steps of 22 ms, each `work_us` of compute then a
+    gloo:all_reduce range of `coll_us` (the wait for the other rank included)."""
+    ev = [{"ph": "M", "name": "process_name", "pid": 7, "tid": 0, "ts": 0,
+           "args": {"name": "python"}}]
+    for s in range(4):
+        t0 = 1000.0 + s * 22_000
+        ev += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 7,
+                "tid": 7, "ts": t0, "dur": 21_990},
+               {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 7,
+                "ts": t0 + 5, "dur": work_us},
+               {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 7,
+                "tid": 7, "ts": t0 + 10 + work_us, "dur": coll_us}]
+    doc = {"schemaVersion": 1, "traceEvents": ev,
+           "distributedInfo": {"rank": rank, "world_size": 2, "backend": "gloo"}}
+    path.write_text(json.dumps(doc))
+
+
+def test_a_gloo_straggler_is_found_by_its_ranges(tmp_path):
+    """Multiproc audit M2: on a gloo (CPU) job the collectives column was 0 (NCCL kernels
+    only) and the verdict "no straggler", although rank 1 did 10x the work and rank 0 waited
+    20 ms a step inside gloo:all_reduce. gloo / MPI / UCC ranges last as long as their
+    collective: their time counts where there are no NCCL kernels."""
+    d = tmp_path / "job"
+    d.mkdir()
+    _gloo_rank_trace(d / "r0.pt.trace.json", 0, 2_000, 19_900)
+    _gloo_rank_trace(d / "r1.pt.trace.json", 1, 20_000, 1_900)
+    rep = json.loads(cprof("report", d, "--format", "json").stdout)
+    rows = {r["rank"]: r for r in rep["ranks"]}
+    assert rows[0]["collective_step_us"] == pytest.approx(19_900)
+    assert [rows[0]["straggler"], rows[1]["straggler"]] == [False, True]
+    assert rep["reports"][0]["collectives"] == {**rep["reports"][0]["collectives"],
+                                                "kernels": 0, "host_ranges": 4}
+    # no collectives at all, steps equal: no verdict, never a positive "no straggler"
+    for r in (0, 1):
+        _gloo_rank_trace(d / f"r{r}.pt.trace.json", r, 2_000 + 18_000 * r, 0)
+        doc = json.loads((d / f"r{r}.pt.trace.json").read_text())
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if e["name"] != "gloo:all_reduce"]
+        (d / f"r{r}.pt.trace.json").write_text(json.dumps(doc))
+    out = cprof("report", d).stdout
+    assert "no straggler" not in out and "Steps equal across ranks" in out
+
+
 def test_an_empty_trace_is_left_out_by_merge_and_report_alike(tmp_path):
     """Audit 000 F4: merge took a trace with no events that report refused. Both now leave it
     out with a warning, and fail only when no input has events."""
