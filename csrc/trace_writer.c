@@ -241,7 +241,11 @@ static void range_event(writer *w, const cprof_trace_meta *m, const cprof_snapsh
             cprof_buf_put(b, raw, len);
         }
     }
-    if (r->flags & CPROF_REC_TRUNCATED) cprof_buf_puts(b, ",\"cprof truncated\":1");
+    if (r->flags & CPROF_REC_TRUNCATED) {
+        cprof_buf_puts(b, ",\"cprof truncated\":1");
+        /* an async RecordFunction (a collective) not done by the window's end: torch marks it so */
+        if (r->flags & CPROF_REC_ASYNC) cprof_buf_puts(b, ",\"finished\":false");
+    }
     event_tail(w);
 }
 
