@@ -49,6 +49,16 @@ def _restore_env():
     _state["env_set"] = False
 
 
+def release_env():
+    """At every window's start: once torch is imported, ITT's collector is settled (cprof's,
+    attached now if no window attached it yet), and cprof's INTEL_LIBITTNOTIFY64 leaves the
+    environment, so child processes (subprocess, spawn workers, torchrun) do not inherit it.
+    Before, only a window capturing operators took it out: ProfilerContext / cprof run
+    windows (record_ops off) left it for good."""
+    if _state["env_set"] and "torch" in sys.modules:
+        attach()
+
+
 def _torch_lib(torch):
     d = os.path.join(os.path.dirname(torch.__file__), "lib")
     for name in ("libtorch_cpu.so", "libtorch_cpu.dylib"):

@@ -15,7 +15,7 @@ import threading
 import time
 from collections import namedtuple
 
-from . import _C, _glue, _warn
+from . import _C, _glue, _ops, _warn
 from ._dist import rank_info
 from ._lifecycle import debug
 
@@ -264,6 +264,7 @@ class Window:
                 "ProfilerContext / call stop()) before opening another; if nothing can close "
                 "it (a Ctrl-C landed on its with block's exit), cprof.end_open_window() ends it "
                 "and writes its trace, marked partial")
+        _ops.release_env()
         _C.set_buffer_cap(int(self.buffer_mb * (1 << 20)))  # this window's (decision 137)
         self.names_refused_at_start = _C.names_refused()
         try:

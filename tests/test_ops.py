@@ -86,6 +86,25 @@ print(json.dumps({
     assert out["profiler_flag_after"] is False
 
 
+def test_cprofs_itt_variable_leaves_the_environment_at_any_window(tmp_path):
+    """Multiproc audit M4: only a window capturing operators took INTEL_LIBITTNOTIFY64 (set at
+    `import cprof`) out of the environment; after a ProfilerContext (record_ops off) every
+    subprocess, spawn worker and torchrun inherited cprof's extension as its ITT collector."""
+    out = run_py(HELPERS + """
+import subprocess, sys
+import cprof
+import torch
+before = os.environ.get("INTEL_LIBITTNOTIFY64")
+with cprof.ProfilerContext(activities=["CPU"], output_dir=".", verbose=False):
+    torch.ones(2).sum()
+child = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('INTEL_LIBITTNOTIFY64'))"],
+                       capture_output=True, text=True).stdout.strip()
+print(json.dumps({"before": before == cprof._C.__file__,
+                  "after": os.environ.get("INTEL_LIBITTNOTIFY64"), "child": child}))
+""", tmp_path)
+    assert out == {"before": True, "after": None, "child": "None"}
+
+
 def test_schedule_windows_record_the_active_steps_only(tmp_path):
     out = run_py(HELPERS + """
 import cprof
