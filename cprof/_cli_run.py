@@ -1136,6 +1136,10 @@ class _Run:
             _reexec(argv)  # returns only if exec failed
         self.opts = opts
         out = self.out = _Out(opts.quiet)
+        if _is_launcher(kind, target):
+            out.info("the program is torch's launcher: this profiles the launcher only, not the "
+                     "ranks it starts (other processes); to profile each rank run "
+                     "`torchrun [its options] -m cprof run [cprof's options] prog.py [args]`")
         from . import _pystack
         from .context import ProfilerContext
         _pystack.record_running_frames = False  # what runs under the program is cprof's
@@ -1268,6 +1272,14 @@ def _reexec(argv):
         warnings.warn(f"cprof run: could not restart Python for --with-stack ({err}); the "
                       "program runs under cprof's frames and its calls are not recorded",
                       RuntimeWarning, stacklevel=2)
+
+
+def _is_launcher(kind, target):
+    """torchrun / python -m torch.distributed.run (or .launch): its workers are other
+    processes, which a cprof run of the launcher never sees."""
+    if kind == "module":
+        return target in ("torch.distributed.run", "torch.distributed.launch")
+    return kind == "script" and os.path.basename(str(target)) == "torchrun"
 
 
 def _load_program(kind, target, prog_args):

@@ -386,6 +386,17 @@ def test_sigterm_in_a_forked_child_before_its_hook_ran_is_the_default(tmp_path):
     assert "Terminated" not in ran.stderr
 
 
+def test_running_the_launcher_says_it_profiles_the_launcher_only(tmp_path):
+    """Multiproc audit M5: `cprof run -m torch.distributed.run ...` profiled the launcher agent
+    (4 events, no rank files) and said nothing; the ranks are other processes."""
+    pytest.importorskip("torch")
+    ran = cprof_run("-o", tmp_path, "-m", "torch.distributed.run", "--help", timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert "profiles the launcher only" in ran.stderr and "-m cprof run" in ran.stderr
+    plain = cprof_run("-o", tmp_path, os.path.join(SCRIPTS, "basic.py"))
+    assert "profiles the launcher only" not in plain.stderr
+
+
 # ---------------------------------------------------------------- when the window is open
 
 def test_delay_and_duration(tmp_path):
