@@ -142,10 +142,12 @@ class _Itt:
         self.torch = torch
 
     def on(self):
+        _C.ops_itt_recording(True)  # the ITT calls are operators now (before: the program's)
         _enable(self.torch)
 
     def off(self):
         _disable(self.torch)
+        _C.ops_itt_recording(False)
 
     def note(self, errors_before=0):
         return {"mode": self.mode, "names": _C.ops_stats()["names"]}

@@ -308,6 +308,11 @@ void cprof_events_set_new_thread_hook(void (*hook)(void));
  * Once attached, torch's emit_itt ranges become cpu_op records (cprof_events_push_op). */
 int cprof_ops_itt_attach(const char *torch_lib, const char *self_path, const char **why);
 int cprof_ops_itt_attached(void);
+/* Whether ITT's task begin / end are operators (1: cprof turned torch's emit_itt state on for
+ * its ITT capture) or not (0, the default: what reaches the collector then is the program's
+ * own ITT annotations, torch.profiler.itt.range / mark, which torch.profiler records not,
+ * so neither does cprof). Any thread. */
+void cprof_ops_itt_set_recording(int on);
 /* Distinct operator names seen so far. */
 uint64_t cprof_ops_itt_names(void);
 /* The name id of an operator's name through the collector's handle cache (per-thread pointer

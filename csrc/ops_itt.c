@@ -170,8 +170,15 @@ uint32_t cprof_ops_name_id(const char *name) {
     return h ? ((op_handle *)h)->name_id : CPROF_NAME_INVALID;
 }
 
+static atomic_int itt_recording; /* cprof_ops_itt_set_recording */
+
+void cprof_ops_itt_set_recording(int on) {
+    atomic_store_explicit(&itt_recording, on != 0, memory_order_relaxed);
+}
+
 static void itt_task_begin(const itt_domain *d, itt_id id, itt_id parent, itt_string_handle *name) {
     (void)d; (void)id; (void)parent;
+    if (!atomic_load_explicit(&itt_recording, memory_order_relaxed)) return;
     /* a NULL handle (out of memory) still pushes, so the matching end stays balanced */
     uint32_t name_id = CPROF_NAME_INVALID;
     if (CPROF_LIKELY(name && name->extra2 == (void *)&handle_tag)) {
@@ -185,6 +192,7 @@ static void itt_task_begin(const itt_domain *d, itt_id id, itt_id parent, itt_st
 
 static void itt_task_end(const itt_domain *d) {
     (void)d;
+    if (!atomic_load_explicit(&itt_recording, memory_order_relaxed)) return;
     cprof_events_pop_op();
 }
 

@@ -24,7 +24,18 @@ static PyObject *py_ops_stats(PyObject *self, PyObject *unused) {
                          "names", (unsigned long long)cprof_ops_itt_names());
 }
 
+static PyObject *py_ops_itt_recording(PyObject *self, PyObject *arg) {
+    (void)self;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) return NULL;
+    cprof_ops_itt_set_recording(on);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef ops_methods[] = {
+    {"ops_itt_recording", py_ops_itt_recording, METH_O,
+     "ops_itt_recording(on): whether ITT task begin / end are recorded as operators (cprof's "
+     "ITT capture turned torch's emit_itt on) or ignored (the program's own ITT annotations)."},
     {"ops_attach", py_ops_attach, METH_VARARGS,
      "ops_attach(torch_lib, self_path) -> None or str: makes this extension the ITT collector of "
      "the loaded torch library, so emit_itt operator ranges are recorded as cpu_op; returns why "
