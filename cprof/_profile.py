@@ -1009,7 +1009,9 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         elif self._recording_only():
             out = EventList([])
         else:
-            out = events_of(self._data("list events"))
+            w = self._data("list events")
+            out = events_of(w)
+            out.source_window = w  # its window, while the profiler still holds it
         out.source = self  # EventList.export_chrome_trace / export_stacks write its window
         return out
 

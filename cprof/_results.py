@@ -282,8 +282,11 @@ def _build_now(window, first_id):
     snap, gpu = window.snapshot, window.gpu_snapshot
     with_flops = bool(window.config.get("with_flops"))
     # times in microseconds from the window's start, as torch.profiler's events are from its
-    # trace's start: Unix-clock microseconds (~1.8e15) in a float step by 0.25 us
-    t0 = snap.start_ns
+    # trace's start: Unix-clock microseconds (~1.8e15) in a float step by 0.25 us. Never
+    # negative: another thread's ranges (and launches) may begin while cprof's start enables
+    # CUPTI, before the span's start (decision 150)
+    recs = gpu.records() if gpu is not None else []
+    t0 = min([snap.first_ns] + [r["start_ns"] for r in recs if r.get("start_ns")])
     stop = snap.stop_ns
     cpu = []
     by_thread = {}
@@ -338,7 +341,6 @@ def _build_now(window, first_id):
         ev._ns = (begin, end)
         cpu.append(ev)
         by_thread.setdefault(tid, []).append(ev)
-    recs = gpu.records() if gpu is not None else []
     # CUDA runtime / driver calls are CPU events of their thread, inside the range that made
     # them (torch.profiler's events() and tables have them: cudaLaunchKernel, a sync's wait)
     calls = False
@@ -804,11 +806,25 @@ class EventList(list):
         out.profile_memory = getattr(self, "profile_memory", False)
         return out
 
-    def _profiler(self, what):
+    def _source(self):
+        """The profiler whose window these events are, while that window is still its last
+        one (a list kept from an earlier window of a schedule is not the profiler's now)."""
         source = getattr(self, "source", None)
+        w = getattr(self, "source_window", None)
+        if source is not None and w is not None:
+            try:
+                if source._data("export") is not w:
+                    return None
+            except Exception:  # noqa: BLE001 - no finished window any more
+                return None
+        return source
+
+    def _profiler(self, what):
+        source = self._source()
         if source is None:
-            raise RuntimeError(f"cprof: {what} needs the events of a profiler's window "
-                               "(prof.events()); call it on the profiler instead")
+            raise RuntimeError(f"cprof: {what} needs the events of the profiler's last "
+                               "window (prof.events(), or the events on_trace_ready got, while "
+                               "that window is the last one); call it on the profiler instead")
         return source
 
     def export_chrome_trace(self, path):
@@ -816,7 +832,7 @@ class EventList(list):
         Chrome trace (the same events, with the GPU side and metadata). Any other list (a
         filtered one, EventList(events)): these events only, in torch's EventList format (a
         JSON array of "X" events and launch flow starts). .gz by suffix. Returns the path."""
-        source = getattr(self, "source", None)
+        source = self._source()  # None for a list kept from an earlier window: its own events
         if source is not None:
             return source.export_chrome_trace(path)
         if any(isinstance(e, FunctionEventAvg) for e in self):

@@ -544,6 +544,19 @@ SNAP_GETTER(start_ns)
 SNAP_GETTER(stop_ns)
 SNAP_GETTER(window_id)
 
+/* The earliest range's begin (records are in begin order per thread), else start_ns: another
+ * thread may record while cprof's start enables CUPTI, before the window's restamped start. */
+static PyObject *snapshot_get_first_ns(SnapshotObject *self, void *c) {
+    (void)c;
+    if (snapshot_check(self) < 0) return NULL;
+    uint64_t first = self->snap->start_ns;
+    for (size_t t = 0; t < self->snap->nthreads; t++) {
+        const cprof_chunk *ch = self->snap->threads[t].chunks;
+        if (ch && ch->count && ch->rec[0].begin_ns < first) first = ch->rec[0].begin_ns;
+    }
+    return PyLong_FromUnsignedLongLong((unsigned long long)first);
+}
+
 static PyObject *snapshot_get_unix_offset(SnapshotObject *self, void *c) {
     if (snapshot_check(self) < 0) return NULL;
     return PyLong_FromLongLong((long long)self->snap->unix_offset_ns);
@@ -578,6 +591,8 @@ static PyGetSetDef snapshot_getset[] = {
      "Ranges not recorded while CPU collection was toggled off.", NULL},
     {"start_ns", (getter)snapshot_get_start_ns, NULL, "Window start, cprof clock.", NULL},
     {"stop_ns", (getter)snapshot_get_stop_ns, NULL, "Window stop, cprof clock.", NULL},
+    {"first_ns", (getter)snapshot_get_first_ns, NULL,
+     "The earliest range's begin, or start_ns if none is earlier (cprof clock).", NULL},
     {"window_id", (getter)snapshot_get_window_id, NULL, "Window number in this process.", NULL},
     {"last_write", (getter)snapshot_get_last_write, NULL,
      "The last successful write()'s result, or None.", NULL},

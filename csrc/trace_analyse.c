@@ -77,6 +77,14 @@ static int host_collectives(const cprof_trace *t, const cprof_tev *ev, size_t n,
     return CPROF_OK;
 }
 
+/* The profiler's own span of the window (category "Trace"). */
+static int is_span(const cprof_trace *t, const cprof_tev *e) {
+    if (!e->cat) return 0;
+    size_t n;
+    const char *s = cprof_trace_str(t, e->cat, &n);
+    return n == 5 && memcmp(s, "Trace", 5) == 0;
+}
+
 static int contains_ci(const cprof_trace *t, uint32_t id, const char *needle) {
     size_t n, m = strlen(needle);
     const char *s = cprof_trace_str(t, id, &n);
@@ -772,20 +780,41 @@ int cprof_report_build(const cprof_trace *t, const cprof_report_opts *opts, cons
     cJSON_AddNumberToObject(opt, "short_gap_us", us(o.short_gap_ns));
     cJSON_AddNumberToObject(opt, "small_copy_bytes", (double)o.small_copy_bytes);
 
-    /* the window: every timed event (metadata events carry ts 0 and do not count) */
+    /* the window: every timed event (metadata events carry ts 0 and do not count). Where the
+     * trace has its profiler's span (category Trace: cprof's and Kineto's "PyTorch Profiler
+     * (0)"), CPU events count only inside it: other threads keep recording while cprof
+     * enables CUPTI and after the program's end of the window, during cprof's closing sync
+     * and flush, and that time is cprof's, not the program's (decision 150). GPU work counts
+     * whole (work launched in the window may run after its end) */
+    int64_t sp0 = INT64_MAX, sp1 = INT64_MIN;
+    for (size_t i = 0; i < n; i++)
+        if (ev[i].ph == 'X' && ev[i].dur_ns >= 0 && is_span(t, &ev[i])) {
+            if (ev[i].ts_ns < sp0) sp0 = ev[i].ts_ns;
+            if (ev[i].ts_ns + ev[i].dur_ns > sp1) sp1 = ev[i].ts_ns + ev[i].dur_ns;
+        }
+    int clip = sp0 <= sp1;
     int64_t w0 = INT64_MAX, w1 = INT64_MIN;
     size_t nk = 0, na = 0;
     for (size_t i = 0; i < n; i++) {
         const cprof_tev *e = &ev[i];
+        int64_t s, en;
         if (e->ph == 'X' && e->dur_ns >= 0) {
-            if (e->ts_ns < w0) w0 = e->ts_ns;
-            if (e->ts_ns + e->dur_ns > w1) w1 = e->ts_ns + e->dur_ns;
             if (e->kind == CPROF_TK_KERNEL) nk++;
             else if (e->kind == CPROF_TK_RUNTIME || e->kind == CPROF_TK_DRIVER) na++;
+            s = e->ts_ns;
+            en = e->ts_ns + e->dur_ns;
         } else if (e->ph == 'i' || e->ph == 'I' || e->ph == 'B' || e->ph == 'E') {
-            if (e->ts_ns < w0) w0 = e->ts_ns;
-            if (e->ts_ns > w1) w1 = e->ts_ns;
+            s = en = e->ts_ns;
+        } else {
+            continue;
         }
+        if (clip && !cprof_trace_is_gpu_op(e)) {
+            if (s < sp0) s = sp0;
+            if (en > sp1) en = sp1;
+            if (en < s) continue; /* wholly outside the span */
+        }
+        if (s < w0) w0 = s;
+        if (en > w1) w1 = en;
     }
     if (w0 > w1) w0 = w1 = 0;
     /* what the figures cannot use, said rather than left out silently: B / E events left

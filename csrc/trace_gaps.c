@@ -128,12 +128,15 @@ static int sync_part(const span *sy, const int64_t *pmax, size_t n, int64_t s, i
         else hi = mid;
     }
     if (lo == 0 || pmax[lo - 1] <= s) return 0;
-    int64_t first = e, last = s;
-    for (size_t i = lo; i-- > 0 && pmax[i] > s;) /* every wait ending after s, walking back */
-        if (sy[i].e > s) {
-            if (sy[i].s < first) first = sy[i].s;
-            if (sy[i].e > last) last = sy[i].e;
-        }
+    /* pmax never decreases: the first wait ending after s is where it first passes s (one
+     * binary search a gap: a long wait overlapping many gaps must not be walked to from each) */
+    size_t a = 0, b = lo - 1;
+    while (a < b) {
+        size_t mid = (a + b) / 2;
+        if (pmax[mid] > s) b = mid;
+        else a = mid + 1;
+    }
+    int64_t first = sy[a].s, last = pmax[lo - 1];
     *ws = first > s ? first : s;
     *we = last < e ? last : e;
     return *we > *ws;

@@ -116,6 +116,50 @@ static int same_pair(const cprof_tev *ev, size_t b, size_t be, size_t c, size_t 
                      memcmp(text + ev[be].raw_off, text + ev[ce].raw_off, ev[be].raw_len) == 0);
 }
 
+static int same_text(const cprof_tev *ev, size_t a, size_t b, const char *text) {
+    const cprof_tev *x = &ev[a], *y = &ev[b];
+    return x->ph == y->ph && x->name == y->name && x->raw_len == y->raw_len &&
+           (!text || memcmp(text + x->raw_off, text + y->raw_off, x->raw_len) == 0);
+}
+
+/* At one instant of a thread, copies of one event are brought together before pairing, each
+ * group where its first copy was written: a trace written twice whose ranges touch writes
+ * E_fwd B_bwd there once and E_fwd B_bwd E_fwd B_bwd twice, which paired as written would
+ * close the first copy's bwd with the second copy's E_fwd; grouped (E_fwd E_fwd B_bwd B_bwd)
+ * each copy pairs with its own. An instant without copies keeps the order written; one with
+ * more than RUN_MAX events (no trace writes that many at one µs on one thread) is left so. */
+#define RUN_MAX 64
+static void group_copies(const cprof_tev *ev, keyed *v, size_t n, const char *text) {
+    for (size_t i = 0; i < n;) {
+        size_t j = i + 1;
+        while (j < n && v[j].pid == v[i].pid && v[j].tid == v[i].tid && v[j].ts == v[i].ts) j++;
+        size_t len = j - i;
+        if (len > 2 && len <= RUN_MAX) {
+            size_t grp[RUN_MAX];
+            for (size_t k = 0; k < len; k++) {
+                grp[k] = k;
+                for (size_t q = 0; q < k; q++)
+                    if (same_text(ev, v[i + q].idx, v[i + k].idx, text)) {
+                        grp[k] = grp[q];
+                        break;
+                    }
+            }
+            for (size_t k = 1; k < len; k++) { /* stable insertion sort by group */
+                keyed kv = v[i + k];
+                size_t g = grp[k], q = k;
+                while (q > 0 && grp[q - 1] > g) {
+                    v[i + q] = v[i + q - 1];
+                    grp[q] = grp[q - 1];
+                    q--;
+                }
+                v[i + q] = kv;
+                grp[q] = g;
+            }
+        }
+        i = j;
+    }
+}
+
 int cprof_tevs_pair_begin_end(cprof_tev *ev, size_t n, const char *text) {
     size_t nbe = 0, repeats = 0;
     for (size_t i = 0; i < n; i++) {
@@ -143,6 +187,7 @@ int cprof_tevs_pair_begin_end(cprof_tev *ev, size_t n, const char *text) {
     /* by thread and time; at one time, in the order written (the Trace Event Format's rule:
      * an E ends the latest B still open on its thread) */
     qsort(v, nbe, sizeof *v, cmp_keyed);
+    group_copies(ev, v, nbe, text);
     size_t depth = 0, pairs = 0, ntwin = 0;
     for (size_t q = 0; q < nbe; q++) {
         if (q && (v[q].pid != v[q - 1].pid || v[q].tid != v[q - 1].tid)) depth = 0;

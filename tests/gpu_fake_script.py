@@ -220,6 +220,25 @@ with warnings.catch_warnings(record=True) as caught:
                 prof.step()
         p = scene("slow_context")  # no schedule: the first start enables CUPTI
         result["traces"] = traces + [str(p.trace_path)]
+    elif scenario == "slow_cupti_threads":  # FAKE_CUPTI_SLOW_US, another thread recording
+        stop = threading.Event()
+
+        def background():
+            while not stop.is_set():
+                with cprof.range("bg"):
+                    time.sleep(0.001)
+        bg = threading.Thread(target=background)
+        bg.start()
+        prof = cprof.profile(activities=["CPU", "CUDA"], record_ops=False)
+        with prof:
+            with cprof.range("main"):
+                fake.fake_cupti_script_basic(C.now_ns() + 1000, threading.get_native_id())
+                time.sleep(0.01)
+        stop.set()
+        bg.join()
+        result["min_start_us"] = min(e.start_us for e in prof.events())
+        result["trace"] = os.path.join(out_dir, "threads.json")
+        prof.export_chrome_trace(result["trace"])
     elif scenario == "nvtx":
         with cprof.ProfilerContext(output_dir=out_dir, profile_name="nvtx", verbose=False) as p:
             t0 = C.now_ns() + 1000

@@ -328,6 +328,27 @@ def test_a_loop_held_up_by_data_loading_is_diagnosed_as_such(tmp_path, sync):
     assert big["kind"] == "host" and big["dur_us"] > 2900
 
 
+def test_a_long_wait_over_many_gaps_gives_each_its_waited_part(tmp_path):
+    """Review 5 finding 2: a wait on another thread spanning the loop made every gap walk back
+    to it (quadratic: 7.6 s at 160k kernels); the part of each gap under a wait is now found
+    by one binary search. Each gap inside the long wait is after-sync idle whole; the gaps
+    after it are not."""
+    ev = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": 1,
+           "tid": 2, "ts": 0, "dur": 1000}]
+    for c in range(1, 41):  # kernels 10 µs long every 50 µs: gaps of 40 µs
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
+                   "tid": 1, "ts": 50 * c - 20, "dur": 5, "args": {"correlation": c}})
+        ev.append({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 50 * c,
+                   "dur": 10, "args": {"correlation": c, "device": 0, "stream": 7}})
+    p = tmp_path / "w.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    doc = json.loads(cprof("report", p, "--format", "json").stdout)
+    idle = doc["devices"][0]["idle"]
+    # [0, 1000): the first 50 µs before kernel 1, then 19 gaps of 40 µs, all under the wait
+    assert idle["sync_us"] == pytest.approx(50 + 19 * 40)
+    assert idle["host_us"] == pytest.approx(20 * 40)  # the 20 gaps after it: launches late
+
+
 def test_launch_bound_needs_the_launches_in_the_gaps(tmp_path):
     """The positive control of the rule above: the same kernels with no loader between steps
     (the CPU only launching, 8 µs calls 10 µs apart, kernels 5 µs): launch-bound."""

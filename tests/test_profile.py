@@ -1,5 +1,6 @@
 """cprof.profile: the torch.profiler drop-in (schedules, steps, handlers, results, bad input)."""
 import itertools
+import json
 import os
 import time
 import pickle
@@ -1619,3 +1620,29 @@ def test_self_times_count_each_instant_once_with_ranges_held_across_awaits(tmp_p
     span = next(e for e in load_trace(ctx.trace_path)["traceEvents"] if e.get("cat") == "Trace")
     assert sum(r["self_ns"] for r in ctx.summary) <= span["dur"] * 1000 * 1.001
     assert sum(r["self_ns"] for r in ctx.summary) > 0.9 * span["dur"] * 1000
+
+
+def test_events_kept_from_an_earlier_window_export_their_own_events(tmp_path):
+    """Review 5 finding 4: an events() list kept from window 1 of a schedule wrote window 2's
+    trace once window 2 had finished (the list pointed at the profiler, not its window). It
+    now writes its own events, as torch's EventList does (torch's EventList format: a JSON
+    array); while its window is the last one it still writes the window's full trace."""
+    kept, paths = [], []
+
+    def ready(p):
+        kept.append(p.events())
+        paths.append(str(tmp_path / f"now{len(kept)}.json"))
+        kept[-1].export_chrome_trace(paths[-1])  # its window is the last one: full trace
+    with cprof.profile(activities=CPU, on_trace_ready=ready,
+                       schedule=cprof.schedule(wait=0, warmup=0, active=1, repeat=2)) as prof:
+        for i in range(2):
+            with cprof.range(f"window{i + 1}_range"):
+                pass
+            prof.step()
+    assert "traceEvents" in load_trace(paths[0])
+    kept[0].export_chrome_trace(str(tmp_path / "w1.json"))
+    with open(tmp_path / "w1.json") as f:
+        names = {e.get("name") for e in json.load(f)}
+    assert "window1_range" in names and "window2_range" not in names
+    with pytest.raises(RuntimeError, match="last window"):
+        kept[0].export_stacks(str(tmp_path / "s.txt"))

@@ -1713,3 +1713,33 @@ def test_begin_end_twins_in_a_trace_not_written_twice_are_kept():
     r = report_events(rec)
     assert r["trace"]["skipped"]["total"] == 0
     assert {row["name"]: row["calls"] for row in r["ranges"]} == {"f": 6, "g": 3}
+
+
+def test_touching_begin_end_ranges_written_twice_are_counted_once():
+    """Review 5 finding 1: where one range's E is at the next one's B (back to back, the usual
+    case in µs-rounded traces), the two copies interleave at that instant (E_fwd B_bwd E_fwd
+    B_bwd); paired as written, the second copy's E closed the first copy's bwd, few twins were
+    found and nothing was skipped (calls x2, fwd's time garbled). Copies of one event at one
+    instant are now grouped before pairing."""
+    ev = []
+    for s in range(3):
+        t0 = 1000 * s
+        for name, ts, te in (("step", t0, t0 + 900), ("fwd", t0 + 10, t0 + 400),
+                             ("bwd", t0 + 400, t0 + 880)):
+            ev.append({"ph": "B", "cat": "user_annotation", "name": name, "pid": 1, "tid": 1,
+                       "ts": ts})
+            ev.append({"ph": "E", "cat": "user_annotation", "name": name, "pid": 1, "tid": 1,
+                       "ts": te})
+    ev.sort(key=lambda e: (e["ts"], e["ph"] == "B"))  # an E before a B at one instant
+
+    def rows(r):
+        return {x["name"]: (x["calls"], x["cpu_us"]) for x in r["ranges"]}
+    once, twice = report_events(ev), report_events(ev * 2)
+    assert rows(once) == {"step": (3, 2700), "fwd": (3, 1170), "bwd": (3, 1440)}
+    assert rows(twice) == rows(once)
+    assert twice["trace"]["skipped"]["duplicate"] == 18
+    # a zero-length range at an instant where another ends keeps its order written
+    u = {"cat": "user_annotation", "pid": 1, "tid": 1}
+    z = [dict(u, ph="B", name="a", ts=0), dict(u, ph="E", name="a", ts=5),
+         dict(u, ph="B", name="z", ts=5), dict(u, ph="E", name="z", ts=5)]
+    assert {r["name"]: r["calls"] for r in report_events(z)["ranges"]} == {"a": 1, "z": 1}
