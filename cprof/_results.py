@@ -286,7 +286,8 @@ def _build_now(window, first_id):
     # negative: another thread's ranges (and launches) may begin while cprof's start enables
     # CUPTI, before the span's start (decision 150)
     recs = gpu.records() if gpu is not None else []
-    t0 = min([snap.first_ns] + [r["start_ns"] for r in recs if r.get("start_ns")])
+    t0 = min([snap.first_ns] + [r["start_ns"] for r in recs
+                                if r["kind"] in _LAUNCH and r["tid"] is not None])
     stop = snap.stop_ns
     cpu = []
     by_thread = {}

@@ -780,14 +780,14 @@ int cprof_report_build(const cprof_trace *t, const cprof_report_opts *opts, cons
     cJSON_AddNumberToObject(opt, "short_gap_us", us(o.short_gap_ns));
     cJSON_AddNumberToObject(opt, "small_copy_bytes", (double)o.small_copy_bytes);
 
-    /* the window: every timed event (metadata events carry ts 0 and do not count). Where the
-     * trace has its profiler's span (category Trace: cprof's and Kineto's "PyTorch Profiler
-     * (0)"), CPU events count only inside it: other threads keep recording while cprof
-     * enables CUPTI and after the program's end of the window, during cprof's closing sync
-     * and flush, and that time is cprof's, not the program's (decision 150). GPU work counts
-     * whole (work launched in the window may run after its end) */
+    /* the window: every timed event (metadata events carry ts 0 and do not count). In a trace
+     * cprof wrote, CPU events count only inside its span (category Trace, "PyTorch Profiler
+     * (0)"): other threads keep recording while cprof enables CUPTI and after the program's
+     * end of the window, during cprof's closing sync and flush, and that time is cprof's, not
+     * the program's (decision 150). GPU work counts whole (work launched in the window may
+     * run after its end). Kineto's span does not bound torch's own events: not used */
     int64_t sp0 = INT64_MAX, sp1 = INT64_MIN;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n && cprof_trace_get_info(t)->is_cprof; i++)
         if (ev[i].ph == 'X' && ev[i].dur_ns >= 0 && is_span(t, &ev[i])) {
             if (ev[i].ts_ns < sp0) sp0 = ev[i].ts_ns;
             if (ev[i].ts_ns + ev[i].dur_ns > sp1) sp1 = ev[i].ts_ns + ev[i].dur_ns;

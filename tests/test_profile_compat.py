@@ -381,7 +381,7 @@ def test_eventlist_keeps_torchs_spelling_and_exports(tmp_path):
     out = ev.export_chrome_trace(str(tmp_path / "ev.json"))
     assert "r" in [e["name"] for e in load_trace(out)["traceEvents"]]
     assert p.profiler.function_events.export_chrome_trace(str(tmp_path / "fe.json.gz"))
-    with pytest.raises(RuntimeError, match="events of a profiler's window"):
+    with pytest.raises(RuntimeError, match="events of the profiler's last window"):
         cprof.EventList(list(ev)).export_stacks(str(tmp_path / "x.stacks"))
 
 
