@@ -142,8 +142,14 @@ class _Itt:
         self.torch = torch
 
     def on(self):
-        _C.ops_itt_recording(True)  # the ITT calls are operators now (before: the program's)
-        _enable(self.torch)
+        # the ITT calls are operators from now (before: the program's own annotations); not
+        # if torch's ITT state could not be had (torch.profiler holds the thread, say)
+        _C.ops_itt_recording(True)
+        try:
+            _enable(self.torch)
+        except BaseException:
+            _C.ops_itt_recording(False)
+            raise
 
     def off(self):
         _disable(self.torch)

@@ -1005,6 +1005,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             if self._acc_list is None:  # one list until a window is added, as torch's
                 self._acc_list = EventList(self._acc)
                 self._acc_list.profile_memory = bool(self.profile_memory)
+                self._acc_list.accumulated = True  # every window's: exported as its own events
             out = self._acc_list
         elif self._recording_only():
             out = EventList([])

@@ -833,7 +833,9 @@ class EventList(list):
         Chrome trace (the same events, with the GPU side and metadata). Any other list (a
         filtered one, EventList(events)): these events only, in torch's EventList format (a
         JSON array of "X" events and launch flow starts). .gz by suffix. Returns the path."""
-        source = self._source()  # None for a list kept from an earlier window: its own events
+        # its own events for a list kept from an earlier window or acc_events' list of every
+        # window (as torch's EventList writes its own), else its window's full trace
+        source = None if getattr(self, "accumulated", False) else self._source()
         if source is not None:
             return source.export_chrome_trace(path)
         if any(isinstance(e, FunctionEventAvg) for e in self):

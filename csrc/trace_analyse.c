@@ -77,12 +77,20 @@ static int host_collectives(const cprof_trace *t, const cprof_tev *ev, size_t n,
     return CPROF_OK;
 }
 
-/* The profiler's own span of the window (category "Trace"). */
-static int is_span(const cprof_trace *t, const cprof_tev *e) {
+/* cprof's span of its window: category "Trace", with cprof's "cprof window" arg (Kineto's
+ * span, in torch's traces and in merges of them, has none). */
+static int is_cprof_span(const cprof_trace *t, const cprof_tev *e) {
     if (!e->cat) return 0;
-    size_t n;
+    size_t n, tl;
     const char *s = cprof_trace_str(t, e->cat, &n);
-    return n == 5 && memcmp(s, "Trace", 5) == 0;
+    if (n != 5 || memcmp(s, "Trace", 5) != 0) return 0;
+    const char *text = cprof_trace_text(t, &tl);
+    static const char key[] = "\"cprof window\"";
+    size_t m = sizeof key - 1;
+    if (!text || e->raw_off + e->raw_len > tl) return 0;
+    for (uint64_t i = e->raw_off; i + m <= e->raw_off + e->raw_len; i++)
+        if (memcmp(text + i, key, m) == 0) return 1;
+    return 0;
 }
 
 static int contains_ci(const cprof_trace *t, uint32_t id, const char *needle) {
@@ -787,8 +795,8 @@ int cprof_report_build(const cprof_trace *t, const cprof_report_opts *opts, cons
      * the program's (decision 150). GPU work counts whole (work launched in the window may
      * run after its end). Kineto's span does not bound torch's own events: not used */
     int64_t sp0 = INT64_MAX, sp1 = INT64_MIN;
-    for (size_t i = 0; i < n && cprof_trace_get_info(t)->is_cprof; i++)
-        if (ev[i].ph == 'X' && ev[i].dur_ns >= 0 && is_span(t, &ev[i])) {
+    for (size_t i = 0; i < n; i++)
+        if (ev[i].ph == 'X' && ev[i].dur_ns >= 0 && is_cprof_span(t, &ev[i])) {
             if (ev[i].ts_ns < sp0) sp0 = ev[i].ts_ns;
             if (ev[i].ts_ns + ev[i].dur_ns > sp1) sp1 = ev[i].ts_ns + ev[i].dur_ns;
         }

@@ -103,14 +103,14 @@ out:
 
 /* ---- B / E duration pairs ---- */
 
-/* Range b (just paired) and child c, paired just before it at the next depth, read as one
- * range written twice (B B E E once sorted): the same name, times and text of their B and of
- * their E. */
+/* Range b (ended by be) and child c (ended by ce), paired just before it at the next depth,
+ * read as one range written twice (B B E E once sorted): the same name, times and text of
+ * their B and of their E. */
 static int same_pair(const cprof_tev *ev, size_t b, size_t be, size_t c, size_t ce,
                      const char *text) {
     const cprof_tev *x = &ev[b], *y = &ev[c];
-    if (x->name != y->name || x->ts_ns != y->ts_ns || x->dur_ns != y->dur_ns || x->cat != y->cat ||
-        x->raw_len != y->raw_len || ev[be].raw_len != ev[ce].raw_len)
+    if (x->name != y->name || x->ts_ns != y->ts_ns || ev[be].ts_ns != ev[ce].ts_ns ||
+        x->cat != y->cat || x->raw_len != y->raw_len || ev[be].raw_len != ev[ce].raw_len)
         return 0;
     return !text || (memcmp(text + x->raw_off, text + y->raw_off, x->raw_len) == 0 &&
                      memcmp(text + ev[be].raw_off, text + ev[ce].raw_off, ev[be].raw_len) == 0);
@@ -122,42 +122,68 @@ static int same_text(const cprof_tev *ev, size_t a, size_t b, const char *text) 
            (!text || memcmp(text + x->raw_off, text + y->raw_off, x->raw_len) == 0);
 }
 
-/* At one instant of a thread, copies of one event are brought together before pairing, each
- * group where its first copy was written: a trace written twice whose ranges touch writes
- * E_fwd B_bwd there once and E_fwd B_bwd E_fwd B_bwd twice, which paired as written would
- * close the first copy's bwd with the second copy's E_fwd; grouped (E_fwd E_fwd B_bwd B_bwd)
- * each copy pairs with its own. An instant without copies keeps the order written; one with
- * more than RUN_MAX events (no trace writes that many at one µs on one thread) is left so. */
+/* A trace written twice whose ranges touch writes, at the instant one range ends and the next
+ * begins, E_fwd B_bwd once and E_fwd B_bwd E_fwd B_bwd twice: paired as written, the second
+ * copy's E_fwd would close the first copy's bwd. Where the events of a thread at one instant
+ * are two equal halves (the same texts in the same order), they are interleaved here, each
+ * event beside its copy (E_fwd E_fwd B_bwd B_bwd), so that each copy pairs with its own.
+ * Returns whether any instant was so. A trace written once can have such an instant too
+ * (E op B op E op B op: back-to-back calls within a µs): the caller keeps this order only if
+ * in it every pair has its twin. Instants with more than RUN_MAX events are left as written. */
 #define RUN_MAX 64
-static void group_copies(const cprof_tev *ev, keyed *v, size_t n, const char *text) {
+static int group_copies(const cprof_tev *ev, keyed *v, size_t n, const char *text) {
+    int moved = 0;
     for (size_t i = 0; i < n;) {
         size_t j = i + 1;
         while (j < n && v[j].pid == v[i].pid && v[j].tid == v[i].tid && v[j].ts == v[i].ts) j++;
-        size_t len = j - i;
-        if (len > 2 && len <= RUN_MAX) {
-            size_t grp[RUN_MAX];
-            for (size_t k = 0; k < len; k++) {
-                grp[k] = k;
-                for (size_t q = 0; q < k; q++)
-                    if (same_text(ev, v[i + q].idx, v[i + k].idx, text)) {
-                        grp[k] = grp[q];
-                        break;
-                    }
-            }
-            for (size_t k = 1; k < len; k++) { /* stable insertion sort by group */
-                keyed kv = v[i + k];
-                size_t g = grp[k], q = k;
-                while (q > 0 && grp[q - 1] > g) {
-                    v[i + q] = v[i + q - 1];
-                    grp[q] = grp[q - 1];
-                    q--;
+        size_t len = j - i, m = len / 2, k = 0;
+        if (len >= 2 && len % 2 == 0 && len <= RUN_MAX) {
+            while (k < m && same_text(ev, v[i + k].idx, v[i + m + k].idx, text)) k++;
+            if (k == m && m > 1) {
+                keyed tmp[RUN_MAX];
+                for (k = 0; k < m; k++) {
+                    tmp[2 * k] = v[i + k];
+                    tmp[2 * k + 1] = v[i + m + k];
                 }
-                v[i + q] = kv;
-                grp[q] = g;
+                memcpy(&v[i], tmp, len * sizeof *tmp);
+                moved = 1;
             }
         }
         i = j;
     }
+    return moved;
+}
+
+/* One pairing of the B / E events in order v (nothing written): each E ends the latest B
+ * still open on its thread. pb / pe: the pairs' B and E; twin: the B and E of each pair that
+ * repeats the range around it. Returns the pairs; *ntwin the twin entries (2 a pair). */
+static size_t pair_pass(const cprof_tev *ev, const keyed *v, size_t nbe, const char *text,
+                        size_t *open, size_t *last, size_t *pb, size_t *pe, size_t *twin,
+                        size_t *ntwin) {
+    size_t depth = 0, pairs = 0;
+    *ntwin = 0;
+    for (size_t q = 0; q < nbe; q++) {
+        if (q && (v[q].pid != v[q - 1].pid || v[q].tid != v[q - 1].tid)) depth = 0;
+        const cprof_tev *e = &ev[v[q].idx];
+        if (e->ph == 'B') {
+            open[depth++] = v[q].idx;
+            last[2 * depth] = SIZE_MAX; /* no child of this range paired yet */
+            continue;
+        }
+        if (!depth) continue; /* an E with no B open: stays E, counted as unpaired */
+        size_t bi = open[--depth];
+        if (!ev[bi].name) continue; /* a range with no name: both stay, unpaired */
+        pb[pairs] = bi;
+        pe[pairs++] = v[q].idx;
+        size_t c = last[2 * (depth + 1)], ce = last[2 * (depth + 1) + 1];
+        if (c != SIZE_MAX && same_pair(ev, bi, v[q].idx, c, ce, text)) {
+            twin[(*ntwin)++] = c; /* the inner one: its B was written later, its E earlier */
+            twin[(*ntwin)++] = ce;
+        }
+        last[2 * depth] = bi;
+        last[2 * depth + 1] = v[q].idx;
+    }
+    return pairs;
 }
 
 int cprof_tevs_pair_begin_end(cprof_tev *ev, size_t n, const char *text) {
@@ -167,17 +193,16 @@ int cprof_tevs_pair_begin_end(cprof_tev *ev, size_t n, const char *text) {
         repeats += ev[i].skip == CPROF_TSKIP_DUPLICATE;
     }
     if (!nbe) return CPROF_OK;
-    keyed *v = malloc(nbe * sizeof *v);
+    keyed *v = malloc(2 * nbe * sizeof *v);
     size_t *open = malloc(nbe * sizeof *open);
-    /* last[2d], last[2d + 1]: the B and E of the range last paired at depth d since the range
-     * open at d - 1 began (SIZE_MAX: none); twin: the B and E of each pair that repeats the
-     * range around it */
     size_t *last = malloc(2 * (nbe + 1) * sizeof *last);
-    size_t *twin = malloc(nbe * sizeof *twin);
-    if (!v || !open || !last || !twin) {
+    size_t *pairs_buf = malloc(4 * nbe * sizeof *pairs_buf); /* two pairings' B and E */
+    size_t *twin = malloc(2 * nbe * sizeof *twin);           /* two pairings' twins */
+    if (!v || !open || !last || !pairs_buf || !twin) {
         free(v);
         free(open);
         free(last);
+        free(pairs_buf);
         free(twin);
         return CPROF_E_NOMEM;
     }
@@ -187,45 +212,46 @@ int cprof_tevs_pair_begin_end(cprof_tev *ev, size_t n, const char *text) {
     /* by thread and time; at one time, in the order written (the Trace Event Format's rule:
      * an E ends the latest B still open on its thread) */
     qsort(v, nbe, sizeof *v, cmp_keyed);
-    group_copies(ev, v, nbe, text);
-    size_t depth = 0, pairs = 0, ntwin = 0;
-    for (size_t q = 0; q < nbe; q++) {
-        if (q && (v[q].pid != v[q - 1].pid || v[q].tid != v[q - 1].tid)) depth = 0;
-        cprof_tev *e = &ev[v[q].idx];
-        if (e->ph == 'B') {
-            open[depth++] = v[q].idx;
-            last[2 * depth] = SIZE_MAX; /* no child of this range paired yet */
-            continue;
+    size_t *pb = pairs_buf, *pe = pairs_buf + nbe, *tw = twin, ntw;
+    size_t pairs = pair_pass(ev, v, nbe, text, open, last, pb, pe, tw, &ntw);
+    if (!(ntw / 2 >= 2 && ntw == pairs)) {
+        /* not read as written twice: it may be one whose ranges touch (E_fwd B_bwd E_fwd
+         * B_bwd at an instant); the pairing of the copies grouped is taken only if in it every
+         * pair has its twin, else the order written stands (grouping may change the pairing
+         * of a trace that repeats an event at one instant truly) */
+        keyed *g = v + nbe;
+        memcpy(g, v, nbe * sizeof *v);
+        if (group_copies(ev, g, nbe, text)) {
+            size_t *pb2 = pairs_buf + 2 * nbe, *pe2 = pairs_buf + 3 * nbe, *tw2 = twin + nbe, ntw2;
+            size_t pairs2 = pair_pass(ev, g, nbe, text, open, last, pb2, pe2, tw2, &ntw2);
+            if (ntw2 / 2 >= 2 && ntw2 == pairs2) {
+                pb = pb2;
+                pe = pe2;
+                tw = tw2;
+                pairs = pairs2;
+                ntw = ntw2;
+            }
         }
-        if (!depth) continue; /* an E with no B open: stays E, counted as unpaired */
-        size_t bi = open[--depth];
-        cprof_tev *b = &ev[bi];
-        if (!b->name) continue; /* a range with no name: both stay, unpaired */
-        b->ph = 'X';
-        b->dur_ns = e->ts_ns - b->ts_ns;
-        e->ph = 0; /* its end is the range's end now */
-        pairs++;
-        size_t c = last[2 * (depth + 1)], ce = last[2 * (depth + 1) + 1];
-        if (c != SIZE_MAX && same_pair(ev, bi, v[q].idx, c, ce, text)) {
-            twin[ntwin++] = c; /* the inner one: its B was written later, its E earlier */
-            twin[ntwin++] = ce;
-        }
-        last[2 * depth] = bi;
-        last[2 * depth + 1] = v[q].idx;
+    }
+    for (size_t k = 0; k < pairs; k++) {
+        ev[pb[k]].ph = 'X';
+        ev[pb[k]].dur_ns = ev[pe[k]].ts_ns - ev[pb[k]].ts_ns;
+        ev[pe[k]].ph = 0; /* its end is the range's end now */
     }
     /* A recursion within one µs writes such a twin truly (whole-µs traces): twins are taken
      * for repeats only where the trace was written twice, by the evidence of its other
      * events (decision 117 found repeated X / flow events) or of its pairs (every pair has
      * its twin, and there are at least two) */
-    if (ntwin && (repeats || (ntwin / 2 >= 2 && ntwin == pairs)))
-        for (size_t k = 0; k < ntwin; k++) {
-            ev[twin[k]].skip = CPROF_TSKIP_DUPLICATE; /* both events counted, as repeats */
-            ev[twin[k]].ph = 0;
-            ev[twin[k]].kind = CPROF_TK_OTHER;
+    if (ntw && (repeats || (ntw / 2 >= 2 && ntw == pairs)))
+        for (size_t k = 0; k < ntw; k++) {
+            ev[tw[k]].skip = CPROF_TSKIP_DUPLICATE; /* both events counted, as repeats */
+            ev[tw[k]].ph = 0;
+            ev[tw[k]].kind = CPROF_TK_OTHER;
         }
     free(v);
     free(open);
     free(last);
+    free(pairs_buf);
     free(twin);
     return CPROF_OK;
 }

@@ -133,6 +133,29 @@ print(json.dumps(got))
     assert "aten::sum" in out["cprof"] and "aten::ones" in out["cprof"]
 
 
+def test_itt_capture_refused_under_torch_profiler_leaves_itt_annotations_alone(tmp_path):
+    """Review 6: under ITT capture, a cprof window opened inside torch.profiler cannot have
+    torch's ITT state; the recording flag was set before trying and stayed on, so the
+    program's own itt.mark became an operator row, the symptom of apisurface F5."""
+    out = run_py(HELPERS + """
+import warnings
+import cprof
+import torch
+import torch.profiler as tp
+warnings.simplefilter("ignore")
+with tp.profile(activities=[tp.ProfilerActivity.CPU]):
+    with cprof.profile(activities=["CPU"]) as p:
+        tp.itt.mark("itt_mark_in_cprof_under_torch")
+        torch.ones(2).add(1)
+names = [e.name for e in p.events()]
+with cprof.profile(activities=["CPU"]) as p2:  # and ITT capture still works afterwards
+    torch.ones(2).add(1)
+print(json.dumps({"names": names, "after": [e.name for e in p2.events()]}))
+""", tmp_path, env={"CPROF_OPS_CAPTURE": "itt"})
+    assert not any(n.startswith("itt_") for n in out["names"]), out
+    assert "aten::add" in out["after"], out
+
+
 def test_schedule_windows_record_the_active_steps_only(tmp_path):
     out = run_py(HELPERS + """
 import cprof

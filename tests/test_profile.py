@@ -1646,3 +1646,21 @@ def test_events_kept_from_an_earlier_window_export_their_own_events(tmp_path):
     assert "window1_range" in names and "window2_range" not in names
     with pytest.raises(RuntimeError, match="last window"):
         kept[0].export_stacks(str(tmp_path / "s.txt"))
+
+
+def test_acc_events_list_exports_every_window(tmp_path):
+    """Review 6: with acc_events, events() covers every window but its export_chrome_trace
+    wrote the last window only; it now writes its own events, as torch's EventList does."""
+    sched = cprof.schedule(wait=0, warmup=0, active=1, repeat=3)
+    with cprof.profile(activities=CPU, schedule=sched, acc_events=True,
+                       on_trace_ready=lambda p: None) as p:
+        for i in range(3):
+            with cprof.range(f"cycle{i}"):
+                pass
+            p.step()
+    ev = p.events()
+    assert {e.name for e in ev if e.name.startswith("cycle")} == {"cycle0", "cycle1", "cycle2"}
+    path = ev.export_chrome_trace(str(tmp_path / "acc.json"))
+    with open(path) as f:
+        got = {e.get("name") for e in json.load(f)}
+    assert {"cycle0", "cycle1", "cycle2"} <= got

@@ -1743,3 +1743,16 @@ def test_touching_begin_end_ranges_written_twice_are_counted_once():
     z = [dict(u, ph="B", name="a", ts=0), dict(u, ph="E", name="a", ts=5),
          dict(u, ph="B", name="z", ts=5), dict(u, ph="E", name="z", ts=5)]
     assert {r["name"]: r["calls"] for r in report_events(z)["ranges"]} == {"a": 1, "z": 1}
+    # review 6: an instant that repeats an event truly (three back-to-back calls of op, the
+    # middle one under 1 µs: E op, B op, E op, B op at ts 5) is paired in the order written;
+    # grouping its copies there closed step with the second E op
+    legit = [dict(u, ph="B", name="step", ts=0),
+             dict(u, ph="B", name="op", ts=1), dict(u, ph="E", name="op", ts=5),
+             dict(u, ph="B", name="op", ts=5), dict(u, ph="E", name="op", ts=5),
+             dict(u, ph="B", name="op", ts=5), dict(u, ph="E", name="op", ts=6),
+             dict(u, ph="E", name="step", ts=10)]
+    r = report_events(legit)
+    assert rows(r) == {"step": (1, 10), "op": (3, 5)}
+    assert r["trace"]["skipped"]["total"] == 0
+    r2 = report_events(legit * 2)  # and written twice, counted once
+    assert rows(r2) == rows(r) and r2["trace"]["skipped"]["duplicate"] == 8  # 4 ranges
