@@ -36,15 +36,6 @@ static int host_collective(const cprof_trace *t, const cprof_tev *e) {
             starts_with(t, e->name, "ucc:"));
 }
 
-typedef struct ival {
-    int64_t s, e;
-} ival;
-
-static int cmp_ival(const void *a, const void *b) {
-    const ival *x = a, *y = b;
-    return (x->s > y->s) - (x->s < y->s);
-}
-
 /* The host collectives' count and the time they cover (their union: async collectives
  * overlap). 0 or CPROF_E_NOMEM. */
 static int host_collectives(const cprof_trace *t, const cprof_tev *ev, size_t n, uint64_t *count,
@@ -55,13 +46,13 @@ static int host_collectives(const cprof_trace *t, const cprof_tev *ev, size_t n,
     *count = m;
     *covered = 0;
     if (!m) return CPROF_OK;
-    ival *v = malloc(m * sizeof *v);
+    cprof_ival *v = malloc(m * sizeof *v);
     if (!v) return CPROF_E_NOMEM;
     m = 0;
     for (size_t i = 0; i < n; i++)
         if (ev[i].ph == 'X' && ev[i].dur_ns >= 0 && host_collective(t, &ev[i]))
-            v[m++] = (ival){ev[i].ts_ns, sat_add(ev[i].ts_ns, ev[i].dur_ns)};
-    qsort(v, m, sizeof *v, cmp_ival);
+            v[m++] = (cprof_ival){ev[i].ts_ns, sat_add(ev[i].ts_ns, ev[i].dur_ns)};
+    qsort(v, m, sizeof *v, cprof_ival_cmp);
     int64_t cs = v[0].s, ce = v[0].e;
     for (size_t i = 1; i < m; i++) {
         if (v[i].s > ce) {

@@ -54,12 +54,10 @@ static int cmp_stream_start(const void *a, const void *b) {
     return (x->s > y->s) - (x->s < y->s);
 }
 
-typedef struct span {
-    int64_t s, e;
-} span;
+typedef cprof_ival span;
 
-static int cmp_span(const void *a, const void *b) {
-    const span *x = a, *y = b;
+int cprof_ival_cmp(const void *a, const void *b) {
+    const cprof_ival *x = a, *y = b;
     return (x->s > y->s) - (x->s < y->s);
 }
 
@@ -351,7 +349,7 @@ int cprof_gaps_report(const cprof_trace *t, const cprof_report_opts *o, int64_t 
             sy[ks++] = (span){e->ts_ns, e->ts_ns + e->dur_ns};
         }
     }
-    qsort(sy, nsync, sizeof *sy, cmp_span);
+    qsort(sy, nsync, sizeof *sy, cprof_ival_cmp);
     for (size_t i = 0; i < nsync; i++) pmax[i] = i && pmax[i - 1] > sy[i].e ? pmax[i - 1] : sy[i].e;
 
     /* per stream busy time (union per stream) */

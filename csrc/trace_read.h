@@ -172,6 +172,13 @@ int cprof_trace_rank_view(const cprof_trace *t, size_t k, cprof_trace **out);
  * says where each input's events lie, else the first input of each rank; 0 otherwise. */
 int cprof_trace_merged_view_starts(const cprof_trace *t, size_t k);
 
+/* ---- trace_gaps.c: intervals ---- */
+/* A time interval [s, e) in ns; cprof_ival_cmp orders them by start (for qsort). */
+typedef struct cprof_ival {
+    int64_t s, e;
+} cprof_ival;
+int cprof_ival_cmp(const void *a, const void *b);
+
 /* ---- trace_dedup.c ---- */
 /* Marks each range or flow event ('X', 'B', 'E', 's', 't', 'f') that repeats an earlier one
  * exactly (ph, name, ts, dur, pid, tid, ids, and the raw text when text, the buffer raw_off
