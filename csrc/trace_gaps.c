@@ -260,7 +260,8 @@ static int piece_kind(const cprof_tev *ev, const corr_map *cm, int64_t first, in
         int64_t ls = ev[launch].ts_ns, le = ls + (ev[launch].dur_ns > 0 ? ev[launch].dur_ns : 0);
         if (le > s) {
             int64_t a = ls > s ? ls : s, b = le < e ? le : e;
-            *launching = b > a && (b - a) * 100 >= (e - s) * LAUNCH_DENSITY_PCT;
+            /* in doubles: times reach 2^61 ns, a hundredfold overflows (found by the fuzzer) */
+            *launching = b > a && (double)(b - a) * 100.0 >= (double)(e - s) * LAUNCH_DENSITY_PCT;
             return GAP_HOST;
         }
     }

@@ -176,7 +176,9 @@ def test_ranges_measure_sleeps_truly():
         snap.close()
     assert len(durs) == 5
     gaps = [s - d for d, s in zip(durs, spans)]
-    assert all(g > 0 for g in gaps), gaps  # the range is inside the bracket
+    # the range is inside the bracket, to the TSC clock's agreement with CLOCK_MONOTONIC (it is
+    # steered within ~100 ns of it: 52 ns over was seen on a loaded VM under ASan)
+    assert all(g > -1_000 for g in gaps), gaps
     # ... and not much shorter: in the quietest sample (on a 2-core VM a preemption between
     # the bracket's read and the range's open can add a millisecond to any one of them)
     assert min(gaps) < 200_000, gaps
