@@ -223,25 +223,21 @@ def _nest(evs):
     is counted once, never in two events' self times (decision 155). Async events (ended on
     another thread) take no time and are no parent; their _parent serves only their Python
     stack and the walk to a launch's owner."""
-    stack = []  # begun and not known to have ended, begin order
-    live = []   # the same without async events: who owns the time
-    now = None
+    live = []  # the events begun and not yet charged to their end (async ones never), in
+    now = None  # begin order; ended ones lie buried under a longer-lived one till it ends
     for ev in evs:
         s, e = ev._ns
-        while stack and stack[-1]._ns[1] <= s:
-            stack.pop()
         parent = None
-        for cand in reversed(stack):
+        for cand in reversed(live):
             if cand._ns[1] >= e and cand._ns[1] > s:
                 parent = cand
                 break
         if ev.is_async:
-            ev._parent = parent or (stack[-1] if stack else None)
+            ev._parent = parent or next((c for c in reversed(live) if c._ns[1] > s), None)
             continue
         ev._parent = parent
         now = _give_time(live, now, s)
         ev.self_cpu_time_total = 0.0
-        stack.append(ev)
         live.append(ev)
     _give_time(live, now, None)
 
@@ -262,7 +258,9 @@ def _give_time(live, now, until):
         upto = end if until is None or end < until else until
         top.self_cpu_time_total += (upto - now) / 1000.0
         now = upto
-    return now if until is None or (now is not None and now >= until) else until
+    if until is None:
+        return now
+    return until if now is None or now < until else now
 
 
 def _build(window, first_id=None):
