@@ -964,7 +964,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         Python writers (torch.profiler.tensorboard_trace_handler passes it): cprof has one
         writer, in C, and takes the argument so torch's handler works unchanged."""
         w = self._data("export")
-        given = os.fspath(path)
+        given = os.path.expanduser(os.fspath(path))  # "~/t.json", as output_dir= is taken
         path = write_target(given)
         if not is_stream(path):  # /dev/null: written into, its directory need not be writable
             check_output_dir(os.path.dirname(path) or ".", "pass export_chrome_trace a path in "
@@ -1150,7 +1150,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                 "recorded without it, so it has no Python stacks; profile with "
                 "with_stack=True (the window's other exports still work)")
         from ._results import export_stacks
-        path = os.fspath(path)
+        path = os.path.expanduser(os.fspath(path))
         if not is_stream(path):
             check_output_dir(os.path.dirname(path) or ".", "pass export_stacks a path in a "
                              "directory you can write to")
@@ -1241,7 +1241,7 @@ def tensorboard_trace_handler(dir_name, worker_name=None, use_gzip=False,
     in ``distributedInfo``), the layout TensorBoard's profiler plugin and HTA read. The directory is created (and checked) now, so a bad one fails before any
     profiling. use_python_export is torch's choice of its exporter, accepted: cprof has one
     writer, in C."""
-    dir_name = os.fspath(dir_name)
+    dir_name = os.path.expanduser(os.fspath(dir_name))
     fix = "pass tensorboard_trace_handler a directory you can write to"
     check_output_dir(dir_name, fix)
     if worker_name:  # checked now, as the directory: not after a whole window was profiled

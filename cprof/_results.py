@@ -839,7 +839,7 @@ class EventList(list):
         if any(isinstance(e, FunctionEventAvg) for e in self):
             raise TypeError("cprof: EventList.export_chrome_trace writes events (prof.events() "
                             "or a list of them), not key_averages() rows")
-        path = os.fspath(path)
+        path = os.path.expanduser(os.fspath(path))
         data = _legacy_trace(self, self.use_device or "cuda").encode("utf-8")
         if path.endswith(".gz"):
             import gzip

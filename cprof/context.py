@@ -66,22 +66,23 @@ def _say(line):
         pass
 
 
-def check_profile_name(profile_name):
-    """A ValueError unless profile_name can be the start of a file name in any directory."""
+def check_profile_name(profile_name, what="profile_name"):
+    """A ValueError unless profile_name can be the start of a file name in any directory
+    (what: the argument's name in the message, ProfilerConfig.run_name for a directory)."""
     if (not isinstance(profile_name, str) or profile_name in ("", ".", "..")
             or "/" in profile_name or any(c < " " or c == "\x7f" for c in profile_name)):
         raise ValueError(
-            f"cprof: profile_name must be a file name (not '.' or '..', without '/' or "
+            f"cprof: {what} must be a file name (not '.' or '..', without '/' or "
             f"control characters such as a newline), got {profile_name!r}"
         )
     try:
         os.fsencode(profile_name)
     except UnicodeError:
-        raise ValueError(f"cprof: profile_name {profile_name!r} cannot be a file name on "
+        raise ValueError(f"cprof: {what} {profile_name!r} cannot be a file name on "
                          "this system (it has characters the file system encoding cannot "
                          "write); pass another") from None
     if len(os.fsencode(profile_name)) > 200:
-        raise ValueError(f"cprof: profile_name is {len(os.fsencode(profile_name))} bytes; "
+        raise ValueError(f"cprof: {what} is {len(os.fsencode(profile_name))} bytes; "
                          "file names are limited to 255 bytes with the -rankR-N.trace.json.gz "
                          "suffix, so keep it under 200")
 
@@ -89,8 +90,10 @@ def check_profile_name(profile_name):
 def default_output_dir():
     """$CPROF_PROFILER_DIR when set (read at each call), else $CPROF_TORCH_PROFILER_DIR, else
     /tmp/cprof_profiles."""
-    return os.path.expanduser(os.environ.get(ENV_DIR) or os.environ.get(ENV_DIR_ALIAS)
-                              or DEFAULT_DIR)
+    # a value of blanks only is a slip (CPROF_PROFILER_DIR=" "), not a directory named so
+    return os.path.expanduser((os.environ.get(ENV_DIR) or "").strip() and os.environ[ENV_DIR]
+                              or (os.environ.get(ENV_DIR_ALIAS) or "").strip()
+                              and os.environ[ENV_DIR_ALIAS] or DEFAULT_DIR)
 
 
 def normalize_activities(activities):

@@ -111,16 +111,18 @@ class ProfilerConfig:
             v = getattr(self, name)
             setattr(self, name, _whole(v, f"ProfilerConfig.{name}", "with argparse use type=int"))
         try:
-            self.output_dir = os.fspath(self.output_dir)
+            self.output_dir = os.path.expanduser(os.fspath(self.output_dir))
         except TypeError:
             raise TypeError(f"cprof: ProfilerConfig.output_dir must be a path, got "
                             f"{self.output_dir!r}") from None
-        if self.run_name is not None and (
-                not isinstance(self.run_name, str) or self.run_name in ("", ".", "..")
-                or "/" in self.run_name or "\\" in self.run_name or "\0" in self.run_name):
-            raise ValueError(f"cprof: ProfilerConfig.run_name must be a directory name (no '/', "
-                             f"not '.' or '..'), or None for a generated one; got "
-                             f"{self.run_name!r}")
+        if self.run_name is not None:
+            if isinstance(self.run_name, str) and "\\" in self.run_name:
+                raise ValueError("cprof: ProfilerConfig.run_name must be a directory name "
+                                 f"(no '/' or '\\'), or None for a generated one; got "
+                                 f"{self.run_name!r}")
+            from .context import check_profile_name
+            check_profile_name(self.run_name, "ProfilerConfig.run_name (a directory name, or "
+                               "None for a generated one)")
         if self.kv_len_reduce not in KV_REDUCTIONS:
             raise ValueError(f"cprof: kv_len_reduce={self.kv_len_reduce!r} is not one of "
                              f"{', '.join(KV_REDUCTIONS)}")
@@ -514,7 +516,7 @@ class Profiler:
         index = len(self.runs)
         # what summary.json will hold: numpy / torch scalars as numbers, NaN as null, a label
         # as text (bsz=np.int64(8), label=3 made save_all fail after the runs were collected)
-        self._run = _RunInfo(index, bsz, None if label is None else str(label),
+        self._run = _RunInfo(index, bsz, None if label is None else _clean_text(str(label)),
                              warmup=index < self.cfg.warmup_runs)
         self._run.extra = _jsonable(meta)
         self.runs.append(self._run)
@@ -824,7 +826,7 @@ class Profiler:
         return build_summary(self)
 
     def _target_dir(self, output_dir, what):
-        d = self.output_dir if output_dir is None else os.fspath(output_dir)
+        d = self.output_dir if output_dir is None else os.path.expanduser(os.fspath(output_dir))
         check_output_dir(d, f"pass {what}(output_dir=...) to write elsewhere (nothing "
                             "recorded is lost: prof.summary() still has it)")
         return d
@@ -1081,19 +1083,27 @@ def _jsonable(obj):
         return repr(obj)
 
 
+def _clean_text(s):
+    """s with each lone surrogate (a label from os.fsdecode, '\\ud800') as U+FFFD, one per byte
+    it cannot be encoded in, as range names in a trace: UTF-8 files and stdout refuse them."""
+    return s.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
 def _write_text(path, text):
     tmp = None
     try:
         tmp, fd = create_temp(path)  # O_EXCL: a file planted at the name is never written
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+            f.write(_clean_text(text))
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:
         try:
             if tmp is not None:
                 os.unlink(tmp)
         except OSError:
             pass
+        if not isinstance(exc, OSError):
+            raise
         raise _C.TraceWriteError(exc.errno or 5, f"cprof: {path!r} cannot be written "
                                  f"({exc.strerror}); pass output_dir=... to save_all() / "
                                  "save_config() to write elsewhere (prof.summary() still has "

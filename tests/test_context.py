@@ -194,6 +194,8 @@ def test_output_dir_expands_user_and_env_alias(tmp_path, monkeypatch):
     assert cprof.ProfilerContext().output_dir == str(tmp_path / "alias")
     monkeypatch.setenv("CPROF_PROFILER_DIR", str(tmp_path / "main"))  # the documented one wins
     assert cprof.ProfilerContext().output_dir == str(tmp_path / "main")
+    monkeypatch.setenv("CPROF_PROFILER_DIR", "  ")  # blanks only: a slip, not a directory
+    assert cprof.ProfilerContext().output_dir == str(tmp_path / "alias")
 
 
 def test_relative_output_dir_survives_a_chdir_in_the_window(tmp_path, monkeypatch):

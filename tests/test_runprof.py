@@ -74,8 +74,10 @@ def test_from_args_precedence():
     ({"kv_bins": []}, "non-empty"),
     ({"warmup_runs": -1}, "warmup_runs"),
     ({"kv_bins": [0, float("inf")]}, "finite"),
-    ({"run_name": "a/b"}, "no '/'"),
+    ({"run_name": "a/b"}, "without '/'"),
     ({"run_name": ".."}, "directory name"),
+    ({"run_name": "x\ny"}, "control characters"),  # a directory named with a newline
+    ({"run_name": "s\ud800"}, "cannot be a file name"),  # was a bare UnicodeEncodeError
 ])
 def test_bad_config_names_the_fix(kw, needle):
     with pytest.raises(ValueError, match=needle):
@@ -1144,6 +1146,42 @@ def test_bsz_and_label_of_any_kind_keep_summary_json_valid(tmp_path):
     s = json.loads(open(paths[0]).read())
     assert [(r["meta"]["bsz"], r["meta"]["label"]) for r in s["runs"]] == \
         [(8, "3"), (4, None), (None, "x"), (2.5, "y")]
+
+
+def test_a_label_with_lone_surrogates_is_reported(tmp_path, capsys):
+    """A label from os.fsdecode (b'\\xff' -> '\\udcff') or '\\ud800' made end_run's print and
+    save_all's report.md raise UnicodeEncodeError, report.md lost and its temp file left: the
+    label reads U+FFFD, as a range name in a trace."""
+    prof = make(tmp_path, warmup_runs=0, print_per_run=True)
+    for label in (os.fsdecode(b"batch_\xff.jsonl"), "x\ud800"):
+        prof.begin_run(bsz=1, label=label, source="m\udcfe")
+        with prof.step_timing_ctx():
+            prof.set_step_tokens(1)
+        prof.end_run()
+    assert "batch_\ufffd\ufffd\ufffd.jsonl" in capsys.readouterr().out
+    sp, rp = prof.save_all()
+    assert sorted(os.listdir(prof.output_dir)) == ["report.md", "summary.json"]  # no temp left
+    md = open(rp, encoding="utf-8").read()
+    assert "batch_\ufffd\ufffd\ufffd.jsonl" in md and "x\ufffd\ufffd\ufffd" in md
+    labels = [r["meta"]["label"] for r in json.load(open(sp))["runs"]]
+    assert labels == ["batch_\ufffd\ufffd\ufffd.jsonl", "x\ufffd\ufffd\ufffd"]
+
+
+def test_output_dirs_expand_the_home_directory(tmp_path, monkeypatch):
+    """ProfilerContext took "~/x" as $HOME/x, the Profiler and the exports as ./~/x."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    prof = cprof.Profiler(cprof.ProfilerConfig(output_dir="~/out", run_name="r",
+                                               print_per_run=False), timing="host")
+    assert prof.output_dir == str(tmp_path / "home" / "out" / "r")
+    sp, _ = prof.save_all(output_dir="~/elsewhere")
+    assert sp == str(tmp_path / "home" / "elsewhere" / "summary.json") and os.path.exists(sp)
+    with cprof.profile() as p:
+        with cprof.range("r"):
+            pass
+    assert p.export_chrome_trace("~/t.json") == str(tmp_path / "home" / "t.json")
+    assert p.events().export_chrome_trace("~/e.json") == str(tmp_path / "home" / "e.json")
+    assert not os.path.exists(tmp_path / "~")
 
 
 def test_two_profilers_never_share_a_run_directory(tmp_path):
