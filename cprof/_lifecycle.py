@@ -49,6 +49,7 @@ import threading
 import warnings
 
 _running = []          # (profile, owner) of each started profiler, oldest first
+_unsaved = []          # contexts whose trace could not be written and waits for save()
 _pid = None            # the process that registered them
 _last_exc_at_open = None
 _handler_installed = False
@@ -117,6 +118,18 @@ def closed(key):
         _remove_process_end_hooks()
     if not _critical_threads and not _terminating:
         _sync_sigterm()
+
+
+def keep_unsaved(owner):
+    """owner's closed window could not be written and waits for save(): if the process ends
+    first, owner._write_unsaved("exit") writes it elsewhere (nothing may be lost silently)."""
+    if not any(o is owner for o in _unsaved):
+        _unsaved.append(owner)
+
+
+def saved(owner):
+    """owner's unsaved window was written (or given up by its owner)."""
+    _unsaved[:] = [o for o in _unsaved if o is not owner]
 
 
 def running():
@@ -395,12 +408,19 @@ def _end(owner, reason):
 
 
 def _at_exit():
-    if _pid != os.getpid() or not _running:
+    if _pid != os.getpid():
         return
     exc = _last_exc()
     reason = "exit" if exc is None or exc is _last_exc_at_open else type(exc).__name__
     for _, owner in reversed(list(_running)):
         _end(owner, reason)
+    for owner in list(_unsaved):  # failed writes no save() came for: written elsewhere
+        try:
+            owner._write_unsaved("the program's end")
+        except Exception as err:  # noqa: BLE001 - the process is ending: say so
+            warnings.warn(f"cprof: an unsaved trace could not be written at exit: {err}",
+                          RuntimeWarning, stacklevel=2)
+    _unsaved.clear()
 
 
 # ---- fork ----
@@ -410,6 +430,7 @@ def _after_fork_child():
     forks += 1
     running = list(_running) if _pid is not None else []
     _running.clear()
+    _unsaved.clear()  # the parent's unsaved traces are the parent's to write
     _pid = None
     _term_pending = 0
     for ident in [i for i in _critical_threads if i != threading.get_ident()]:

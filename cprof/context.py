@@ -281,6 +281,8 @@ class ProfilerContext:
         # before the window opens: nothing to lose yet
         self._cwd = None
         check_output_dir(self.output_dir, self._dir_fix())
+        if self._unsaved_err is not None or self._memory_err is not None:
+            self._write_unsaved("this context was entered again")  # never saved
         try:
             self._cwd = os.getcwd()
         except OSError:
@@ -368,6 +370,10 @@ class ProfilerContext:
                 if self._save_unreachable:  # no one can call save(): written elsewhere
                     self._write_instead(err)
                     return False
+                # kept for save(); written elsewhere if the program ends (or the context is
+                # entered again) first: a plain `with ctx:` has no one to catch this error
+                self._unsaved_err = err
+                _lifecycle.keep_unsaved(self)
                 if exc_type is None:
                     raise
                 # the user's exception wins; the data stays in memory for save(). The error
@@ -402,6 +408,33 @@ class ProfilerContext:
     # True where no one can call save() after a failed write: the process is ending, or the
     # window was one call of a profile_function (its caller never sees this object)
     _save_unreachable = False
+    _unsaved_err = None  # the error of a failed write whose data waits for save()
+    _memory_err = None  # the same for the memory snapshot (save_memory_snapshot())
+
+    def _write_unsaved(self, when):
+        """The last window's trace (or memory snapshot) could not be written and save() did
+        not come before `when` (the program's end, the context entered again): it is written
+        to the temporary directory, else the current one, with a warning saying where (or
+        that it is lost)."""
+        err, self._unsaved_err = self._unsaved_err, None
+        merr, self._memory_err = self._memory_err, None
+        _lifecycle.saved(self)
+        mem = self._prof.memory
+        if merr is not None and mem and mem.get("pending"):
+            self._write_memory_instead(merr)
+        if err is None or self._window is None or self._window.snapshot is None:
+            return None
+        keep = self.output_dir  # the next window still goes where it was asked to
+        path, why, failures = save_instead(self, err)
+        self.output_dir = keep
+        if path is not None:
+            _warn.warn(f"cprof: the trace could not be written ({why}) and save() was not "
+                       f"called before {when}; it was written to {path} instead")
+        else:
+            _warn.warn(f"cprof: the trace could not be written ({why}) and save() was not "
+                       f"called before {when}; nor in {'; '.join(failures)}: the trace is "
+                       "lost")
+        return path
 
     def _write_instead(self, err):
         """The trace could not be written where asked (err) and no one can call save(): it
@@ -465,6 +498,8 @@ class ProfilerContext:
             _warn.warn(f"cprof: {_why(err)}; the snapshot is kept in memory: call "
                        "ctx.save_memory_snapshot(path) to write it elsewhere (until the next "
                        "window)")
+            self._memory_err = err  # written elsewhere if the program ends first
+            _lifecycle.keep_unsaved(self)
             return
         if path is not None:
             self._memory_written(path)
@@ -490,6 +525,9 @@ class ProfilerContext:
 
     def _memory_written(self, path):
         self._prof.memory.pop("pending", None)
+        self._memory_err = None
+        if self._unsaved_err is None:
+            _lifecycle.saved(self)
         self.memory_paths.append(path)
         if self.verbose:
             _say(f"cprof: memory snapshot written to {path} (open it at "
@@ -600,7 +638,11 @@ class ProfilerContext:
         if not is_stream(path):  # /dev/null: written into, its directory need not be writable
             check_output_dir(os.path.dirname(path) or ".", "pass save() a path in a "
                              "directory you can write to (the data is kept until then)")
-        return self._write(path, replace=replace)
+        result = self._write(path, replace=replace)
+        self._unsaved_err = None
+        if self._memory_err is None:
+            _lifecycle.saved(self)
+        return result
 
     @property
     def trace_written(self):

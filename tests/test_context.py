@@ -362,6 +362,60 @@ def test_failed_write_keeps_data_for_save(tmp_path, monkeypatch):
     assert not any(p.name.endswith(".tmp") for p in (tmp_path / "elsewhere").iterdir())
 
 
+def test_a_failed_write_no_save_came_for_is_written_at_exit(tmp_path):
+    """Seed 000's plain `with ctx:`: the failed write's TraceWriteError ("call save(path)")
+    ends the program, and the trace was lost with it; it is written to the temporary
+    directory at exit, with a warning naming it. Also when the block raised first."""
+    import subprocess
+    import sys
+    from conftest import ROOT
+    for raises in (False, True):
+        tmp = tmp_path / f"tmp{raises}"
+        tmp.mkdir()
+        code = (f"import os, sys; sys.path.insert(0, {ROOT!r}); import cprof\n"
+                f"with cprof.ProfilerContext(output_dir={str(tmp_path / 'out')!r}, "
+                "profile_name='lost', verbose=False, activities=['CPU'], with_stack=False):\n"
+                "    with cprof.range('precious'): pass\n"
+                f"    os.rmdir({str(tmp_path / 'out')!r})\n"
+                + ("    raise KeyError('users own')\n" if raises else ""))
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=dict(os.environ, TMPDIR=str(tmp)), timeout=120)
+        assert r.returncode == 1
+        assert ("KeyError: 'users own'" if raises else "TraceWriteError") in r.stderr
+        saved = tmp / "lost.trace.json.gz"
+        assert f"save() was not called before the program's end; it was written to {saved}" \
+            in r.stderr, r.stderr
+        assert [e["name"] for e in ranges_of(load_trace(saved))] == ["precious"]
+
+
+def test_a_failed_write_is_written_elsewhere_when_the_context_is_entered_again(
+        tmp_path, monkeypatch):
+    """Entering the context again released the unsaved window without a word."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read $TMPDIR again
+    out = tmp_path / "out"
+    ctx = cprof.ProfilerContext(output_dir=out, profile_name="again", verbose=False,
+                                activities=["CPU"], with_stack=False)
+    with pytest.raises(cprof.TraceWriteError):
+        with ctx:
+            with cprof.range("first"):
+                pass
+            os.rmdir(out)
+    with pytest.warns(RuntimeWarning, match="entered again; it was written to .*again"):
+        with ctx:
+            with cprof.range("second"):
+                pass
+    first = tmp_path / "tmp" / "again.trace.json.gz"
+    assert [e["name"] for e in ranges_of(load_trace(first))] == ["first"]
+    # the second window went where it was asked, not where the first was rescued to
+    assert ctx.trace_path == out / "again.trace.json.gz"
+    assert [e["name"] for e in ranges_of(load_trace(ctx.trace_path))] == ["second"]
+    with pytest.raises(cprof.WindowStateError, match="already written"):
+        ctx.save(tmp_path / "x.json")
+
+
 def test_save_into_a_directory_writes_there_under_the_traces_name(tmp_path):
     out = tmp_path / "out"
     ctx = cprof.ProfilerContext(output_dir=out, profile_name="lost", verbose=False,

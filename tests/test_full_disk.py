@@ -82,6 +82,24 @@ def test_snapshot_on_full_disk_leaves_no_temp_file_and_is_kept_for_save(tmp_path
     assert ctx.save_memory_snapshot(path, replace=True) == path
 
 
+def test_an_unsaved_snapshot_goes_to_tmpdir_when_the_context_is_entered_again(
+        tmp_path, fake_cuda, monkeypatch):
+    """The next window released the snapshot no save_memory_snapshot() came for, silently."""
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    ctx, said = _snapshot_window(tmp_path / "out")
+    assert ctx.memory_paths == [] and "save_memory_snapshot" in said[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with ctx:
+            pass
+    (first,) = [p for p in ctx.memory_paths if p.startswith(str(tmp_path / "tmp"))]
+    with open(first, "rb") as f:
+        assert pickle.load(f)["blob"] == BIG
+    assert any(f"written to {first} instead" in str(w.message) for w in caught)
+
+
 def test_snapshot_where_no_one_can_save_it_goes_to_tmpdir(tmp_path, fake_cuda, monkeypatch):
     """cprof run (and a profile_function call) cannot call save_memory_snapshot(): as the
     trace, the snapshot goes to the temporary directory and the warning says where."""
