@@ -9,9 +9,13 @@ import sys
 _warned_env = set()
 
 
+_INT_LIMIT = 1 << 31
+
+
 def _env_int(name, default, minimum):
-    """The variable as a whole number >= minimum, else default: unset or empty silently, any
-    other value (text, RANK=-1) with a warning, once per value."""
+    """The variable as a whole number >= minimum (and below 2^31: the trace's C writer takes
+    an int), else default: unset or empty silently, any other value (text, RANK=-1,
+    RANK=2147483648) with a warning, once per value."""
     value = os.environ.get(name)
     if value is None or value.strip() == "":
         return default
@@ -19,12 +23,13 @@ def _env_int(name, default, minimum):
         number = int(value)
     except ValueError:
         number = None
-    if number is not None and number >= minimum:
+    if number is not None and minimum <= number < _INT_LIMIT:
         return number
     if (name, value) not in _warned_env:  # once per value: rank_info runs per window
         _warned_env.add((name, value))
         import warnings
-        what = "not a whole number" if number is None else f"below {minimum}"
+        what = ("not a whole number" if number is None else f"below {minimum}"
+                if number < minimum else f"not below {_INT_LIMIT} (2^31)")
         warnings.warn(f"cprof: ${name}={value!r} is {what}; it is ignored (the rank and world "
                       "size then come from the other variables, else 0 and 1), so file names "
                       "and distributedInfo may not say the right rank", RuntimeWarning,

@@ -987,6 +987,20 @@ def test_out_of_range_rank_variables_warn_like_unparsable_ones(tmp_path, monkeyp
         assert _dist.rank_info()[:2] == (0, 1)
 
 
+@pytest.mark.parametrize("var", ["RANK", "WORLD_SIZE"])
+def test_rank_variables_past_a_c_int_are_ignored_with_a_warning(tmp_path, monkeypatch, var):
+    """RANK=2147483648 passed, and the window's write raised a raw OverflowError at its end
+    (save() too): the trace was lost (badinput audit F2)."""
+    from cprof import _dist
+    monkeypatch.setattr(_dist, "_warned_env", set())
+    monkeypatch.setenv(var, "2147483648")
+    with pytest.warns(RuntimeWarning, match=rf"\${var}='2147483648' is not below 2147483648"):
+        with cprof.ProfilerContext(output_dir=tmp_path, profile_name="r", verbose=False,
+                                   with_stack=False, activities=["CPU"]) as ctx:
+            pass
+    assert ctx.trace_path.exists()
+
+
 def test_a_failed_write_is_reported_once_not_retried_as_an_interrupt(tmp_path):
     out = tmp_path / "out"
     ctx = cprof.ProfilerContext(output_dir=out, profile_name="w", verbose=False,
