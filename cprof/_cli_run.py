@@ -27,7 +27,8 @@ Options
                       $CPROF_TORCH_PROFILER_DIR, else /tmp/cprof_profiles. Created and
                       checked before the program starts.
   --name NAME         the trace's file name prefix (profile_name); default the script's stem
-                      (train.py -> train) or the module name. The trace is NAME.trace.json.gz,
+                      (train.py -> train; control characters as _) or the module
+                      name. The trace is NAME.trace.json.gz,
                       NAME-rank{R}.trace.json.gz when WORLD_SIZE > 1; an existing file is
                       never overwritten (-1, -2, ... are added).
   --delay S           open the window S seconds after the program starts (default: at once;
@@ -277,6 +278,16 @@ def _default_activities():
 
 class _Usage(Exception):
     pass
+
+
+def _file_name(name):
+    """A script's stem or module name as a trace name profile_name takes: control characters
+    (a tab or newline in the file's name) as "_", cut to 200 bytes ("bad\tname.py" made
+    ProfilerContext raise a traceback before the program ran)."""
+    name = "".join("_" if c < " " or c == "\x7f" else c for c in name)
+    while len(os.fsencode(name)) > 200:
+        name = name[:-1]
+    return name or "program"
 
 
 def _check_program(kind, target):
@@ -1410,7 +1421,7 @@ def _configure(argv):
                          "/tmp/cprof_profiles)")
         if kind == "module":
             _set_sys_path(kind, target)  # find_spec must search where the program will
-        opts.default_name = _check_program(kind, target)
+        opts.default_name = _file_name(_check_program(kind, target))
         from .context import default_output_dir
         from ._window import check_output_dir
         opts.output_dir = os.path.abspath(opts.output_dir or default_output_dir())

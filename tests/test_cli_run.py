@@ -509,6 +509,16 @@ def test_name_output_dir_no_gzip_quiet_report(tmp_path):
     assert "cprof: CPU ranges of the window" in ran.stderr and "work" in ran.stderr
 
 
+def test_a_script_named_with_control_characters_gets_a_trace_name(tmp_path):
+    """'bad\tname.py': the default name (the stem) was refused by ProfilerContext with a
+    traceback, and the program never ran (strings audit #2)."""
+    script = tmp_path / "bad\tname\x1b.py"
+    script.write_text("print('program ran')\n")
+    ran = cprof_run("-o", tmp_path / "out", script)
+    assert ran.returncode == 0 and ran.stdout == "program ran\n", ran.stderr
+    assert written(ran) == str(tmp_path / "out" / "bad_name_.trace.json.gz")
+
+
 @pytest.mark.parametrize("args, message", [
     (("nope.py",), "no such file: nope.py"),
     ((), "no program given"),
