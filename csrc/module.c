@@ -571,7 +571,7 @@ static void name_new_thread(void) {
     PyErr_Fetch(&type, &value, &tb);
 #endif
     PyObject *threading = PyDict_GetItemString(PyImport_GetModuleDict(), "threading");
-    PyObject *active = NULL, *key = NULL, *name = NULL;
+    PyObject *active = NULL, *key = NULL, *name = NULL, *bytes = NULL;
     if (!threading) goto out;
     active = PyObject_GetAttrString(threading, "_active");
     key = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
@@ -587,10 +587,19 @@ static void name_new_thread(void) {
     Py_DECREF(thread);
     Py_ssize_t len;
     const char *utf8 = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8AndSize(name, &len) : NULL;
+    if (!utf8 && name && PyUnicode_Check(name)) {
+        /* lone surrogates: kept as bytes, U+FFFD in the trace, as a range name's */
+        PyErr_Clear();
+        if ((bytes = PyUnicode_AsEncodedString(name, "utf-8", "surrogatepass"))) {
+            utf8 = PyBytes_AS_STRING(bytes);
+            len = PyBytes_GET_SIZE(bytes);
+        }
+    }
     uint32_t id;
     if (utf8 && cprof_names_intern(utf8, (size_t)len, &id) == CPROF_OK)
         cprof_events_set_thread_name(id);
 out:
+    Py_XDECREF(bytes);
     Py_XDECREF(name);
     Py_XDECREF(key);
     Py_XDECREF(active);

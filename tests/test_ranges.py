@@ -327,6 +327,23 @@ def test_thread_names_from_threading(tmp_path):
     assert "data-loader" in names
 
 
+def test_a_thread_name_with_lone_surrogates_reads_u_fffd(tmp_path):
+    """'loader-\\udcff-0' lost its whole name ("thread N (python)"), where a range name
+    keeps the rest with U+FFFD (strings audit #7)."""
+    def work():
+        with cprof.range("r"):
+            pass
+
+    C.start()
+    t = threading.Thread(target=work, name="loader-\udcff-0")
+    t.start()
+    t.join()
+    path, *_ = C.stop().write(str(tmp_path / "s"), ".trace.json", gzip=0)
+    names = {e["args"]["name"] for e in load_trace(path)["traceEvents"]
+             if e["name"] == "thread_name"}
+    assert "loader-\ufffd\ufffd\ufffd-0" in names, names
+
+
 def test_a_range_left_open_by_an_exited_thread_ends_at_its_exit(tmp_path):
     """It was drawn on the dead thread's track until the window's end."""
     import time
