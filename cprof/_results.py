@@ -15,7 +15,6 @@ from ._C import TraceWriteError
 from ._glue import MEM_EVENT, atomic_write  # one allocation event as csrc/mem_events.c packs it
 
 _CPU_CATS = {0: "user_annotation", 1: "cpu_op", 2: "python_function", 3: "user_annotation"}
-_CAT_STEP = 3  # ProfilerStep#N ranges (cprof.profile's steps)
 _CAT_PYTHON = 2  # python_function (with_stack)
 _GPU_WORK = ("kernel", "memcpy", "memset")
 _LAUNCH = ("runtime", "driver")
@@ -321,9 +320,10 @@ def _build_now(window, first_id):
                 # Input Dims (and ours) list each tensor's: aten::cat's are [[], []]
                 shapes = [[] if t == "TensorList" else d for d, t in zip(shapes, types)]
         step_name = None
-        if cat == _CAT_STEP and name.startswith("ProfilerStep#"):
+        if name.startswith("ProfilerStep#"):
             # torch.profiler's events() and key_averages() name every step "ProfilerStep*"
-            # (one row of N calls); the number stays in step_name (the trace keeps "#N")
+            # (one row of N calls), a range the program named so too (torch's _rewrite_name
+            # goes by the name); the number stays in step_name (the trace keeps "#N")
             step_name, name = name, "ProfilerStep*"
         if module and py_modules:
             name, cat = "nn.Module: " + name, _CAT_PYTHON

@@ -439,6 +439,19 @@ def test_filtered_eventlist_exports_its_events_as_torchs(tmp_path):
         p.key_averages().export_chrome_trace(str(tmp_path / "avg.json"))
 
 
+def test_ranges_the_program_names_profilerstep_fold_as_torchs():
+    """torch renames every event named "ProfilerStep#..." to "ProfilerStep*" (its
+    _rewrite_name goes by the name); cprof did so only for its own step() ranges, so an older
+    loop's record_function(f"ProfilerStep#{i}") kept a row each (strings audit #10)."""
+    with cprof.profile(activities=CPU, record_ops=False) as prof:
+        for n in ("ProfilerStep#5", "ProfilerStep#6", "ProfilerStep#abc"):
+            with cprof.record_function(n):
+                pass
+    assert [(r.key, r.count) for r in prof.key_averages()] == [("ProfilerStep*", 3)]
+    assert sorted(e.trace_name for e in prof.events()) == [
+        "ProfilerStep#5", "ProfilerStep#6", "ProfilerStep#abc"]
+
+
 def test_a_record_function_around_step_keeps_the_steps_whole():
     """The commonest loop shape: step() inside the user's record_function. The user range's
     exit used to end the innermost range (the next ProfilerStep), so every step came out 0 ms."""
