@@ -46,8 +46,8 @@ typedef struct tstate {
     uint32_t odepth, ostack_cap;
     const cprof_record *last_op; /* the operator opened last on this thread (compared only) */
     _Atomic int oplock;        /* held by this thread around an operator push/pop, by stop */
-    int hook_pending;          /* registered from C without the GIL: name it at its next
-                                * GIL-held record */
+    int hook_pending;          /* registered from C without the GIL, or outside a window:
+                                * name it at its next GIL-held record in a window */
 } tstate;
 
 static _Thread_local tstate *tls;
@@ -97,6 +97,8 @@ static void name_from_pthread(tstate *t) {
     }
 }
 
+static void reap_dead_locked(void);
+
 /* from_python: the caller holds the GIL, so the binding's hook may name the thread now;
  * otherwise (an operator on a C++ thread) the OS name stands in until a GIL-held record. */
 static CPROF_NOINLINE tstate *register_thread(int from_python) {
@@ -116,6 +118,10 @@ static CPROF_NOINLINE tstate *register_thread(int from_python) {
     t->ident = (uint64_t)pthread_self();
     pthread_setspecific(exit_key, t);
     pthread_mutex_lock(&registry_lock);
+    /* with no window open (none stopping either: a stop holds this lock throughout), the
+     * threads that exited since the last stop go now: a program starting threads that
+     * record outside windows (ranges cost nothing there) grew by each one until a window */
+    if (!__atomic_load_n(&g_active, __ATOMIC_ACQUIRE)) reap_dead_locked();
     t->next = registry;
     registry = t;
     pthread_mutex_unlock(&registry_lock);
@@ -124,7 +130,11 @@ static CPROF_NOINLINE tstate *register_thread(int from_python) {
         name_from_pthread(t);
         t->hook_pending = 1;
     } else if (new_thread_hook) {
-        new_thread_hook();
+        /* named at its first record in a window: a name interned outside one is kept for
+         * the process's life, and a thread that only ever records outside (cprof.range
+         * left in a request handler's code) would fill the name table */
+        if (__atomic_load_n(&g_active, __ATOMIC_ACQUIRE)) new_thread_hook();
+        else t->hook_pending = 1;
     }
     return t;
 }
@@ -133,7 +143,7 @@ static CPROF_NOINLINE tstate *register_thread(int from_python) {
 CPROF_INLINE tstate *gil_thread(void) {
     tstate *t = tls;
     if (CPROF_UNLIKELY(!t)) return register_thread(1);
-    if (CPROF_UNLIKELY(t->hook_pending)) {
+    if (CPROF_UNLIKELY(t->hook_pending) && __atomic_load_n(&g_active, __ATOMIC_RELAXED)) {
         t->hook_pending = 0;
         if (new_thread_hook) new_thread_hook();
     }

@@ -548,6 +548,56 @@ def test_exited_threads_keep_their_names(tmp_path):
         assert names[tid] == f"gone-{i}"
 
 
+def test_threads_recording_outside_windows_leave_nothing_behind(tmp_path):
+    """A thread that used cprof.range with no window open kept its per-thread state (~1.3 KB)
+    until the next window, and its name in the process's name table for good: a program
+    profiling rarely, starting a thread per request, grew without bound and filled the name
+    table (soak audit). Now an exited thread goes at the next registration outside a window,
+    and a thread is named at its first record in a window; one that records there later is
+    still named."""
+    code = textwrap.dedent(f"""
+        import json, os, threading
+        os.environ["CPROF_NAMES_LIMIT"] = "3000"  # 22,000 thread names would have filled it
+        import cprof
+        def rss_kb():
+            return int([l for l in open("/proc/self/status") if l.startswith("VmRSS")][0].split()[1])
+        def work():
+            with cprof.range("request"):
+                pass
+        def batch(n):
+            for _ in range(n // 100):
+                ts = [threading.Thread(target=work) for _ in range(100)]
+                for t in ts: t.start()
+                for t in ts: t.join()
+        batch(2000)
+        r0 = rss_kb()
+        batch(20000)
+        growth = rss_kb() - r0
+        go, done = threading.Event(), threading.Event()
+        def later():
+            with cprof.range("before"):
+                pass
+            go.wait()
+            with cprof.range("inside"):
+                pass
+            done.set()
+        t = threading.Thread(target=later, name="named-later")
+        t.start()
+        with cprof.ProfilerContext(output_dir={str(tmp_path)!r}, profile_name="t",
+                                   activities=["CPU"], with_stack=False, verbose=False) as ctx:
+            with cprof.range("fresh"):
+                pass
+            go.set(); done.wait(); t.join()
+        print(json.dumps({{"growth_kb": growth, "trace": str(ctx.trace_path)}}))
+    """)
+    out = _run(["-c", code])
+    assert out["growth_kb"] < 8 << 10, out  # 20,000 threads: was ~25 MiB
+    t = load_trace(out["trace"])
+    assert {e["name"] for e in ranges_of(t)} == {"fresh", "inside"}  # not "[...table full]"
+    _, names = _thread_ranges(t)
+    assert "named-later" in names.values()
+
+
 def test_threads_still_running_at_stop(tmp_path):
     """Threads inside a range when the window closes: the range is closed at stop and flagged
     truncated; their later pop is harmless, they record into the next window, and their
