@@ -156,11 +156,18 @@ static int group_copies(const cprof_tev *ev, keyed *v, size_t n, const char *tex
 
 /* One pairing of the B / E events in order v (nothing written): each E ends the latest B
  * still open on its thread. pb / pe: the pairs' B and E; twin: the B and E of each pair that
- * repeats the range around it. Returns the pairs; *ntwin the twin entries (2 a pair). */
+ * repeats the range around it. Returns the pairs; *ntwin the twin entries (2 a pair);
+ * *twice whether the pairing reads as a trace written twice: every pair in exactly one twin
+ * relation (as the copy or as the range copied; counts alone let a recursion b > b > b in one
+ * µs, in two relations through the middle b, stand for an unrelated range's missing one), at
+ * least two relations, and one of them spanning time (at one instant, a trace written twice
+ * and a sequence of calls written once are the same events: a > c, a > c in one µs).
+ * mark: a byte per event, all 0 (left so). */
 static size_t pair_pass(const cprof_tev *ev, const keyed *v, size_t nbe, const char *text,
                         size_t *open, size_t *last, size_t *pb, size_t *pe, size_t *twin,
-                        size_t *ntwin) {
+                        size_t *ntwin, unsigned char *mark, int *twice) {
     size_t depth = 0, pairs = 0;
+    int disjoint = 1, spans = 0;
     *ntwin = 0;
     for (size_t q = 0; q < nbe; q++) {
         if (q && (v[q].pid != v[q - 1].pid || v[q].tid != v[q - 1].tid)) depth = 0;
@@ -179,10 +186,16 @@ static size_t pair_pass(const cprof_tev *ev, const keyed *v, size_t nbe, const c
         if (c != SIZE_MAX && same_pair(ev, bi, v[q].idx, c, ce, text)) {
             twin[(*ntwin)++] = c; /* the inner one: its B was written later, its E earlier */
             twin[(*ntwin)++] = ce;
+            if (mark[bi] || mark[c]) disjoint = 0;
+            mark[bi] = mark[c] = 1;
+            spans |= ev[v[q].idx].ts_ns != ev[bi].ts_ns;
         }
         last[2 * depth] = bi;
         last[2 * depth + 1] = v[q].idx;
     }
+    for (size_t k = 0; k < *ntwin; k += 2) mark[twin[k]] = 0;
+    for (size_t k = 0; k < pairs; k++) mark[pb[k]] = 0;
+    *twice = disjoint && spans && *ntwin / 2 >= 2 && *ntwin == pairs;
     return pairs;
 }
 
@@ -198,12 +211,14 @@ int cprof_tevs_pair_begin_end(cprof_tev *ev, size_t n, const char *text) {
     size_t *last = malloc(2 * (nbe + 1) * sizeof *last);
     size_t *pairs_buf = malloc(4 * nbe * sizeof *pairs_buf); /* two pairings' B and E */
     size_t *twin = malloc(2 * nbe * sizeof *twin);           /* two pairings' twins */
-    if (!v || !open || !last || !pairs_buf || !twin) {
+    unsigned char *mark = calloc(n, 1);
+    if (!v || !open || !last || !pairs_buf || !twin || !mark) {
         free(v);
         free(open);
         free(last);
         free(pairs_buf);
         free(twin);
+        free(mark);
         return CPROF_E_NOMEM;
     }
     nbe = 0;
@@ -213,8 +228,9 @@ int cprof_tevs_pair_begin_end(cprof_tev *ev, size_t n, const char *text) {
      * an E ends the latest B still open on its thread) */
     qsort(v, nbe, sizeof *v, cmp_keyed);
     size_t *pb = pairs_buf, *pe = pairs_buf + nbe, *tw = twin, ntw;
-    size_t pairs = pair_pass(ev, v, nbe, text, open, last, pb, pe, tw, &ntw);
-    if (!(ntw / 2 >= 2 && ntw == pairs)) {
+    int twice;
+    size_t pairs = pair_pass(ev, v, nbe, text, open, last, pb, pe, tw, &ntw, mark, &twice);
+    if (!twice) {
         /* not read as written twice: it may be one whose ranges touch (E_fwd B_bwd E_fwd
          * B_bwd at an instant); the pairing of the copies grouped is taken only if in it every
          * pair has its twin, else the order written stands (grouping may change the pairing
@@ -223,8 +239,9 @@ int cprof_tevs_pair_begin_end(cprof_tev *ev, size_t n, const char *text) {
         memcpy(g, v, nbe * sizeof *v);
         if (group_copies(ev, g, nbe, text)) {
             size_t *pb2 = pairs_buf + 2 * nbe, *pe2 = pairs_buf + 3 * nbe, *tw2 = twin + nbe, ntw2;
-            size_t pairs2 = pair_pass(ev, g, nbe, text, open, last, pb2, pe2, tw2, &ntw2);
-            if (ntw2 / 2 >= 2 && ntw2 == pairs2) {
+            size_t pairs2 =
+                pair_pass(ev, g, nbe, text, open, last, pb2, pe2, tw2, &ntw2, mark, &twice);
+            if (twice) {
                 pb = pb2;
                 pe = pe2;
                 tw = tw2;
@@ -240,9 +257,8 @@ int cprof_tevs_pair_begin_end(cprof_tev *ev, size_t n, const char *text) {
     }
     /* A recursion within one µs writes such a twin truly (whole-µs traces): twins are taken
      * for repeats only where the trace was written twice, by the evidence of its other
-     * events (decision 117 found repeated X / flow events) or of its pairs (every pair has
-     * its twin, and there are at least two) */
-    if (ntw && (repeats || (ntw / 2 >= 2 && ntw == pairs)))
+     * events (decision 117 found repeated X / flow events) or of its pairs (pair_pass) */
+    if (ntw && (repeats || twice))
         for (size_t k = 0; k < ntw; k++) {
             ev[tw[k]].skip = CPROF_TSKIP_DUPLICATE; /* both events counted, as repeats */
             ev[tw[k]].ph = 0;
@@ -253,5 +269,6 @@ int cprof_tevs_pair_begin_end(cprof_tev *ev, size_t n, const char *text) {
     free(last);
     free(pairs_buf);
     free(twin);
+    free(mark);
     return CPROF_OK;
 }

@@ -1756,3 +1756,27 @@ def test_touching_begin_end_ranges_written_twice_are_counted_once():
     assert r["trace"]["skipped"]["total"] == 0
     r2 = report_events(legit * 2)  # and written twice, counted once
     assert rows(r2) == rows(r) and r2["trace"]["skipped"]["duplicate"] == 8  # 4 ranges
+
+
+def test_be_calls_repeated_within_one_instant_are_not_taken_for_a_copy():
+    """Soak audit 4: a > c called twice within one µs (all 8 events at one ts) is, at that
+    instant, the same events as a trace of one call written twice; grouping read it so and
+    dropped half. And "every pair has its twin" was a count: a 3-deep recursion in one µs (two
+    twin relations through the middle b) stood in for an unrelated range's missing one."""
+    u = {"cat": "user_annotation", "pid": 1, "tid": 1}
+
+    def ev(ph, name, ts):
+        return dict(u, ph=ph, name=name, ts=ts)
+
+    def calls(r):
+        return ({x["name"]: x["calls"] for x in r["ranges"]},
+                r["trace"]["skipped"]["duplicate"])
+
+    call = [ev("B", "a", 5), ev("B", "c", 5), ev("E", "c", 5), ev("E", "a", 5)]
+    assert calls(report_events(call + call)) == ({"a": 2, "c": 2}, 0)
+    rec = [ev("B", "b", 0)] * 3 + [ev("B", "a", 0), ev("E", "a", 0)] + [ev("E", "b", 1)] * 3
+    assert calls(report_events(rec)) == ({"b": 3, "a": 1}, 0)
+    # a trace that spans time and was written twice is still counted once
+    step = [ev("B", "step", 0)] + call + call + [ev("E", "step", 9)]
+    assert calls(report_events(step)) == ({"step": 1, "a": 2, "c": 2}, 0)
+    assert calls(report_events(step * 2)) == ({"step": 1, "a": 2, "c": 2}, 10)
