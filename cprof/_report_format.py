@@ -57,6 +57,17 @@ RANK_COLS = [("rank", "Rank", "int"), ("traces", "Traces", "int"), ("steps", "St
              ("collective_step_us", "Coll./step (us)", "f3"), ("straggler_text", "Straggler", "str"),
              ("path", "Trace", "str")]
 
+# C0 controls, DEL and C1 controls as escapes: a report reads traces from anywhere (someone
+# else's, an HTA export), and an ESC or CSI in a name would restyle or clear the terminal; a
+# newline would split its row
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0))}
+_CONTROLS.update({0x0a: "\\n", 0x0d: "\\r", 0x09: "\\t"})
+
+
+def printable(s):
+    """s for a terminal: control characters shown escaped (\\n, \\t, \\x1b, \\x9b)."""
+    return str(s).translate(_CONTROLS)
+
 
 def _rows(report, key):
     """The rows of one table, flattened for display."""
@@ -93,8 +104,8 @@ def _cell(v, kind):
         return f"{int(v):,}" if isinstance(v, (int, float)) else str(v)
     if kind == "bytes":
         return _fmt_bytes(v)
-    # one row per line: a newline, carriage return or tab in a name is shown escaped
-    return str(v).replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    # one row per line, and no control character reaches the terminal
+    return printable(v)
 
 
 def _clip(text, width):
@@ -139,7 +150,7 @@ def _header_lines(r):
     bits.append(f"window {_fmt_us(win['dur_us'])}")
     if tr.get("partial"):
         bits.append(f"PARTIAL ({tr.get('end')})")
-    return ", ".join(bits)
+    return printable(", ".join(bits))
 
 
 def _evidence(d):
@@ -148,11 +159,11 @@ def _evidence(d):
 
 def _diag_lines(diags):
     out = []
-    for d in diags:
-        out.append(f"[{d['severity']}] {d['title']}: {d['summary']}")
+    for d in diags:  # summaries and evidence quote names from the trace
+        out.append(printable(f"[{d['severity']}] {d['title']}: {d['summary']}"))
         ev = _evidence(d)
         if ev:
-            out.append(f"    evidence: {ev}")
+            out.append(f"    evidence: {printable(ev)}")
     return out
 
 

@@ -1,4 +1,5 @@
 """Formatting of the per-range summary that the C core computes (Snapshot.summary())."""
+from ._report_format import printable
 
 
 def _ms(ns):
@@ -10,12 +11,14 @@ def format_summary(rows, top=15, title="CPU ranges"):
     rows = list(rows)[:top] if top else list(rows)
     if not rows:
         return f"{title}: none recorded"
-    width = min(max(len(r["name"]) for r in rows), 60)
+    # one row per line, and no control character reaches the terminal
+    names = [printable(r["name"]) for r in rows]
+    width = min(max(len(n) for n in names), 60)
     head = (f"{'Name':<{width}}  {'Calls':>7}  {'Total ms':>10}  {'Self ms':>10}  "
             f"{'Avg ms':>9}  {'Max ms':>9}")
     lines = [title, head, "-" * len(head)]
-    for r in rows:
-        name = r["name"] if len(r["name"]) <= width else r["name"][: width - 1] + "…"
+    for r, name in zip(rows, names):
+        name = name if len(name) <= width else name[: width - 1] + "…"
         avg = r["total_ns"] / r["count"] if r["count"] else 0
         lines.append(
             f"{name:<{width}}  {r['count']:>7}  {_ms(r['total_ns']):>10}  "

@@ -408,6 +408,22 @@ def test_a_name_with_a_newline_stays_on_its_row(tmp_path):
     assert any(r and r[-1] == "two\nlines\tname" for r in rows)
 
 
+def test_control_characters_in_names_and_paths_are_shown_escaped(tmp_path):
+    """The table format showed only \\n, \\r and \\t escaped: an ESC or C1 CSI sequence in a
+    name (a trace from anywhere) reached the terminal raw and could clear or restyle it."""
+    names = ["\x1b[2Jclear", "v\x0bt\x0cf\x7f", "csi\x9b31m", "bell\x07"]
+    ev = [{"ph": "X", "cat": "user_annotation", "name": n, "pid": 1, "tid": 1, "ts": 10.0 * i,
+           "dur": 5.0} for i, n in enumerate(names)]
+    path = tmp_path / "ctl\x1b[31m.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    out = cprof("report", path, "--tables", "ranges").stdout
+    shown = [ln.split("user_annotation")[1].strip() for ln in out.splitlines()
+             if "user_annotation" in ln]
+    assert sorted(shown) == sorted(["\\x1b[2Jclear", "v\\x0bt\\x0cf\\x7f", "csi\\x9b31m",
+                                    "bell\\x07"])
+    assert "ctl\\x1b[31m.json" in out  # the trace's own path, in the header
+    assert not any(c in out for c in "\x1b\x0b\x0c\x7f\x9b\x07")
+
 def test_html_report_is_self_contained(gpu_trace, tmp_path):
     out = tmp_path / "r.html"
     r = cprof("report", gpu_trace, "--html", out, "-o", tmp_path / "r.txt")

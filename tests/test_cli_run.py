@@ -519,6 +519,25 @@ def test_a_script_named_with_control_characters_gets_a_trace_name(tmp_path):
     assert written(ran) == str(tmp_path / "out" / "bad_name_.trace.json.gz")
 
 
+def test_report_shows_control_characters_escaped_one_row_per_name(tmp_path):
+    """--report printed names as they were: a newline split a row in two and an ESC or C1 CSI
+    sequence in a name restyled or cleared the terminal."""
+    prog = tmp_path / "names.py"
+    prog.write_text("import cprof\n"
+                    "for n in ['row one\\nrow two', '\\x1b[2Jclear', 'v\\x0bt\\x7f', 'csi\\x9b31m',"
+                    " 'nul\\x00']:\n"
+                    "    with cprof.range(n):\n"
+                    "        pass\n")
+    ran = cprof_run("-o", tmp_path, "--report", prog)
+    assert ran.returncode == 0, ran.stderr
+    rows = ran.stderr.split("cprof: CPU ranges of the window\n")[1].split("\n")[2:]
+    shown = {r.split("  ")[0].rstrip() for r in rows if r.strip()}
+    assert shown == {"row one\\nrow two", "\\x1b[2Jclear", "v\\x0bt\\x7f",
+                     "csi\\x9b31m", "nul\\x00"}
+    for bad in "\x1b\x0b\x7f\x9b\x00":
+        assert bad not in ran.stderr
+
+
 @pytest.mark.parametrize("args, message", [
     (("nope.py",), "no such file: nope.py"),
     ((), "no program given"),
