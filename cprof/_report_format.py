@@ -2,6 +2,7 @@
 in C (csrc/trace_analyse.c, trace_gaps.c); this only lays out its small tables."""
 import csv
 import io
+import re
 
 from ._diagnose import _fmt_bytes, _fmt_us, rank_verdict, small_copy_limit
 
@@ -69,8 +70,8 @@ def printable(s):
     return str(s).translate(_CONTROLS)
 
 
-def _rows(report, key):
-    """The rows of one table, flattened for display."""
+def _rows(report, key, md=False):
+    """The rows of one table, flattened for display (md: the gaps' CPU text in Markdown)."""
     if key == "devices":
         out = []
         for d in report.get("devices", []):
@@ -87,9 +88,10 @@ def _rows(report, key):
                             "busy_us": s["busy_us"], "util_pct": s["util_pct"]})
         return out
     if key == "gaps":
-        return [dict(g, cpu_text="; ".join(f"{c['name']} ({c['cat']}, {c['overlap_us']:.1f} us)"
-                                           for c in g.get("cpu", [])))
-                for g in report.get("gaps", [])]
+        name = _md_code if md else str
+        return [dict(g, cpu_text="; ".join(
+            f"{name(c['name'])} ({name(c['cat'])}, {c['overlap_us']:.1f} us)"
+            for c in g.get("cpu", []))) for g in report.get("gaps", [])]
     return report.get(key, [])
 
 
@@ -131,13 +133,50 @@ def _text_table(rows, cols, clip=60):
     return "\n".join(lines)
 
 
+# Markdown. Names come from the trace: `FillFunctor<float>` is a raw HTML tag to CommonMark
+# (GitHub drops it), `<img onerror=...>` passes through as HTML, `**`, `[..](..)` and backticks
+# are markup. Names go in code spans, where all of it is literal; other text from the trace
+# (diagnoses quote names) has its markup characters backslash-escaped (CommonMark allows that
+# before any ASCII punctuation)
+_MD_MARKUP = re.compile(r"([\\`*_\[\]<>&|~])")
+_MD_CODE_FIELDS = {"name", "cat", "before", "after", "path"}
+
+
+def _md_text(s):
+    """Text from the trace as literal Markdown text: controls escaped as in the table format
+    (so a newline cannot end the row or list item), markup characters escaped."""
+    return _MD_MARKUP.sub(r"\\\1", printable(s))
+
+
+def _md_code(s, in_table=True):
+    """A name as a code span: a backtick fence longer than any run of backticks in it, padded
+    where the name starts or ends with a backtick or has spaces at both ends (CommonMark strips
+    one space from each end then). In a table cell "|" is escaped: GFM splits cells on it even
+    inside code spans."""
+    t = printable(s)
+    if not t:
+        return ""
+    if in_table:
+        t = t.replace("|", "\\|")
+    fence = "`" * (max((len(m) for m in re.findall("`+", t)), default=0) + 1)
+    if "`" in (t[0], t[-1]) or (t[0] == t[-1] == " " and t.strip(" ")):
+        t = f" {t} "  # one space is stripped from each end (not of an all-space span)
+    return f"{fence}{t}{fence}"
+
+
+def _md_cell(v, field, kind):
+    if field in _MD_CODE_FIELDS and v not in (None, ""):
+        return _md_code(v)
+    if field == "cpu_text":  # made with the names in code spans (_rows)
+        return v or ""
+    return _md_text(_cell(v, kind))
+
+
 def _md_table(rows, cols):
-    def esc(s):
-        return s.replace("|", "\\|").replace("\n", " ")
     lines = ["| " + " | ".join(h for _, h, _ in cols) + " |",
              "| " + " | ".join("---" if k == "str" else "---:" for _, _, k in cols) + " |"]
     for r in rows:
-        lines.append("| " + " | ".join(esc(_cell(r.get(f), k)) for f, _, k in cols) + " |")
+        lines.append("| " + " | ".join(_md_cell(r.get(f), f, k) for f, _, k in cols) + " |")
     return "\n".join(lines)
 
 
@@ -167,27 +206,22 @@ def _diag_lines(diags):
     return out
 
 
-def _md_escape_text(s):
-    """One list item per diagnosis: a newline in a name would end it."""
-    return str(s).replace("\r", " ").replace("\n", " ")
-
-
 def _md_diag_lines(diags):
     """Markdown: each diagnosis with its evidence, as the text table gives it."""
     out = []
     for d in diags:
-        out.append(f"- **{_md_escape_text(d['title'])}** ({d['severity']}): "
-                   f"{_md_escape_text(d['summary'])}")
+        out.append(f"- **{_md_text(d['title'])}** ({_md_text(d['severity'])}): "
+                   f"{_md_text(d['summary'])}")
         ev = _evidence(d)
         if ev:
-            out.append(f"  - evidence: {_md_escape_text(ev)}")
+            out.append(f"  - evidence: {_md_text(ev)}")
     return out
 
 
 def _one(report, fmt, sections):
     table = fmt == "table"
-    out = [] if table else [f"## {report['trace']['path']}", ""]
-    out += [_header_lines(report), ""]
+    out = [] if table else [f"## {_md_code(report['trace']['path'], in_table=False)}", ""]
+    out += [_header_lines(report) if table else _md_text(_header_lines(report)), ""]
     diags = report.get("diagnoses", []) or []
     if table:
         out.append("** Diagnoses:")
@@ -201,7 +235,7 @@ def _one(report, fmt, sections):
         if key == "memory":  # the threshold this report used (--small-copy-bytes)
             limit = small_copy_limit(report).split(" (")[-1].rstrip(")")
             cols = [(f, f"Small (< {limit})" if f == "small" else h, k) for f, h, k in cols]
-        rows = _rows(report, key)
+        rows = _rows(report, key, md=not table)
         if table:
             out += ["", f"** {title} ({key}):", "",
                     _text_table(rows, cols) if rows else "  (none in this trace)"]

@@ -6,6 +6,7 @@ import gzip
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -367,7 +368,8 @@ def test_md_and_csv_carry_each_diagnosis_evidence(gpu_trace):
     assert lb["evidence"]
     ev = ", ".join(f"{k}={v}" for k, v in lb["evidence"].items())
     assert f"evidence: {ev}" in cprof("report", gpu_trace).stdout
-    assert f"  - evidence: {ev}" in cprof("report", gpu_trace, "--format", "md").stdout
+    md = cprof("report", gpu_trace, "--format", "md").stdout.splitlines()
+    assert f"  - evidence: {ev}" in [_md_inline(ln)[1] for ln in md]  # "_" escaped in md
     rows = list(csv.reader(io.StringIO(cprof("report", gpu_trace, "--format", "csv").stdout)))
     head = next(r for r in rows if r[:3] == ["table", "trace", "id"])
     assert head[-1] == "evidence"
@@ -423,6 +425,89 @@ def test_control_characters_in_names_and_paths_are_shown_escaped(tmp_path):
                                     "bell\\x07"])
     assert "ctl\\x1b[31m.json" in out  # the trace's own path, in the header
     assert not any(c in out for c in "\x1b\x0b\x0c\x7f\x9b\x07")
+
+def _md_inline(s):
+    """CommonMark inline reading of s, as far as the report needs: (code spans' contents,
+    the text outside them with backslash escapes undone, markup characters left unescaped
+    outside code spans)."""
+    codes, text, raw, i = [], [], [], 0
+    while i < len(s):
+        if s[i] == "\\" and i + 1 < len(s) and not s[i + 1].isalnum() and s[i + 1].isascii() \
+                and not s[i + 1].isspace():
+            text.append(s[i + 1])
+            i += 2
+            continue
+        if s[i] == "`":
+            j = i
+            while j < len(s) and s[j] == "`":
+                j += 1
+            close = None
+            for m in re.finditer("`+", s[j:]):
+                if len(m.group()) == j - i:
+                    close = j + m.start()
+                    break
+            if close is None:
+                raw.append("`")
+                text.append(s[i:j])
+                i = j
+                continue
+            body = s[j:close]
+            if body.startswith(" ") and body.endswith(" ") and body.strip():
+                body = body[1:-1]
+            codes.append(body)
+            i = close + j - i
+            continue
+        if s[i] in "<>*_[]&~":
+            raw.append(s[i])
+        text.append(s[i])
+        i += 1
+    return codes, "".join(text), raw
+
+
+def _md_cells(row):
+    """A GFM table row's cells: split on unescaped "|", then "\\|" read as "|" (in code spans
+    too)."""
+    return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", row.strip())[1:-1]]
+
+
+def test_md_shows_names_and_paths_literally(tmp_path):
+    """--format md escaped only "|" and newlines: a demangled template kernel name's "<float>"
+    was a raw HTML tag (GitHub drops it), "<img onerror=...>" passed through as HTML, and "**",
+    "[..](..)" and backticks were read as markup, in the tables, the diagnoses and the
+    "## <trace path>" heading alike."""
+    names = ["void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>,"
+             " std::array<char*, 1ul> >(int)", "k<img src=x onerror=alert(1)>",
+             "k **bold** [link](http://x) `code`", "a``b|c", "`lead", "e\x1b[2J & &amp; ~~s~~",
+             " both ends ", "  "]
+    ev, t = [], 0.0
+    for corr, n in enumerate(names, 1):
+        ev += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
+                "tid": 1, "ts": t, "dur": 5.0, "args": {"correlation": corr}},
+               {"ph": "X", "cat": "kernel", "name": n, "pid": 0, "tid": 7, "ts": t + 10,
+                "dur": 20.0, "args": {"correlation": corr, "device": 0, "stream": 7}},
+               {"ph": "X", "cat": "user_annotation", "name": "<script>load*</script>", "pid": 1,
+                "tid": 2, "ts": t + 30, "dur": 75.0}]
+        t += 100
+    path = tmp_path / "k<b>_*x*`.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    md = cprof("report", path, "--format", "md").stdout
+    lines = md.splitlines()
+    shown = [n.replace("\x1b", "\\x1b") for n in names]
+    kernels = lines.index("### CUDA GPU Kernel Summary")
+    rows = [_md_cells(ln) for ln in lines[kernels + 4: kernels + 4 + len(names)]]
+    assert sorted(_md_inline(r[-1])[0][0] for r in rows) == sorted(shown)
+    assert all(_md_inline(c)[2] == [] for r in rows for c in r)
+    (gap,) = [_md_cells(ln) for ln in lines if ln.startswith("| 0 | 30.000 |")]
+    assert _md_inline(gap[4])[0] == [shown[0]] and _md_inline(gap[5])[0] == [shown[1]]
+    assert _md_inline(gap[6])[0] == ["<script>load*</script>", "user_annotation"]
+    assert _md_inline(gap[6])[2] == []
+    head = _md_inline(lines[0][3:])
+    assert lines[0].startswith("## ") and head[0] == [str(path)] and head[2] == []
+    assert _md_inline(lines[2]) == ([], f"trace: {path}, producer: unknown, "
+                                        f"{len(ev)} events, window {t + 5:.1f} µs", [])
+    (idle,) = [ln for ln in lines if ln.startswith("- **GPU 0 is idle")]
+    codes, text, raw = _md_inline(idle.split("): ", 1)[1])
+    assert "while the CPU ran '<script>load*</script>'" in text and raw == [] and codes == []
 
 def test_html_report_is_self_contained(gpu_trace, tmp_path):
     out = tmp_path / "r.html"
