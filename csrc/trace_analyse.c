@@ -96,9 +96,9 @@ static int contains_ci(const cprof_trace *t, uint32_t id, const char *needle) {
 }
 
 static void add_str(cJSON *o, const char *key, const cprof_trace *t, uint32_t id) {
-    char *c = cprof_trace_cstr(t, id);
+    char *c = cprof_trace_json(t, id);
     if (!c) return;
-    cJSON_AddStringToObject(o, key, c);
+    cJSON_AddRawToObject(o, key, c);
     free(c);
 }
 

@@ -157,9 +157,9 @@ static void add_name(cJSON *o, const char *key, const cprof_trace *t, int64_t id
         cJSON_AddNullToObject(o, key);
         return;
     }
-    char *c = cprof_trace_cstr(t, cprof_trace_events(t)[idx].name);
+    char *c = cprof_trace_json(t, cprof_trace_events(t)[idx].name);
     if (!c) return;
-    cJSON_AddStringToObject(o, key, c);
+    cJSON_AddRawToObject(o, key, c);
     free(c);
 }
 

@@ -911,23 +911,18 @@ const char *cprof_trace_str(const cprof_trace *t, uint32_t id, size_t *len) {
     return t->strs[id].s;
 }
 
-char *cprof_trace_cstr(const cprof_trace *t, uint32_t id) {
-    size_t n, nul = 0;
+char *cprof_trace_json(const cprof_trace *t, uint32_t id) {
+    size_t n;
     const char *s = cprof_trace_str(t, id, &n);
-    for (size_t i = 0; i < n; i++) nul += s[i] == 0;
-    char *c = malloc(n + 2 * nul + 1), *o = c;
-    if (!c) return NULL;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i]) {
-            *o++ = s[i];
-        } else { /* U+FFFD */
-            *o++ = (char)0xef;
-            *o++ = (char)0xbf;
-            *o++ = (char)0xbd;
-        }
+    cprof_buf b;
+    cprof_buf_init(&b);
+    cprof_buf_json_str(&b, s, n);
+    cprof_buf_putc(&b, 0);
+    if (b.oom) {
+        cprof_buf_free(&b);
+        return NULL;
     }
-    *o = 0;
-    return c;
+    return b.data;
 }
 
 unsigned cprof_trace_str_flags(const cprof_trace *t, uint32_t id) {

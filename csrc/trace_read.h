@@ -92,9 +92,10 @@ size_t cprof_trace_nevents(const cprof_trace *t);
 const cprof_tev *cprof_trace_events(const cprof_trace *t);
 /* The bytes of string id (not NUL-terminated); id 0 and unknown ids give "". */
 const char *cprof_trace_str(const cprof_trace *t, uint32_t id, size_t *len);
-/* A NUL-terminated copy of string id (malloc'd; NULL when out of memory) with embedded NUL
- * bytes replaced by U+FFFD, for consumers of C strings (cJSON). */
-char *cprof_trace_cstr(const cprof_trace *t, uint32_t id);
+/* String id as a JSON string literal, quotes included (malloc'd, NUL-terminated; NULL when
+ * out of memory), for cJSON_AddRawToObject: a C string would cut or replace an embedded NUL,
+ * and the report keeps the trace's names exactly (decision 162). */
+char *cprof_trace_json(const cprof_trace *t, uint32_t id);
 /* Flags of a string: CPROF_TSTR_MODULE when the trace's cprof metadata lists it as a module. */
 #define CPROF_TSTR_MODULE 1u
 unsigned cprof_trace_str_flags(const cprof_trace *t, uint32_t id);

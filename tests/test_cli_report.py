@@ -426,6 +426,30 @@ def test_control_characters_in_names_and_paths_are_shown_escaped(tmp_path):
     assert "ctl\\x1b[31m.json" in out  # the trace's own path, in the header
     assert not any(c in out for c in "\x1b\x0b\x0c\x7f\x9b\x07")
 
+def test_a_nul_in_a_name_is_kept_in_json_and_shown_escaped_in_text(tmp_path):
+    """The report turned NUL into U+FFFD (names went to cJSON as C strings): the JSON report
+    no longer held the trace's name, and "a\\0b" and "a\\ufffdb" became two rows of one name."""
+    names = ["a\x00b", "a\ufffdb", "\x00"]
+    ev = []
+    for corr, n in enumerate(names, 1):
+        ev += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
+                "tid": 1, "ts": 100.0 * corr, "dur": 5.0, "args": {"correlation": corr}},
+               {"ph": "X", "cat": "kernel", "name": n, "pid": 0, "tid": 7,
+                "ts": 100.0 * corr + 10, "dur": 20.0 + corr,
+                "args": {"correlation": corr, "device": 0, "stream": 7}},
+               {"ph": "X", "cat": "user_annotation", "name": "r" + n, "pid": 1, "tid": 1,
+                "ts": 100.0 * corr, "dur": 6.0}]
+    path = tmp_path / "nul.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    doc = json.loads(cprof("report", path, "--format", "json").stdout)
+    assert sorted(k["name"] for k in doc["kernels"]) == sorted(names)
+    assert sorted(r["name"] for r in doc["ranges"]) == sorted("r" + n for n in names)
+    assert {g["before"] for g in doc["gaps"]} >= set(names[:2])
+    table = cprof("report", path, "--tables", "kernels").stdout
+    assert "\x00" not in table
+    assert {ln.split()[-1] for ln in table.splitlines() if ln.startswith("  ")} >= \
+        {"a\\x00b", "a\ufffdb", "\\x00"}
+
 def _md_inline(s):
     """CommonMark inline reading of s, as far as the report needs: (code spans' contents,
     the text outside them with backslash escapes undone, markup characters left unescaped

@@ -68,7 +68,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* every string id is readable */
     const cprof_tev *ev = cprof_trace_events(t);
     for (size_t i = 0, n = cprof_trace_nevents(t); i < n && i < 64; i++) {
-        char *c = cprof_trace_cstr(t, ev[i].name);
+        char *c = cprof_trace_json(t, ev[i].name);
         free(c);
     }
     cprof_trace_free(t);
