@@ -493,5 +493,9 @@ typedef struct cprof_summary_row {
 /* Aggregates every range of snap by (name, category), sorted by total_ns descending.
  * *rows is malloc'd (caller frees), *nrows its length. Pure C: call with the GIL released. */
 int cprof_summary_build(const cprof_snapshot *snap, cprof_summary_row **rows, size_t *nrows);
+/* Merges each row i with into[i] != i into row into[i] (an earlier row with into[j] == j),
+ * drops the merged ones and sorts again: rows whose names read the same once invalid UTF-8 is
+ * replaced (py_snapshot.c decides which). Pure C. */
+void cprof_summary_merge(cprof_summary_row *rows, size_t *nrows, const size_t *into);
 
 #endif /* CPROF_H */

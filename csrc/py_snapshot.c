@@ -503,6 +503,56 @@ fail:
     return NULL;
 }
 
+/* Rows whose names differ only in invalid UTF-8 (lone surrogates given as names) read as one
+ * name once it is replaced by U+FFFD, as the trace, events() and key_averages() show it: they
+ * are merged, one row per shown name and category (decision 163). Only names that hold
+ * U+FFFD once decoded can share one. Returns 0, or -1 with an exception set. */
+static int summary_merge_replaced(cprof_summary_row *rows, size_t *n) {
+    PyObject *first = NULL; /* (name, category) -> index of its first row */
+    size_t *into = NULL;
+    int rc = -1;
+    for (size_t i = 0; i < *n; i++) {
+        size_t len;
+        const char *s = cprof_names_get(rows[i].name_id, &len);
+        PyObject *name = PyUnicode_DecodeUTF8(s, (Py_ssize_t)len, "replace");
+        if (!name) goto out;
+        Py_ssize_t at = PyUnicode_FindChar(name, 0xfffd, 0, PY_SSIZE_T_MAX, 1);
+        if (at < 0) {
+            Py_DECREF(name);
+            if (at == -2) goto out;
+            continue;
+        }
+        if (!into) {
+            into = PyMem_Malloc(*n * sizeof *into);
+            first = PyDict_New();
+            if (!into || !first) {
+                Py_DECREF(name);
+                if (!into) PyErr_NoMemory();
+                goto out;
+            }
+            for (size_t k = 0; k < *n; k++) into[k] = k;
+        }
+        PyObject *key = Py_BuildValue("(Ni)", name, (int)rows[i].cat);
+        if (!key) goto out;
+        PyObject *row = PyDict_GetItemWithError(first, key); /* borrowed */
+        if (row) {
+            into[i] = PyLong_AsSize_t(row);
+        } else if (!PyErr_Occurred()) {
+            PyObject *idx = PyLong_FromSize_t(i);
+            if (idx) PyDict_SetItem(first, key, idx);
+            Py_XDECREF(idx);
+        }
+        Py_DECREF(key);
+        if (PyErr_Occurred()) goto out;
+    }
+    if (into) cprof_summary_merge(rows, n, into);
+    rc = 0;
+out:
+    Py_XDECREF(first);
+    PyMem_Free(into);
+    return rc;
+}
+
 /* summary(): per (name, category) aggregates, heaviest first, computed in C. */
 static PyObject *snapshot_summary(SnapshotObject *self, PyObject *unused) {
     if (snapshot_check(self) < 0) return NULL;
@@ -514,6 +564,10 @@ static PyObject *snapshot_summary(SnapshotObject *self, PyObject *unused) {
     Py_BEGIN_ALLOW_THREADS rc = cprof_summary_build(self->snap, &rows, &n);
     Py_END_ALLOW_THREADS
     if (rc) return cprof_py_raise(PyType_GetModule(Py_TYPE(self)), rc, "summary");
+    if (summary_merge_replaced(rows, &n) < 0) {
+        free(rows);
+        return NULL;
+    }
     PyObject *list = PyList_New(0);
     for (size_t i = 0; list && i < n; i++) {
         size_t len;

@@ -116,3 +116,22 @@ oom:
     free(out);
     return CPROF_E_NOMEM;
 }
+
+void cprof_summary_merge(cprof_summary_row *rows, size_t *nrows, const size_t *into) {
+    size_t n = *nrows, k = 0;
+    int merged = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (into[i] == i) continue;
+        cprof_summary_row *to = &rows[into[i]], *from = &rows[i];
+        to->count += from->count;
+        to->total_ns += from->total_ns;
+        to->self_ns += from->self_ns;
+        if (from->min_ns < to->min_ns) to->min_ns = from->min_ns;
+        if (from->max_ns > to->max_ns) to->max_ns = from->max_ns;
+        merged = 1;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (into[i] == i) rows[k++] = rows[i];
+    *nrows = k;
+    if (merged) qsort(rows, k, sizeof *rows, by_total_desc);
+}

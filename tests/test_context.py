@@ -615,6 +615,27 @@ def test_summary_after_exit(outdir):
     assert rows["parent"]["self_ns"] == rows["parent"]["total_ns"] - rows["child"]["total_ns"]
 
 
+def test_summary_merges_names_that_read_the_same_once_replaced(outdir):
+    """Names that differ only in lone surrogates all read 'a\\ufffd\\ufffd\\ufffd' (as does
+    that name given whole): the trace and key_averages() have one name, but the summary
+    (and so cprof run --report) grouped by the raw name and listed one row per spelling."""
+    with cprof.ProfilerContext(output_dir=outdir, profile_name="s", verbose=False,
+                               activities=["CPU"], with_stack=False) as p:
+        for name, ms in (("a\ud800", 1), ("a\udfff", 3), ("a\ufffd\ufffd\ufffd", 1), ("b", 2)):
+            with cprof.range(name):
+                time.sleep(ms / 1000)
+    rows = [r for r in p.summary if r["category"] == "user_annotation"]
+    assert sorted(r["name"] for r in rows) == ["a\ufffd\ufffd\ufffd", "b"]
+    (a,) = [r for r in rows if r["name"] != "b"]
+    durs = [e["dur"] * 1000 for e in ranges_of(load_trace(p.trace_path))
+            if e["name"] == a["name"]]
+    assert a["count"] == len(durs) == 3 and a["self_ns"] == a["total_ns"]
+    assert a["total_ns"] == pytest.approx(sum(durs), abs=10)
+    assert a["min_ns"] == pytest.approx(min(durs), abs=10)
+    assert a["max_ns"] == pytest.approx(max(durs), abs=10) and a["max_ns"] >= 3_000_000
+    totals = [r["total_ns"] for r in p.summary]
+    assert totals == sorted(totals, reverse=True)  # still heaviest first
+
 def test_non_utf8_argv_still_writes(tmp_path):
     """A program started with a non-UTF-8 argument has it in sys.argv as surrogate escapes;
     the trace's metadata must still be valid JSON (it was 'invalid JSON', no file)."""
