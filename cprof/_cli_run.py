@@ -116,9 +116,10 @@ What the program sees and what comes back
 
 Bad input exits 2 before the program starts: no script, no such file, no such module (or a
 package without __main__), an unknown activity, a --capture-range other than cudaProfilerApi /
-range:NAME, a negative or non-finite --delay, a --duration that is not positive, --delay with
---capture-range, an output directory that cannot be created or written, a --name containing
-'/'. A program with a syntax error: Python's message, exit 1.
+range:NAME, a negative or non-finite --delay, a --duration that is not positive, a --delay or
+--duration past threading.TIMEOUT_MAX (about 292 years), --delay with --capture-range, an
+output directory that cannot be created or written, a --name containing '/'. A program with
+a syntax error: Python's message, exit 1.
 """
 import argparse
 import functools
@@ -1400,6 +1401,10 @@ def _configure(argv):
         for flag, value in (("--delay", opts.delay), ("--duration", opts.duration)):
             if value is not None and not math.isfinite(value):
                 raise _Usage(f"{flag} must be a finite number of seconds, got {value}")
+            if value is not None and value > threading.TIMEOUT_MAX:  # the timer waits that long
+                raise _Usage(f"{flag} must be at most {threading.TIMEOUT_MAX:.0f} seconds "
+                             f"(threading.TIMEOUT_MAX, the longest wait Python allows), got "
+                             f"{value:g}")
         if opts.delay is not None and opts.delay < 0:
             raise _Usage(f"--delay must be 0 or more seconds, got {opts.delay:g}")
         if opts.duration is not None and opts.duration <= 0:

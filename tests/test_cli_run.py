@@ -5,6 +5,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -553,6 +554,10 @@ def test_report_shows_control_characters_escaped_one_row_per_name(tmp_path):
     (("--delay", "-1", BASIC), "--delay must be 0 or more seconds, got -1"),
     (("--delay", "soon", BASIC), "argument --delay: invalid float value: 'soon'"),
     (("--duration", "0", BASIC), "--duration must be more than 0 seconds"),
+    # past threading.TIMEOUT_MAX the timer thread's wait raised OverflowError (a traceback)
+    (("--delay", "1e10", BASIC), f"--delay must be at most {threading.TIMEOUT_MAX:.0f} seconds "
+                                 "(threading.TIMEOUT_MAX"),
+    (("--duration", "1e10", BASIC), f"--duration must be at most {threading.TIMEOUT_MAX:.0f}"),
     (("--delay", "1", "--capture-range", "cudaProfilerApi", BASIC),
      "--delay cannot be combined with --capture-range"),
     (("--name", "a/b", BASIC), "--name must be a file name (not '.' or '..', without '/'"),
