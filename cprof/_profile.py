@@ -4,6 +4,7 @@ State machine: torch.profiler's action map, transition for transition (prepare =
 window; start = discard what warmup collected; stop = close the window and keep its data;
 ready = on_trace_ready(prof)). The window's data stays in memory until the next window opens,
 so export_chrome_trace, key_averages and events work after each cycle and after stop()."""
+import collections.abc
 import enum
 import json
 import operator
@@ -25,8 +26,8 @@ from ._dist import rank_info
 from ._features import gpu_unavailable_reason
 from ._schedule import ProfilerAction, _always_record, as_action, same_member
 from ._window import (FALSE_WORDS, TRUE_WORDS, Window, check_buffer_size_mb,
-                      check_gpu_buffer_mb, check_output_dir, clean_text, flag, is_stream,
-                      module_ranges, write_target)
+                      check_gpu_buffer_mb, check_output_dir, clean_text, flag, is_settings,
+                      is_stream, module_ranges, write_target)
 
 
 
@@ -398,12 +399,18 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             p.enabled = False
             p._disabled_why = "profiling is disabled in the config (profiling: None)"
             return p
-        if isinstance(config, dict):
+        if isinstance(config, collections.abc.Mapping):
             unknown = sorted(set(config) - set(cls._CONFIG_DEFAULTS))
             if unknown:
                 raise ValueError(f"cprof: unknown profiling option(s) {unknown}; known: "
                                  f"{', '.join(cls._CONFIG_DEFAULTS)}")
             get = config.get
+        elif not is_settings(config):  # getattr would find nothing: seed 002's values, silently
+            raise TypeError(
+                f"cprof.profile.from_config takes the profiling section as a mapping or an "
+                f"object with wait / warmup / active / repeat ... attributes (None: profiling "
+                f"off), got {type(config).__name__} {config!r:.60}" +
+                ("; parse YAML text first (yaml.safe_load)" if isinstance(config, str) else ""))
         else:
             def get(key, default):
                 return getattr(config, key, default)

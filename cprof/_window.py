@@ -74,6 +74,17 @@ TRUE_WORDS = frozenset({"1", "true", "yes", "on", "y", "t"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off", "n", "f", "none", ""})
 
 
+def is_settings(obj):
+    """Whether obj holds settings as attributes (an argparse namespace, a dataclass, a
+    namedtuple, a config object). A str, number or list does not: getattr finds none of the
+    names on it, so every setting would silently take its default."""
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return True
+    return not isinstance(obj, (str, bytes, bytearray, int, float, complex, list, tuple, set,
+                                frozenset)) and (hasattr(obj, "__dict__") or
+                                                 hasattr(obj, "__slots__"))
+
+
 def is_flag(value):
     """True for what a bool argument can be: a bool, an int, numpy's bool_, None (off)."""
     return (value is None or isinstance(value, (bool, int))

@@ -2,7 +2,7 @@
 import argparse
 import collections.abc
 
-from ._window import FALSE_WORDS
+from ._window import FALSE_WORDS, is_settings
 from .context import VALID_ACTIVITIES, ProfilerContext
 
 
@@ -68,6 +68,10 @@ def create_profiler_from_args(args, profile_name=None):
     if args is None:
         raise TypeError("cprof.create_profiler_from_args: args is None; pass the parsed arguments (parser.parse_args()) "
                         "or a dict of them")
+    if not isinstance(args, collections.abc.Mapping) and not is_settings(args):
+        raise TypeError(f"cprof.create_profiler_from_args: args must be the parsed arguments "
+                        f"(parser.parse_args(), or any object with them as attributes) or a "
+                        f"dict of them, got {type(args).__name__} {args!r:.60}")
     if isinstance(args, collections.abc.Mapping):
         def get(name, default):
             value = args.get(name, default)

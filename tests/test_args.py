@@ -120,6 +120,18 @@ def test_create_from_a_mapping_and_flag_words(tmp_path):
         cprof.create_profiler_from_args(None)
 
 
+def test_args_that_hold_no_settings_are_refused(tmp_path):
+    """An int, a str or a list has none of the names as attributes: it gave a disabled
+    context with every default, silently; only None was refused."""
+    import collections
+    for bad in (5, "--profile", ["--profile"], b"x", 1.5):
+        with pytest.raises(TypeError, match="args must be the parsed arguments .* got "
+                                            + type(bad).__name__):
+            cprof.create_profiler_from_args(bad)
+    nt = collections.namedtuple("Args", "profile profile_dir")(True, str(tmp_path))
+    assert cprof.create_profiler_from_args(nt).enabled  # a namedtuple holds them as fields
+
+
 def test_activities_as_one_string_from_a_config(tmp_path):
     """A config file, YAML or environment variable gives the activities as one string, in the
     comma form cprof run --activities takes (or with spaces, as on the command line)."""

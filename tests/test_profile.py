@@ -1092,6 +1092,22 @@ def test_from_config_accepts_objects_and_rejects_unknown_keys(tmp_path):
     assert q.schedule.params["wait"] == 3 and q.schedule.params["repeat"] == 1
     with pytest.raises(ValueError, match="unknown profiling option"):
         cprof.profile.from_config(dict(SEED_002, wiat=3), tmp_path / "t")
+    import types
+    r = cprof.profile.from_config(types.MappingProxyType({"active": 2}), tmp_path / "t",
+                                  activities=CPU)  # any mapping, read as a dict
+    assert r.schedule.params["active"] == 2
+
+
+def test_from_config_refuses_what_holds_no_settings(tmp_path):
+    """A str (the YAML text, unparsed), an int or a list has no wait / active attributes:
+    from_config took seed 002's values for all of them, silently."""
+    for bad in (5, "wait: 1\nactive: 2", [("wait", 1)], 1.5):
+        with pytest.raises(TypeError, match="from_config takes the profiling section as a "
+                                            "mapping or an object .* got " + type(bad).__name__):
+            cprof.profile.from_config(bad, tmp_path / "t", activities=CPU)
+    with pytest.raises(TypeError, match="parse YAML text first"):
+        cprof.profile.from_config("wait: 1", tmp_path / "t", activities=CPU)
+    assert not os.path.exists(tmp_path / "t")
 
 
 def test_from_config_none_disables_profiling(tmp_path):
