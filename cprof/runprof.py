@@ -22,7 +22,7 @@ from typing import List, Optional
 from . import _C
 from ._glue import create_temp
 from ._dist import rank_info
-from ._window import check_output_dir
+from ._window import check_output_dir, flag
 
 MODEL_BUCKET_ORDER = [
     "embed",
@@ -1007,6 +1007,8 @@ def cpu_bucket_timer(bucket, sync=None):
     """Engine-domain timer on the host clock. The device is synchronised around it when sync
     is True, or (sync=None, the default) when the step it times runs under strict_sync with
     CUDA in use and engine profiling on, as seed 003 says; sync=False never synchronises."""
+    if sync is not None and sync is not True and sync is not False:
+        sync = flag(sync, "cprof: cpu_bucket_timer", "sync")  # "no" would count as true
     t = _C.engine_timer(bucket)
     if sync or (sync is None and _StepSync.engine):
         return _SyncedTimer(t)

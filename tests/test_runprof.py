@@ -1080,6 +1080,17 @@ def test_bad_share_window_is_a_clear_error(monkeypatch):
         cprof.Profiler(cprof.ProfilerConfig(output_dir="unused", print_per_run=False))
 
 
+def test_cpu_bucket_timer_sync_takes_a_bool():
+    """sync="no" (a YAML or environment value) was taken as sync=True, a truthy string; every
+    other bool option refuses text."""
+    for bad in ("no", "false", "True", [], 0.5):
+        with pytest.raises(TypeError, match="cpu_bucket_timer: sync takes a bool, got"):
+            cprof.cpu_bucket_timer("x", sync=bad)
+    assert type(cprof.cpu_bucket_timer("x", sync=True)).__name__ == "_SyncedTimer"
+    for off in (False, 0, None):  # None: decided by the step (no step open: no sync)
+        assert type(cprof.cpu_bucket_timer("x", sync=off)).__name__ != "_SyncedTimer"
+    assert type(cprof.cpu_bucket_timer("x", sync=1)).__name__ == "_SyncedTimer"
+
 def test_bucket_name_must_be_a_str():
     for make in (cprof.cuda_bucket_timer, cprof.cpu_bucket_timer,
                  lambda b: cprof._C.BucketTimer(b, 0)):
