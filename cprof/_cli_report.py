@@ -419,8 +419,27 @@ def _clobbers_trace(args, files):
     return None
 
 
+def _empty_option(args):
+    """The message for an option given as "" (an unset shell variable, say), which would
+    otherwise be taken as not given: -o "" printed to stdout. None when there is none."""
+    for flag, value, what in (
+            ("--tables", getattr(args, "tables", None),
+             "name one or more of " + ",".join(k for k, _, _ in TABLES)),
+            ("--step-range", args.step_range, "name the range that marks a step, or leave "
+             "the option out for torch's ProfilerStep#N"),
+            ("-o", args.output, "name a file, or leave -o out to print to standard output"),
+            ("--html", getattr(args, "html", None), "name the HTML file to write")):
+        if value is not None and not (value.strip(" ,") if flag == "--tables" else value):
+            return f"{flag} is empty; {what}"
+    return None
+
+
 def cmd_report(args):
     sections = None
+    empty = _empty_option(args)
+    if empty:  # a bad argument: exit 2, as argparse's own
+        _fail("report", empty)
+        return 2
     if args.tables:
         sections = {s.strip() for s in args.tables.split(",") if s.strip()}
         unknown = sections - {k for k, _, _ in TABLES}

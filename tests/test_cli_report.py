@@ -593,6 +593,16 @@ def test_bad_input_exit_codes(tmp_path):
         assert r.returncode == 1 and "holds no events" in r.stderr and r.stdout == ""
     r = cprof("report", bad, "--tables", "nope", check=False)  # a bad argument, checked first
     assert r.returncode == 2 and "unknown table" in r.stderr and "choose from" in r.stderr
+    # an option given empty (an unset shell variable) was taken as not given: -o "" printed
+    # the report to stdout, --tables "" printed every table
+    for opt, message in (("--tables", "--tables is empty; name one or more of kernels,"),
+                         ("--step-range", "--step-range is empty; name the range"),
+                         ("-o", "-o is empty; name a file, or leave -o out"),
+                         ("--html", "--html is empty; name the HTML file")):
+        for value in ("", " , ") if opt == "--tables" else ("",):
+            r = cprof("report", bad, opt, value, check=False)
+            assert r.returncode == 2 and r.stdout == "", (opt, value)
+            assert f"cprof report: error: {message}" in r.stderr, (opt, value)
 
 
 def test_report_never_writes_over_a_trace(gpu_trace, tmp_path):
