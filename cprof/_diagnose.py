@@ -75,10 +75,14 @@ def rank_problem(r):
     tr = r.get("trace", {})
     bits = [f"distributedInfo.{k} is {tr[k + '_invalid']}, not a whole number >= {low}"
             for k, low in (("rank", 0), ("world_size", 1)) if tr.get(k + "_invalid")]
+    if tr.get("distributed_info_invalid"):
+        bits.append(f"distributedInfo is {tr['distributed_info_invalid']}, not an object "
+                    "with rank and world_size")
     if not bits:
         return None
+    no_rank = tr.get("rank_invalid") or tr.get("distributed_info_invalid")
     return "; ".join(bits) + (": the trace is read as one without a rank (listed on its "
-                              "own, compared with no rank)" if tr.get("rank_invalid") else
+                              "own, compared with no rank)" if no_rank else
                               ": the world size is left out")
 
 
@@ -158,7 +162,8 @@ def diagnose(r):
         out.append(_d("bad_rank", "distributedInfo holds no usable rank", "medium",
                       f"{bad[0].upper()}{bad[1:]}. Fix the writer (a rank is a whole number "
                       ">= 0, a world size one >= 1) or name the rank traces' files apart.",
-                      **{k: tr[k] for k in ("rank_invalid", "world_size_invalid") if k in tr}))
+                      **{k: tr[k] for k in ("rank_invalid", "world_size_invalid",
+                                            "distributed_info_invalid") if k in tr}))
     lk = r.get("links") or {}
     if lk.get("gpu_ops_without_correlation"):
         n, tot = lk["gpu_ops_without_correlation"], lk.get("gpu_ops", 0)

@@ -721,6 +721,7 @@ static void add_info(const cprof_trace *t, const char *path, cJSON *root) {
     /* a rank given but no rank (1.5, -1, "one"): read as absent, its text kept for a warning */
     if (in->rank_invalid) add_str(tr, "rank_invalid", t, in->rank_invalid);
     if (in->world_size_invalid) add_str(tr, "world_size_invalid", t, in->world_size_invalid);
+    if (in->dist_invalid) add_str(tr, "distributed_info_invalid", t, in->dist_invalid);
     cJSON_AddBoolToObject(tr, "partial", in->partial == 1);
     if (in->end_reason) add_str(tr, "end", t, in->end_reason);
     cJSON_AddNumberToObject(tr, "events", (double)cprof_trace_nevents(t));

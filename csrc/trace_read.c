@@ -563,6 +563,10 @@ static int top_member(cprof_js *ps, cprof_trace *t, const char *k, size_t kn) {
     if (KEY(k, kn, "traceEvents")) return trace_events(ps, t);
     if (KEY(k, kn, "distributedInfo") && ps->p < ps->end && *ps->p == '{')
         return object_members(ps, t, dist_member, "reading distributedInfo");
+    if (KEY(k, kn, "distributedInfo") && ps->p < ps->end && *ps->p != 'n') /* 5, [1], "0" */
+        return cprof_js_skip(ps, 1) ? CPROF_E_FORMAT
+                                    : intern(t, v0, cprof_js_cut(v0, (size_t)(ps->p - v0), 64),
+                                             &t->info.dist_invalid);
     if (KEY(k, kn, "cprof") && ps->p < ps->end && *ps->p == '{') {
         t->info.is_cprof = 1; /* its text kept whole: the report reads its loss counters */
         int rc = object_members(ps, t, cprof_member, "reading the cprof metadata");

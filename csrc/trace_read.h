@@ -139,6 +139,7 @@ typedef struct cprof_trace_info {
     uint32_t rank_invalid;      /* distributedInfo.rank / world_size given but no whole number */
     uint32_t world_size_invalid; /* (>= 0 / >= 1): its text (string id; 0: none); the value is
                                   * then absent */
+    uint32_t dist_invalid;      /* distributedInfo given but no object (5, [1]): its text */
     int64_t base_time_ns;       /* baseTimeNanoseconds (ts values are relative to it) */
     uint32_t backend;           /* distributedInfo.backend string id */
     int partial;                /* cprof.partial: 1 true, 0 false, -1 absent */

@@ -1463,6 +1463,29 @@ def test_a_rank_that_is_no_rank_is_refused_with_a_warning_naming_the_file(tmp_pa
         (1, True), (2, False), (3, False)]
 
 
+def test_a_distributed_info_that_is_no_object_is_warned_about_as_a_bad_rank(tmp_path):
+    """"distributedInfo": 5 was skipped without a word, where a rank of [1] got a warning and
+    a bad_rank diagnosis."""
+    for name, di in (("a", 5), ("b", [1]), ("c", "rank 0"), ("d", None)):
+        _busy_trace(tmp_path / f"{name}.trace.json", 0, 1000, 100)
+        t = json.loads((tmp_path / f"{name}.trace.json").read_text())
+        t["distributedInfo"] = di
+        (tmp_path / f"{name}.trace.json").write_text(json.dumps(t))
+    r = cprof("report", tmp_path, "--format", "json")
+    doc = json.loads(r.stdout)
+    assert [x["trace"]["rank"] for x in doc["reports"]] == [None] * 4
+    for name, text in (("a", "5"), ("b", "[1]"), ("c", '"rank 0"')):
+        assert (f"{tmp_path / name}.trace.json: distributedInfo is {text}, not an object with "
+                "rank and world_size: the trace is read as one without a rank" in r.stderr), \
+            r.stderr
+    assert "d.trace.json" not in r.stderr  # null: no distributedInfo, as torch's without one
+    ids = [[d["id"] for d in x["diagnoses"]] for x in doc["reports"]]
+    assert ["bad_rank" in i for i in ids] == [True, True, True, False]
+    bad = next(d for d in doc["reports"][0]["diagnoses"] if d["id"] == "bad_rank")
+    assert bad["evidence"] == {"distributed_info_invalid": "5"}
+    r = cprof("merge", tmp_path, "-o", tmp_path / "m.trace.json")
+    assert "distributedInfo is [1], not an object" in r.stderr
+
 def test_memory_growth_words_agree_with_the_table(tmp_path):
     """The diagnosis said "higher at the start of each of 5 steps" beside Steps growing = 4."""
     mib = 1 << 20
