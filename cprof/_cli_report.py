@@ -419,7 +419,7 @@ def _clobbers_trace(args, files):
     return None
 
 
-def _empty_option(args):
+def _empty_option(args, cmd):
     """The message for an option given as "" (an unset shell variable, say), which would
     otherwise be taken as not given: -o "" printed to stdout. None when there is none."""
     for flag, value, what in (
@@ -427,7 +427,8 @@ def _empty_option(args):
              "name one or more of " + ",".join(k for k, _, _ in TABLES)),
             ("--step-range", args.step_range, "name the range that marks a step, or leave "
              "the option out for torch's ProfilerStep#N"),
-            ("-o", args.output, "name a file, or leave -o out to print to standard output"),
+            ("-o", args.output, "name the merged trace's file" if cmd == "merge" else
+             "name a file, or leave -o out to print to standard output"),
             ("--html", getattr(args, "html", None), "name the HTML file to write")):
         if value is not None and not (value.strip(" ,") if flag == "--tables" else value):
             return f"{flag} is empty; {what}"
@@ -436,7 +437,7 @@ def _empty_option(args):
 
 def cmd_report(args):
     sections = None
-    empty = _empty_option(args)
+    empty = _empty_option(args, "report")
     if empty:  # a bad argument: exit 2, as argparse's own
         _fail("report", empty)
         return 2
@@ -490,6 +491,10 @@ def cmd_report(args):
 
 
 def cmd_merge(args):
+    empty = _empty_option(args, "merge")
+    if empty:  # a bad argument: exit 2, as argparse's own
+        _fail("merge", empty)
+        return 2
     try:
         files = find_traces(args.inputs, "merge")
     except InputError as err:
@@ -497,6 +502,12 @@ def cmd_merge(args):
     out = args.output
     target = write_target(out)
     out_dir = os.path.dirname(os.path.abspath(target))
+    if os.path.isdir(target):  # --force would not help ("exists; pass --force" said it would)
+        return _fail("merge", f"{out} is a directory; name the merged trace file, e.g. -o "
+                     f"{os.path.join(out, 'merged.trace.json.gz')}")
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        return _fail("merge", f"the output directory {out_dir} is a file, not a directory; "
+                     "choose another path")
     if not os.path.isdir(out_dir):
         return _fail("merge", f"the output directory {out_dir} does not exist; create it first")
     if os.path.realpath(out) in {os.path.realpath(f) for f in files}:

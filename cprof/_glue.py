@@ -693,12 +693,31 @@ def create_temp(path):
                   "all exist)")
 
 
+# what path to retry with, by the error: "a disk with room" was the advice for a directory too
+_RETRY_WHERE = {errno.EISDIR: "a file's path (this one is a directory)",
+                errno.ENOSPC: "a path on a disk with room",
+                errno.EDQUOT: "a path on a disk with room",
+                errno.EFBIG: "a path on a disk with room",
+                errno.EACCES: "a path you can write to", errno.EPERM: "a path you can write to",
+                errno.EROFS: "a path you can write to",
+                errno.ENOENT: "a path in a directory that exists",
+                errno.ENOTDIR: "a path in a directory that exists",
+                errno.ENAMETOOLONG: "a shorter path"}
+
+
+def retry_advice(retry, err_no):
+    """retry (what the caller can do after a failed write) with "{where}" in it made the kind
+    of path to try, by the error's errno."""
+    return retry.replace("{where}", _RETRY_WHERE.get(err_no, "another path"))
+
+
 def atomic_write(path, data, what, retry=None):
     """Writes bytes data to path whole or not at all: into a hidden temporary file of its
     own in the same directory (create_temp), renamed over path when complete. On any failure
     the temporary file is removed (on a full disk it would hold the rest of the disk) and an
     OSError becomes cprof.TraceWriteError naming what and path, with retry (what the caller
-    can do) after it; interrupts pass unchanged."""
+    can do; "{where}" in it becomes the kind of path to try, by the error) after it;
+    interrupts pass unchanged."""
     tmp = None
     try:
         tmp, fd = create_temp(path)
@@ -715,6 +734,8 @@ def atomic_write(path, data, what, retry=None):
         if not isinstance(err, OSError) or isinstance(err, _C.TraceWriteError):
             raise
         why = err.strerror or str(err)
+        if retry:
+            retry = retry_advice(retry, err.errno)
         raise _C.TraceWriteError(
             err.errno or 5, f"could not write the {what} {path}: {why}"
             + (f"; {retry}" if retry else "")) from None

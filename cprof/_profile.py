@@ -1000,8 +1000,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                 "a program that uses CUDA through torch")
         return _glue.write_memory_snapshot(
             self.memory, os.fspath(path),
-            retry="the snapshot is kept in memory: call export_memory_snapshot(path) with a "
-                  "path on a disk with room (until the next window)")
+            retry="the snapshot is kept in memory: call export_memory_snapshot(path) with "
+                  "{where} (until the next window)")
 
     def events(self):
         """Every event of the last finished window: CPU ranges and GPU activity, as

@@ -12,7 +12,7 @@ import sys
 from collections import namedtuple
 
 from ._C import TraceWriteError
-from ._glue import MEM_EVENT, atomic_write  # one allocation event as csrc/mem_events.c packs it
+from ._glue import MEM_EVENT, atomic_write, retry_advice  # MEM_EVENT: as mem_events.c packs one
 
 _CPU_CATS = {0: "user_annotation", 1: "cpu_op", 2: "python_function", 3: "user_annotation"}
 _CAT_PYTHON = 2  # python_function (with_stack)
@@ -511,8 +511,7 @@ def export_stacks(window, path, metric):
         frames.append(ev.name.translate(clean))
         lines.append(f"{';'.join(frames)} {value}\n")
     data = "".join(lines).encode("utf-8")
-    retry = ("the window's data is kept: call export_stacks(path) again with a path on a "
-             "disk with room")
+    retry = "the window's data is kept: call export_stacks(path) again with {where}"
     from ._window import is_stream
     if not is_stream(path):  # whole or nothing: a cut last line reads as a frame
         atomic_write(path, data, "stacks", retry)
@@ -522,7 +521,8 @@ def export_stacks(window, path, metric):
             f.write(data)
     except OSError as err:
         raise TraceWriteError(err.errno or 5, f"could not write the stacks {path}: "
-                              f"{err.strerror or err}; {retry}") from None
+                              f"{err.strerror or err}; {retry_advice(retry, err.errno)}"
+                              ) from None
     return len(lines)
 
 
@@ -847,8 +847,7 @@ class EventList(list):
         from ._window import check_output_dir
         check_output_dir(os.path.dirname(path) or ".",
                          "pass export_chrome_trace a path in a directory you can write to")
-        atomic_write(path, data, "trace", "call export_chrome_trace(path) again with a path "
-                     "on a disk with room")
+        atomic_write(path, data, "trace", "call export_chrome_trace(path) again with {where}")
         return path
 
     def export_stacks(self, path, metric="self_cpu_time_total"):

@@ -154,6 +154,17 @@ def check_gpu_buffer_mb(mb, who):
     return mb
 
 
+def _dangling_link(path):
+    """The deepest of path and its parents that is a symbolic link to nothing, or None."""
+    p = os.path.abspath(path)
+    while not (os.path.islink(p) and not os.path.exists(p)):
+        parent = os.path.dirname(p)
+        if parent == p:
+            return None
+        p = parent
+    return p
+
+
 def check_output_dir(path, fix="pass another output_dir or set CPROF_PROFILER_DIR"):
     """Creates path if needed and checks a file can be created in it; raises a clear error
     ending with fix (what the caller's user can change)."""
@@ -164,6 +175,12 @@ def check_output_dir(path, fix="pass another output_dir or set CPROF_PROFILER_DI
             raise _C.TraceWriteError(
                 20, f"cprof: the output directory {path!r} is a file, not a directory; {fix}"
             ) from None
+        link = _dangling_link(path)
+        if link:  # makedirs says "File exists" of it, or "No such file" of a path under it
+            raise _C.TraceWriteError(
+                errno.ENOENT, f"cprof: the output directory {path!r} cannot be created: "
+                f"{link!r} is a symbolic link to {os.readlink(link)!r}, which does not exist; "
+                f"create that directory, or {fix}") from None
         raise _C.TraceWriteError(
             exc.errno,
             f"cprof: the output directory {path!r} cannot be created ({exc.strerror}); {fix}",

@@ -746,6 +746,29 @@ def test_merge_puts_ranks_on_one_timeline(tmp_path):
     cprof("merge", d, "-o", out, "--force")
 
 
+def test_merge_output_errors_say_what_is_wrong(tmp_path):
+    """-o DIR said "exists; pass --force" (then, with --force, "Is a directory"), -o FILE/m.json
+    said the directory FILE "does not exist", -o "" was "writing  failed" with exit 1."""
+    _rank_trace(tmp_path / "r0.trace.json", 0, 0, 1000)
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    for force in ((), ("--force",)):
+        r = cprof("merge", tmp_path / "r0.trace.json", "-o", sub, *force, check=False)
+        assert r.returncode == 1 and "--force" not in r.stderr, r.stderr
+        assert (f"cprof merge: error: {sub} is a directory; name the merged trace file, e.g. "
+                f"-o {sub / 'merged.trace.json.gz'}") in r.stderr
+    (tmp_path / "afile").write_text("")
+    r = cprof("merge", tmp_path / "r0.trace.json", "-o", tmp_path / "afile" / "m.json",
+              check=False)
+    assert r.returncode == 1 and "does not exist" not in r.stderr
+    assert f"the output directory {tmp_path / 'afile'} is a file, not a directory" in r.stderr
+    for opt, message in (("-o", "-o is empty; name the merged trace's file"),
+                         ("--step-range", "--step-range is empty")):
+        args = ("-o", tmp_path / "m.trace.json") if opt != "-o" else ()
+        r = cprof("merge", tmp_path / "r0.trace.json", *args, opt, "", check=False)
+        assert r.returncode == 2 and f"cprof merge: error: {message}" in r.stderr, r.stderr
+    assert sorted(os.listdir(tmp_path)) == ["afile", "r0.trace.json", "sub"]
+
 def test_a_trace_named_twice_is_read_once(tmp_path):
     """Audit 000 F4: a trace named twice (itself, through its directory, through a link) or
     a copy of it was merged and reported twice: every event of its rank doubled."""

@@ -504,6 +504,19 @@ def test_an_output_dir_that_is_a_file_is_called_a_file(tmp_path):
     assert "File exists" not in str(ei.value)
 
 
+def test_an_output_dir_through_a_dangling_link_names_the_link(tmp_path):
+    """A symbolic link to nothing as output_dir (or above it) said "cannot be created (File
+    exists)" (or "No such file or directory" for a path under it)."""
+    link = tmp_path / "dangling"
+    link.symlink_to(tmp_path / "gone")
+    for out in (link, link / "sub"):
+        with pytest.raises(cprof.TraceWriteError, match="is a symbolic link to .*gone.*, which "
+                                                        "does not exist; create that") as ei:
+            with cprof.ProfilerContext(output_dir=out, verbose=False, activities=["CPU"]):
+                pass
+        assert str(link) in str(ei.value) and "File exists" not in str(ei.value)
+
+
 def test_profile_function_keeps_metadata_and_writes(outdir):
     @cprof.profile_function(output_dir=outdir, verbose=False)
     def forward_pass(x, y=2):

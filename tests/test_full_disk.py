@@ -197,10 +197,21 @@ def test_export_stacks_on_full_disk_leaves_no_cut_file(tmp_path):
         with pytest.raises(cprof.TraceWriteError) as info:
             p.export_stacks(target)
     assert target in str(info.value) and "export_stacks(path)" in str(info.value)
+    assert "again with a path on a disk with room" in str(info.value)
     assert _files(tmp_path) == ["whole.txt"]
     assert p.export_stacks(target) == target  # the window's data is kept for a retry
     assert (tmp_path / "stacks.txt").read_bytes() == whole.read_bytes()
 
+
+def test_export_stacks_to_a_directory_says_so_not_a_full_disk(tmp_path):
+    """The advice was "again with a path on a disk with room" whatever failed."""
+    with cprof.profile(activities=[cprof.ProfilerActivity.CPU], with_stack=True) as p:
+        _deep(3)
+    with pytest.raises(cprof.TraceWriteError, match="Is a directory; the window's data is "
+                                                    "kept: call export_stacks.path. again with "
+                                                    "a file's path") as info:
+        p.export_stacks(str(tmp_path))
+    assert "disk with room" not in str(info.value)
 
 def test_export_stacks_to_a_full_stream_names_it(tmp_path):
     """A device (/dev/full) is written into, not replaced: its failure is a TraceWriteError
