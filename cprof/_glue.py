@@ -679,9 +679,17 @@ def memory_end(prof):
 def create_temp(path):
     """A new hidden temporary file beside path (.{name}.{pid}.tmp, else .{name}.{pid}.N.tmp):
     created exclusively (O_EXCL, as csrc/sink.c's), so a file or symlink found at the name
-    (planted in a shared directory, or another thread's) is never written through. Returns
+    (planted in a shared directory, or another thread's) is never written through. Of a long
+    name only the first 200 bytes are used, as sink.c does: the temporary name must fit in
+    NAME_MAX (255 bytes) too, or a legal name of 230-255 bytes could not be written. Returns
     (tmp, fd)."""
-    stem = os.path.join(os.path.dirname(path) or ".", "." + os.path.basename(path))
+    name = os.fsencode(os.path.basename(path))
+    if len(name) > 200:
+        cut = 200
+        while cut and name[cut] & 0xC0 == 0x80:  # not inside a UTF-8 character
+            cut -= 1
+        name = name[:cut]
+    stem = os.path.join(os.path.dirname(path) or ".", "." + os.fsdecode(name))
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
     for i in range(1000):
         tmp = f"{stem}.{os.getpid()}.tmp" if i == 0 else f"{stem}.{os.getpid()}.{i}.tmp"

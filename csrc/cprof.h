@@ -323,7 +323,8 @@ uint32_t cprof_ops_name_id(const char *name);
 /* ---- sink.c: buffered output to a file, plain or gzip, temp file + rename ---- */
 typedef struct cprof_sink cprof_sink;
 /* Opens a new temporary file in the directory of final_path (which must exist), named
- * ".<basename>.<pid>.<n>.tmp" so a reader never sees a half-written file under the final name;
+ * ".<basename>.<pid>.<n>.tmp" (of a long basename its first 200 bytes, so the name fits
+ * NAME_MAX) so a reader never sees a half-written file under the final name;
  * an existing final_path that is neither a regular file nor a directory (/dev/null, a FIFO) is
  * opened and written directly, and commit then moves nothing.
  * gzip_level: 0 plain, 1..9 zlib level. On failure *errno_out (if given) holds errno. */

@@ -17,6 +17,7 @@
 #include "cprof.h"
 
 #define SINK_BUF (1u << 20)
+#define SINK_TMP_BASE 200 /* bytes of the target's name kept in its temporary file's name */
 
 struct cprof_sink {
     int fd;
@@ -67,10 +68,18 @@ static int open_target(cprof_sink *s, const char *final_path) {
     const char *dir = slash ? final_path : ".";
     const char *base = slash ? slash + 1 : final_path;
     if (slash == final_path) dirlen = 0; /* file in "/" */
+    /* ".{base}.{pid}.{n}.tmp" adds up to 27 bytes: a legal name of 229-255 bytes would make it
+     * longer than NAME_MAX. Its first SINK_TMP_BASE bytes (cut before a UTF-8 continuation
+     * byte) are enough; O_EXCL and the counter keep names that share them apart. */
+    int baselen = (int)strlen(base);
+    if (baselen > SINK_TMP_BASE) {
+        baselen = SINK_TMP_BASE;
+        while (baselen > 0 && ((unsigned char)base[baselen] & 0xc0) == 0x80) baselen--;
+    }
     for (int tries = 0; tries < 100; tries++) {
         unsigned n = atomic_fetch_add(&tmp_counter, 1);
-        int k = snprintf(s->tmp_path, sizeof s->tmp_path, "%.*s/.%s.%d.%u.tmp", dirlen, dir, base,
-                         (int)getpid(), n);
+        int k = snprintf(s->tmp_path, sizeof s->tmp_path, "%.*s/.%.*s.%d.%u.tmp", dirlen, dir,
+                         baselen, base, (int)getpid(), n);
         if (k < 0 || (size_t)k >= sizeof s->tmp_path) return ENAMETOOLONG;
         /* O_EXCL with mode 0666 lets the umask decide the final permissions, like open(2) */
         s->fd = open(s->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);

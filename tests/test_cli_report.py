@@ -769,6 +769,15 @@ def test_merge_output_errors_say_what_is_wrong(tmp_path):
         assert r.returncode == 2 and f"cprof merge: error: {message}" in r.stderr, r.stderr
     assert sorted(os.listdir(tmp_path)) == ["afile", "r0.trace.json", "sub"]
 
+def test_report_to_a_long_legal_file_name(tmp_path):
+    """-o's temporary file (".{name}.{pid}.tmp") was longer than NAME_MAX for a legal name of
+    240-255 bytes: "File name too long" for a name the user could create."""
+    _rank_trace(tmp_path / "r0.trace.json", 0, 0, 1000)
+    name = "x" + "é" * 125 + ".txt"  # 255 bytes; the cut at 200 falls inside an "é"
+    r = cprof("report", tmp_path / "r0.trace.json", "-o", tmp_path / name)
+    assert r.stdout == "" and "Steps" in (tmp_path / name).read_text()
+    assert sorted(os.listdir(tmp_path)) == ["r0.trace.json", name]
+
 def test_a_trace_named_twice_is_read_once(tmp_path):
     """Audit 000 F4: a trace named twice (itself, through its directory, through a link) or
     a copy of it was merged and reported twice: every event of its rank doubled."""

@@ -42,6 +42,22 @@ def test_nasty_names_give_valid_json(tmp_path, gz):
             assert got == want
 
 
+@pytest.mark.parametrize("gz", [0, 6])
+def test_a_long_legal_file_name_is_written(tmp_path, gz):
+    """The hidden temporary file ".{name}.{pid}.{n}.tmp" adds up to 27 bytes to the name: a
+    legal name of 229-255 bytes failed with "File name too long" (torch.profiler writes it)."""
+    C.start()
+    with cprof.range("x"):
+        pass
+    snap = C.stop()
+    suffix = ".trace.json.gz" if gz else ".trace.json"
+    # an odd count of ASCII first: byte 200, where the temporary name is cut, is mid-"é"
+    stem = "x" + "é" * ((255 - 1 - len(suffix)) // 2)
+    path, *_ = snap.write(str(tmp_path / stem), suffix, gzip=gz)
+    assert os.path.basename(path) == stem + suffix and len((stem + suffix).encode()) >= 254
+    assert [e["name"] for e in ranges_of(load_trace(path))] == ["x"]
+    assert os.listdir(tmp_path) == [stem + suffix]  # no temporary file left
+
 def test_escape_invalid_utf8_bytes():
     cases = {
         b"plain": '"plain"',
