@@ -505,7 +505,7 @@ fail:
 
 /* Rows whose names differ only in invalid UTF-8 (lone surrogates given as names) read as one
  * name once it is replaced by U+FFFD, as the trace, events() and key_averages() show it: they
- * are merged, one row per shown name and category (decision 163). Only names that hold
+ * are merged, one row per shown name and category (decision 161). Only names that hold
  * U+FFFD once decoded can share one. Returns 0, or -1 with an exception set. */
 static int summary_merge_replaced(cprof_summary_row *rows, size_t *n) {
     PyObject *first = NULL; /* (name, category) -> index of its first row */

@@ -94,7 +94,7 @@ const cprof_tev *cprof_trace_events(const cprof_trace *t);
 const char *cprof_trace_str(const cprof_trace *t, uint32_t id, size_t *len);
 /* String id as a JSON string literal, quotes included (malloc'd, NUL-terminated; NULL when
  * out of memory), for cJSON_AddRawToObject: a C string would cut or replace an embedded NUL,
- * and the report keeps the trace's names exactly (decision 162). */
+ * and the report keeps the trace's names exactly (decision 160). */
 char *cprof_trace_json(const cprof_trace *t, uint32_t id);
 /* Flags of a string: CPROF_TSTR_MODULE when the trace's cprof metadata lists it as a module. */
 #define CPROF_TSTR_MODULE 1u

@@ -633,7 +633,7 @@ def test_escapes_and_surrogate_pairs_in_names():
 
 
 def test_escaped_nul_in_name_is_kept_apart():
-    # names go into the report as JSON literals, not C strings: a NUL is kept (decision 162)
+    # names go into the report as JSON literals, not C strings: a NUL is kept (decision 160)
     r = report_bytes(b'{"traceEvents":[{"ph":"X","cat":"kernel","name":"a\\u0000b","ts":1,'
                      b'"dur":2},{"ph":"X","cat":"kernel","name":"a\\u0000c","ts":4,"dur":2}]}')
     assert sorted(k["name"] for k in r["kernels"]) == ["a\x00b", "a\x00c"]
