@@ -20,9 +20,8 @@ Options
                       GPU where it cannot be recorded warns and records CPU. MEM: a CPU
                       memory counter track (resident set, malloc'd bytes), its peaks,
                       CUPTI memory records and torch's allocation events (from the
-                      program's import of torch on); CUDA memory history and the memory_viz snapshot
-                      need torch imported when the window opens, so only with --delay or
-                      --capture-range opening it after the program imported torch.
+                      program's import of torch on); CUDA memory history and the memory_viz
+                      snapshot from the program's first CUDA use on.
   -o, --output-dir D  where the trace goes; default $CPROF_PROFILER_DIR, else
                       $CPROF_TORCH_PROFILER_DIR, else /tmp/cprof_profiles. Created and
                       checked before the program starts.

@@ -160,7 +160,7 @@ def diagnose(r):
     bad = rank_problem(r)
     if bad:
         out.append(_d("bad_rank", "distributedInfo holds no usable rank", "medium",
-                      f"{bad[0].upper()}{bad[1:]}. Fix the writer (a rank is a whole number "
+                      f"{bad}. Fix the writer (a rank is a whole number "
                       ">= 0, a world size one >= 1) or name the rank traces' files apart.",
                       **{k: tr[k] for k in ("rank_invalid", "world_size_invalid",
                                             "distributed_info_invalid") if k in tr}))

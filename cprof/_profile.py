@@ -26,8 +26,8 @@ from ._dist import rank_info
 from ._features import gpu_unavailable_reason
 from ._schedule import ProfilerAction, _always_record, as_action, same_member
 from ._window import (FALSE_WORDS, TRUE_WORDS, Window, check_buffer_size_mb,
-                      check_gpu_buffer_mb, check_output_dir, clean_text, flag, is_settings,
-                      is_stream, module_ranges, write_target)
+                      check_gpu_buffer_mb, check_output_dir, clean_text, env_gpu_buffer_mb,
+                      flag, is_settings, is_stream, module_ranges, write_target)
 
 
 
@@ -309,6 +309,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             raise ValueError(f"{who}: min_duration_us must be >= 0 microseconds")
         buffer_size_mb = check_buffer_size_mb(buffer_size_mb, who)
         self.gpu_buffer_mb = check_gpu_buffer_mb(gpu_buffer_mb, who)
+        if self.gpu_buffer_mb is None:
+            env_gpu_buffer_mb()  # a typo in a job script fails here, not on the GPU nodes' window
         self.record_shapes = bool(record_shapes)
         self.profile_memory = "MEM" in self.activities
         self.with_stack = flag(with_stack, who, "with_stack")

@@ -140,18 +140,30 @@ def check_buffer_size_mb(mb, who):
     return mb
 
 
-def check_gpu_buffer_mb(mb, who):
+def check_gpu_buffer_mb(mb, who, arg="gpu_buffer_mb"):
     """None, or a positive number of MiB no larger than the machine's memory (CUPTI's buffer
     pool is reserved whole when a GPU window opens); ValueError naming who otherwise."""
-    mb = _positive_mib(mb, who, "gpu_buffer_mb", "CUPTI's buffer pool; default 128")
+    mb = _positive_mib(mb, who, arg, "CUPTI's buffer pool; default 128")
     if mb is None:
         return None
     total = _memory_mib()
     if total is not None and mb > total:
-        raise ValueError(f"{who}: gpu_buffer_mb={mb:g} is more than this machine's memory "
+        raise ValueError(f"{who}: {arg}={mb:g} is more than this machine's memory "
                          f"({total:.0f} MiB); CUPTI's buffer pool is reserved whole when a GPU "
                          "window opens, so ask for less (default 128)")
     return mb
+
+
+def env_gpu_buffer_mb():
+    """$CPROF_GPU_BUFFER_MB as MiB (None: unset or empty); a ValueError saying what is wrong.
+    Checked when a profiler is made, and read again when its GPU window opens."""
+    env = os.environ.get("CPROF_GPU_BUFFER_MB") or None
+    try:  # text from the environment: a number of MiB (the argument itself may not be)
+        env = float(env) if env is not None else None
+    except ValueError:
+        raise ValueError(f"cprof: CPROF_GPU_BUFFER_MB must be a number of MiB, got {env!r} "
+                         "(unset it for the default, 128)") from None
+    return check_gpu_buffer_mb(env, "cprof", "CPROF_GPU_BUFFER_MB")
 
 
 def _dangling_link(path):
@@ -357,13 +369,7 @@ class Window:
         them smaller: the pool never holds more than asked)."""
         mb = self.gpu_buffer_mb
         if mb is None:
-            env = os.environ.get("CPROF_GPU_BUFFER_MB") or None
-            try:  # text from the environment: a number of MiB (the argument itself may not be)
-                env = float(env) if env is not None else None
-            except ValueError:
-                raise ValueError(f"CPROF_GPU_BUFFER_MB must be a number of MiB, got "
-                                 f"{env!r}") from None
-            mb = check_gpu_buffer_mb(env, "CPROF_GPU_BUFFER_MB")
+            mb = env_gpu_buffer_mb()
         return 0 if mb is None else max(int(mb * (1 << 20)), 128 << 10)
 
     def restart(self):

@@ -302,7 +302,7 @@ static PyGetSetDef range_getset[] = {
 static PyType_Slot range_slots[] = {
     {Py_tp_doc, "range(name): a named CPU range on the calling thread.\n\n"
                 "Use as `with cprof.range(name):` or as a decorator `@cprof.range(name)`.\n"
-                "Outside a profiling window it only tracks nesting (tens of ns)."},
+                "Outside a profiling window it only tracks nesting (about 100 ns)."},
     {Py_tp_new, range_new},
     {Py_tp_dealloc, range_dealloc},
     {Py_tp_call, range_call},

@@ -1486,7 +1486,8 @@ def test_a_rank_that_is_no_rank_is_refused_with_a_warning_naming_the_file(tmp_pa
                 "number >= 0" in r.stderr), r.stderr
     assert "a.trace.json:" not in r.stderr
     assert [x["rank"] for x in doc["ranks"]] == [1, None, None]
-    assert "bad_rank" in [d["id"] for d in doc["reports"][1]["diagnoses"]]
+    (bad,) = [d for d in doc["reports"][1]["diagnoses"] if d["id"] == "bad_rank"]
+    assert "distributedInfo.rank is 1.5" in json.dumps(bad)  # the key as spelled ("Dist..." was)
     # cprof merge reads the ranks alike: the refused ones are inputs without a rank
     r = cprof("merge", tmp_path, "-o", tmp_path / "m.trace.json")
     assert "distributedInfo.rank is 1.5" in r.stderr and "distributedInfo.rank is -1" in r.stderr

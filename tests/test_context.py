@@ -1017,8 +1017,11 @@ def test_out_of_range_rank_variables_warn_like_unparsable_ones(tmp_path, monkeyp
     for v in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
         monkeypatch.delenv(v, raising=False)
     monkeypatch.setenv(var, value)
-    with pytest.warns(RuntimeWarning, match=rf"\${var}='{value}' is below [01]; it is ignored"):
+    with pytest.warns(RuntimeWarning, match=rf"\${var}='{value}' is below [01]; it is ignored"
+                      ) as caught:
         assert _dist.rank_info()[:2] == (0, 1)
+    # at the user's line, as cprof's other warnings (it pointed into cprof/_dist.py)
+    assert caught[0].filename == __file__
 
 
 @pytest.mark.parametrize("var", ["RANK", "WORLD_SIZE"])

@@ -625,6 +625,21 @@ def test_gpu_buffer_mb_is_checked():
     assert not cprof._C.active()
 
 
+@pytest.mark.parametrize("bad, says", [("abc", "must be a number of MiB, got 'abc'"),
+                                       ("-5", "CPROF_GPU_BUFFER_MB must be a finite positive")])
+def test_cprof_gpu_buffer_mb_is_checked_when_the_profiler_is_made(monkeypatch, bad, says):
+    """It was read only when a GPU window opened: a typo passed a CPU-only dry run and failed
+    on the GPU nodes, from `with` (docs2 audit)."""
+    import cprof
+    monkeypatch.setenv("CPROF_GPU_BUFFER_MB", bad)
+    with pytest.raises(ValueError, match=says):
+        cprof.ProfilerContext(activities=["CPU"])
+    with pytest.raises(ValueError, match=says):
+        cprof.profile(activities=["CPU"])
+    monkeypatch.setenv("CPROF_GPU_BUFFER_MB", "")  # empty: the default
+    cprof.profile(activities=["CPU"])
+
+
 def test_buffer_pool_that_cannot_be_had_closes_the_window(tmp_path, fake_so):
     """gpu_start failing for memory: a MemoryError saying what to lower, and no window left
     open (the next one opens and collects)."""
