@@ -301,10 +301,13 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         if on_trace_ready is not None and not callable(on_trace_ready):
             raise TypeError("cprof.profile: on_trace_ready must be callable with the profiler "
                             "(e.g. cprof.tensorboard_trace_handler(dir))")
-        try:
+        try:  # text refused, as buffer_size_mb's ("5" was taken, "10" MiB was not)
+            if isinstance(min_duration_us, (str, bytes, bool)):
+                raise TypeError
             min_duration_us = float(min_duration_us)
         except (TypeError, ValueError):
-            raise TypeError(f"{who}: min_duration_us must be a number") from None
+            raise TypeError(f"{who}: min_duration_us must be a number of microseconds, got "
+                            f"{min_duration_us!r}") from None
         if not min_duration_us >= 0:
             raise ValueError(f"{who}: min_duration_us must be >= 0 microseconds")
         buffer_size_mb = check_buffer_size_mb(buffer_size_mb, who)

@@ -486,6 +486,11 @@ def test_bad_arguments():
         cprof.profile(on_trace_ready="dir")
     with pytest.raises(ValueError, match="min_duration_us"):
         cprof.profile(min_duration_us=-1)
+    for text in ("5", b"5", True):  # "5" was taken, where buffer_size_mb="10" was refused
+        with pytest.raises(TypeError, match="min_duration_us must be a number"):
+            cprof.profile(min_duration_us=text)
+        with pytest.raises(TypeError, match="min_duration_us must be a number"):
+            cprof.ProfilerContext(min_duration_us=text)
 
 
 def test_schedule_returning_garbage_is_a_type_error():
