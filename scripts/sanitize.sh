@@ -77,6 +77,7 @@ rss_tests=(
   tests/test_reliability_process.py::test_thousand_windows_do_not_grow_memory_or_descriptors
   tests/test_reliability_resources.py::test_ten_million_ranges_stay_within_the_cap
   tests/test_reliability_resources.py::test_lowering_the_cap_returns_memory
+  tests/test_reliability_resources.py::test_threads_recording_outside_windows_leave_nothing_behind
 )
 
 # --capture=sys: a sanitizer writes its report to fd 2 and exits; with pytest's default fd
