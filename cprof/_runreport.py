@@ -3,6 +3,7 @@
 arranges them. Every undefined value is None (null in JSON), never NaN."""
 import dataclasses
 import math
+import re
 import statistics
 
 from . import _C
@@ -230,9 +231,13 @@ def _text(v):
 
 
 def _code(v):
-    """A name as a code span in a table cell, whatever backticks it holds."""
+    """A name as a code span in a table cell, whatever backticks it holds: the fence is
+    longer than any run of them in it ("a``b" ended a two-backtick fence early)."""
     t = _text(v)
-    return f"`` {t} ``" if "`" in t else f"`{t}`"
+    if "`" not in t:
+        return f"`{t}`"
+    fence = "`" * (max(len(run) for run in re.findall("`+", t)) + 1)
+    return f"{fence} {t} {fence}"
 
 
 def _f(v, digits=3):

@@ -1648,9 +1648,12 @@ def test_report_tables_escape_pipes_and_newlines(tmp_path):
             pass
         with cprof.cpu_bucket_timer("a`b"):
             pass
+        with cprof.cpu_bucket_timer("c``d"):  # ended the two-backtick fence early
+            pass
     prof.end_run()
     md = open(prof.save_all()[1]).read()
     assert "| `draft\\|verify` |" in md and "| `` a`b `` |" in md
+    assert "| ``` c``d ``` |" in md
     assert "| 0 | x\\|y z | 1 |" in md
     cells = None
     for line in md.splitlines():  # every row has as many cells as its table's header
