@@ -42,17 +42,23 @@ import cprof  # noqa: E402  (before torch: see the docstring)
 
 CONFIGS = ("none", "cprof:ops", "cprof:no_ops", "torch", "cprof:observer", "cprof:shapes",
            "torch:shapes")
+# the capture each config runs with (None: CPROF_OPS_CAPTURE unset, cprof's default); set for
+# one config's run only, so no config inherits another's (the rotation once gave cprof:shapes
+# the ITT capture of the config before it, which records no shapes)
+CAPTURE = {"cprof:ops": "itt", "cprof:observer": "auto"}
 
 
 def run(torch, config, n, a, b):
     add = torch.add
+    saved = os.environ.pop("CPROF_OPS_CAPTURE", None)
+    if config in CAPTURE:
+        os.environ["CPROF_OPS_CAPTURE"] = CAPTURE[config]
     gc.collect()
     gc.disable()
     try:
         if config == "none":
             prof = None
         elif config in ("cprof:ops", "cprof:observer"):
-            os.environ["CPROF_OPS_CAPTURE"] = "auto" if config == "cprof:observer" else "itt"
             prof = cprof.profile(activities=["CPU"], record_ops=True)
         elif config == "cprof:no_ops":
             prof = cprof.profile(activities=["CPU"], record_ops=False)
@@ -86,6 +92,9 @@ def run(torch, config, n, a, b):
         return (t1 - t0) / n * 1e9
     finally:
         gc.enable()
+        os.environ.pop("CPROF_OPS_CAPTURE", None)
+        if saved is not None:
+            os.environ["CPROF_OPS_CAPTURE"] = saved
 
 
 def main(argv=None):
