@@ -18,15 +18,41 @@ def cpu_model():
 
 
 def machine_info(torch, cprof):
-    """CPU model, cores, kernel and versions, for the results table."""
+    """CPU model, cores, kernel, versions, torch's intra-op threads and the cprof package
+    measured (an editable install elsewhere can shadow the checkout), for the results table."""
     return {
         "cpu_model": cpu_model(),
         "nproc": os.cpu_count(),
         "kernel": platform.release(),
         "python": platform.python_version(),
         "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
         "cprof": cprof.__version__,
+        "cprof_file": cprof.__file__,
+        "loadavg": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
     }
+
+
+def add_threads_arg(ap):
+    """--threads N: torch's intra-op threads for a step benchmark (see set_threads)."""
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch intra-op threads (torch.set_num_threads); default 1 on the "
+                         "CPU, torch's own default on cuda")
+
+
+def set_threads(torch, threads, device="cpu"):
+    """Pins torch's intra-op threads and returns the number in use. Default (threads None):
+    1 on the CPU, where torch's OpenMP workers spin and wait at barriers, so a step's time
+    collapses whenever a neighbour takes one of a small VM's cores (22.8 ms instead of ~0.7 ms
+    per launch-bound step on the shared 2-core dev VM: benchclaims F4); on cuda torch's
+    default stays (the host side only launches)."""
+    if threads is None and device == "cpu":
+        threads = 1
+    if threads is not None:
+        if threads < 1:
+            raise SystemExit(f"--threads {threads}: give 1 or more")
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()
 
 
 def paired_ratios(profiled, baseline):

@@ -16,7 +16,10 @@ defaults; record_shapes installs the module capture), then export_chrome_trace t
 
 Reported: events in traceEvents, plain JSON bytes, .gz bytes, the .gz export's time.
 
-    python benchmarks/bench_module_events.py [--steps 50] [--rounds 5] [--json PATH]
+torch's intra-op threads: --threads, 1 by default (set_threads in _common.py).
+
+    python benchmarks/bench_module_events.py [--steps 50] [--rounds 5] [--threads N]
+                                             [--json PATH]
 """
 import argparse
 import json
@@ -31,7 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 import cprof  # noqa: E402
-from _common import launch_step_model, machine_info, write_results  # noqa: E402
+from _common import (add_threads_arg, launch_step_model, machine_info,  # noqa: E402
+                     set_threads, write_results)
 
 
 def one(kind, model, x, steps, d):
@@ -78,7 +82,10 @@ def main():
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", default=None)
+    add_threads_arg(ap)
     a = ap.parse_args()
+    set_threads(torch, a.threads)
+    print(f"machine: {machine_info(torch, cprof)}")
     warnings.simplefilter("ignore")
     torch.manual_seed(0)
     model, x = launch_step_model(torch), torch.randn(8, 256)

@@ -27,7 +27,11 @@ ratio, the median over rounds of each block over the same round's "none" block (
 step time drifts between rounds; the JSON has quartiles and the ratio of medians too). On cuda, torch.profiler may keep CUPTI after its session, so cprof's
 configurations all run first (phase 1, with its own "none") and torch's after (phase 2).
 
-    python benchmarks/bench_options.py [--device cpu|cuda] [--rounds 7] [--steps 50] [--json P]
+torch's intra-op threads: --threads, 1 by default on the CPU (set_threads in _common.py);
+recorded in the header and the JSON.
+
+    python benchmarks/bench_options.py [--device cpu|cuda] [--rounds 7] [--steps 50]
+                                       [--threads N] [--json P]
 """
 import argparse
 import gc
@@ -143,14 +147,16 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--json", default=None)
+    from _common import add_threads_arg, machine_info, paired_ratios, set_threads
+    add_threads_arg(ap)
     a = ap.parse_args(argv)
     import cprof  # before torch: cprof records torch's operators only when imported first
     import torch
 
-    from _common import machine_info, paired_ratios
     if a.device == "cuda" and not torch.cuda.is_available():
         print("bench_options: no CUDA GPU here; run with --device cpu")
         return 0
+    set_threads(torch, a.threads, a.device)
     step = build(torch, a.device)
     for _ in range(20):
         step()

@@ -18,7 +18,9 @@ Opening and closing the window is outside the timed block. Reported: ms per step
 rounds), the paired ratio to "none" of the same round (median), and how many CPU ranges the
 block recorded (cprof: the window's ranges; "toggled off": those left out).
 
-    python benchmarks/bench_toggle.py [--steps 50] [--rounds 7] [--json PATH]
+torch's intra-op threads: --threads, 1 by default (set_threads in _common.py).
+
+    python benchmarks/bench_toggle.py [--steps 50] [--rounds 7] [--threads N] [--json PATH]
 """
 import argparse
 import gc
@@ -32,8 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 import cprof  # noqa: E402
-from _common import (launch_step_model, machine_info, paired_ratios,  # noqa: E402
-                     write_results)
+from _common import (add_threads_arg, launch_step_model, machine_info,  # noqa: E402
+                     paired_ratios, set_threads, write_results)
 
 
 def block(model, x, steps):
@@ -71,7 +73,10 @@ def main():
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--json", default=None)
+    add_threads_arg(ap)
     a = ap.parse_args()
+    set_threads(torch, a.threads)
+    print(f"machine: {machine_info(torch, cprof)}")
     warnings.simplefilter("ignore")
     torch.manual_seed(0)
     model, x = launch_step_model(torch), torch.randn(8, 256)

@@ -9,7 +9,8 @@ CUPTI, the clock)?
 
 Configurations: none, gpu (cprof GPU-only), defaults (ProfilerContext's defaults: CPU + GPU +
 with_stack + record_shapes), stack, stack_noc (with_stack without C calls), shapes, modules.
-Prints steps per second. --device cpu runs the same step on the CPU (no CUDA needed)."""
+Prints steps per second. --device cpu runs the same step on the CPU (no CUDA needed), with
+torch's intra-op threads pinned to --threads (1 by default there)."""
 import argparse
 import os
 import sys
@@ -17,6 +18,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 CONFIGS = {
     "none": None,
@@ -34,12 +36,15 @@ def main(argv=None):
     ap.add_argument("--config", choices=CONFIGS, default="defaults")
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    from _common import add_threads_arg, set_threads
+    add_threads_arg(ap)
     a = ap.parse_args(argv)
     import cprof
     import torch
     if a.device == "cuda" and not torch.cuda.is_available():
         print("perf_step: no CUDA GPU here; use --device cpu")
         return 0
+    threads = set_threads(torch, a.threads, a.device)
     layers = []
     for _ in range(16):
         layers += [torch.nn.Linear(256, 256), torch.nn.ReLU()]
@@ -73,7 +78,8 @@ def main(argv=None):
     dt = time.perf_counter() - t0
     if prof is not None:
         prof.stop()
-    print(f"perf_step: {a.config} on {a.device}: {n / dt:.1f} steps/s, {dt / n * 1e6:.1f} us/step")
+    print(f"perf_step: {a.config} on {a.device} ({threads} torch threads): {n / dt:.1f} steps/s, "
+          f"{dt / n * 1e6:.1f} us/step")
     return 0
 
 
