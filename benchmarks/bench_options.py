@@ -5,35 +5,49 @@ Workload (fixed seed, after warm-up): the launch-bound step of the CUPTI issue, 
 (Linear(256, 256) + ReLU) in an nn.Sequential inside a module, batch 8, torch.no_grad, on
 --device (cpu or cuda).
 
-Configurations (cprof.profile vs torch.profiler.profile with the same option):
+Configurations (cprof.profile vs torch.profiler.profile with the same option). torch.profiler
+always records torch's operators (aten ops through RecordFunction); cprof records them only
+with record_ops=True, which the rows below pass only where they say "+ ops":
 
   none            no profiler
-  base            activities only (CPU, + CUDA on cuda); torch.profiler records its operators
+  base            activities only (CPU, + CUDA on cuda). cprof: the window and nothing else on
+                  the CPU; torch.profiler: its operators
   ops             cprof: base + record_ops=True, torch's operators as torch.profiler records
                   them: cprof.profile's default (torch.profiler has no switch: its column
-                  repeats base)
-  stack           + with_stack
-  modules         + with_modules
-  shapes          + record_shapes (cprof: module calls with shapes)
+                  is base run again, which shows the run's noise between identical configs)
+  stack           + with_stack (cprof without operators)
+  modules         + with_modules (cprof without operators)
+  shapes          + record_shapes (cprof: module calls with shapes, no operators)
   memory          + profile_memory (cprof: the sampled CPU memory track, and CUDA memory
                   history on cuda; torch: its allocator's [memory] events)
-  defaults        ProfilerContext's defaults: with_stack + record_shapes
+  defaults        ProfilerContext's defaults: with_stack + record_shapes, no operators (the
+                  configuration issue 5's target is about)
+  stack+ops       cprof's stack / shapes / defaults with record_ops=True too: the like-for-like
+  shapes+ops      rows, each next to torch's stack / shapes / defaults blocks (the same blocks
+  defaults+ops    as that row's: torch has nothing to add); --no-ops-twins leaves them out
+
+What each side recorded: before the timed rounds, one block of each configuration (also its
+warm-up) is exported and its events counted (everything but metadata and flow arrows), per
+step: the "content" table, with the events that carry input shapes and the main categories.
 
 Method: a configuration opens its profiler around a block of K steps; the block is timed from
 after the profiler started to after the K steps (and a torch.cuda.synchronize() on cuda);
-opening, closing and exporting are not in the step time. Rounds interleave all
+opening, closing and exporting are not in the step time (bench_end_to_end.py times them).
+Rounds interleave all
 configurations (the order rotates each round); the table gives medians over rounds and, as the
 ratio, the median over rounds of each block over the same round's "none" block (paired: a VM's
-step time drifts between rounds; the JSON has quartiles and the ratio of medians too). On cuda, torch.profiler may keep CUPTI after its session, so cprof's
+step time drifts between rounds; the JSON has quartiles, every block's time and the ratio of
+medians too). On cuda, torch.profiler may keep CUPTI after its session, so cprof's
 configurations all run first (phase 1, with its own "none") and torch's after (phase 2).
 
 torch's intra-op threads: --threads, 1 by default on the CPU (set_threads in _common.py);
 recorded in the header and the JSON.
 
     python benchmarks/bench_options.py [--device cpu|cuda] [--rounds 7] [--steps 50]
-                                       [--threads N] [--json P]
+                                       [--threads N] [--no-ops-twins] [--json P]
 """
 import argparse
+import collections
 import gc
 import json
 import os
@@ -60,6 +74,32 @@ OPTIONS = {
     "shapes": {"record_shapes": True, "record_ops": False},
     "memory": {"profile_memory": True, "record_ops": False},
     "defaults": {"with_stack": True, "record_shapes": True, "record_ops": False},
+}
+# cprof-only rows: the row named with torch's operators recorded too, set beside torch's
+# blocks of that row (torch.profiler records its operators in every configuration)
+OPS_TWINS = {
+    "stack+ops": "stack",
+    "shapes+ops": "shapes",
+    "defaults+ops": "defaults",
+}
+for _twin, _row in OPS_TWINS.items():
+    OPTIONS[_twin] = dict(OPTIONS[_row], record_ops=True)
+# what each row is, for the table's legend
+LABELS = {
+    "base": "activities only; cprof: the window alone (no operators), torch: its operators",
+    "ops": "+ operators (cprof record_ops=True; torch: base run again, it has no switch)",
+    "stack": "+ with_stack; cprof without operators, torch with",
+    "modules": "+ with_modules; cprof without operators, torch with",
+    "shapes": "+ record_shapes; cprof: module calls with shapes, no operators; torch: every "
+              "operator with shapes",
+    "memory": "+ profile_memory; cprof without operators, torch with",
+    "defaults": "ProfilerContext's defaults (stack + shapes, no operators): issue 5's target; "
+                "torch with its operators",
+    "stack+ops": "with_stack + operators: like for like with torch's stack",
+    "shapes+ops": "record_shapes + operators: like for like with torch's shapes (cprof's "
+                  "shapes on module calls only)",
+    "defaults+ops": "ProfilerContext's defaults + operators: like for like with torch's "
+                    "defaults",
 }
 
 
@@ -91,10 +131,29 @@ def minor_faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-def run_block(torch, cprof, kind, option, step, k, device, tmpdir, faults):
+def trace_content(path, k):
+    """What a block's trace holds, per step: the events (not metadata, not flow arrows), those
+    with input shapes, and the categories (a window's own span counts 1 / k)."""
+    with open(path) as f:
+        tr = json.load(f)
+    evs = tr["traceEvents"] if isinstance(tr, dict) else tr
+    cats = collections.Counter()
+    shaped = 0
+    for e in evs:
+        if e.get("ph") in ("M", "s", "f", "t"):
+            continue
+        cats[e.get("cat", "ph " + str(e.get("ph")))] += 1
+        if "Input Dims" in (e.get("args") or {}):
+            shaped += 1
+    return {"events_per_step": sum(cats.values()) / k, "shaped_per_step": shaped / k,
+            "by_cat_per_step": {c: n / k for c, n in cats.most_common()}}
+
+
+def run_block(torch, cprof, kind, option, step, k, device, tmpdir, faults, content=None):
     """Seconds the block's k steps took; appends the minor page faults they took to faults
     (first touches of new memory: on a VM whose memory the host has not yet backed, each one
-    also costs the host a fault, which would make a profiler's new buffers dearer there)."""
+    also costs the host a fault, which would make a profiler's new buffers dearer there).
+    With a content dict, the block's trace is counted into it (trace_content)."""
     def steps():
         for _ in range(k):
             step()
@@ -135,10 +194,21 @@ def run_block(torch, cprof, kind, option, step, k, device, tmpdir, faults):
                 prof.__exit__(None, None, None)
             path = os.path.join(tmpdir, "t.json")
             prof.export_chrome_trace(path)
+            if content is not None:
+                content.update(trace_content(path, k))
             os.remove(path)
         return t1 - t0
     finally:
         gc.enable()
+
+
+def fmt_ratio(r):
+    return f"{r['ratio']:.2f}x"
+
+
+def fmt_cats(c):
+    top = [f"{cat} {n:.0f}" for cat, n in c["by_cat_per_step"].items() if n >= 0.5][:3]
+    return ", ".join(top) or "-"
 
 
 def main(argv=None):
@@ -146,6 +216,8 @@ def main(argv=None):
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--ops-twins", action=argparse.BooleanOptionalAction, default=True,
+                    help="the cprof rows stack+ops, shapes+ops, defaults+ops (default: on)")
     ap.add_argument("--json", default=None)
     from _common import add_threads_arg, machine_info, paired_ratios, set_threads
     add_threads_arg(ap)
@@ -157,13 +229,22 @@ def main(argv=None):
         print("bench_options: no CUDA GPU here; run with --device cpu")
         return 0
     set_threads(torch, a.threads, a.device)
+    rows = [o for o in OPTIONS if a.ops_twins or o not in OPS_TWINS]
+    torch_rows = [o for o in rows if o not in OPS_TWINS]
     step = build(torch, a.device)
     for _ in range(20):
         step()
     tmpdir = tempfile.mkdtemp(prefix="cprof_bench_opts_")
-    phases = [[("none", None)] + [("cprof", o) for o in OPTIONS],
-              [("none", None)] + [("torch", o) for o in OPTIONS]]
-    results = {}
+    cprof_cfgs = [("cprof", o) for o in rows]
+    torch_cfgs = [("torch", o) for o in torch_rows]
+    phases = [[("none", None)] + cprof_cfgs, [("none", None)] + torch_cfgs]
+    # what each configuration records: one block each, exported and counted (and warm-up:
+    # torch.profiler's first session of a process is slow)
+    content = {}
+    for kind, opt in cprof_cfgs + torch_cfgs:
+        content[f"{kind}:{opt}"] = c = {}
+        run_block(torch, cprof, kind, opt, step, a.steps, a.device, tmpdir, [], c)
+    results, per_round = {}, {}
     for pi, phase in enumerate(phases):
         times = {c: [] for c in phase}
         faults = {c: [] for c in phase}
@@ -183,28 +264,49 @@ def main(argv=None):
                             "ratio_of_medians": statistics.median(v) / base,
                             "minor_faults_per_step":
                                 statistics.median(faults[(kind, opt)]) / a.steps}
+            per_round[key] = v
     info = machine_info(torch, cprof)
     info["device"] = a.device
     if a.device == "cuda":
         info["gpu"] = torch.cuda.get_device_name()
         info["cuda"] = torch.version.cuda
     print(f"machine: {info}")
-    print(f"{a.rounds} rounds x {a.steps} steps, medians; ratio = median over rounds of the "
-          "block / the same round's no-profiler block (same phase)")
-    print("flt/step: minor page faults per step in the timed block (median over rounds)")
-    print(f"{'option':<10} {'none ms':>9} {'cprof ms':>9} {'cprof x':>8} {'flt/step':>8} "
-          f"{'torch ms':>9} {'torch x':>8} {'flt/step':>8}")
-    n1, n2 = results["none(phase1)"], results["none(phase2)"]
-    for o in OPTIONS:
-        c, t = results[f"cprof:{o}"], results[f"torch:{o}"]
-        print(f"{o:<10} {n1['ms_per_step']:>9.3f} {c['ms_per_step']:>9.3f} {c['ratio']:>7.2f}x "
-              f"{c['minor_faults_per_step']:>8.2f} {t['ms_per_step']:>9.3f} {t['ratio']:>7.2f}x "
-              f"{t['minor_faults_per_step']:>8.2f}   (torch phase none "
-              f"{n2['ms_per_step']:.3f} ms, {n2['minor_faults_per_step']:.2f} flt/step)")
+    print(f"{a.rounds} rounds x {a.steps} steps, {info['torch_threads']} torch thread(s); "
+          "medians; ratio = median over rounds of the block / the same round's no-profiler "
+          "block of the same phase")
+    print("rows:")
+    for o in rows:
+        print(f"  {o:<13} {LABELS[o]}")
+    n1 = results["none(phase1)"]
+    n2 = results.get("none(phase2)", n1)
+    print(f"{'row':<13} {'none ms':>8} {'cprof ms':>9} {'cprof x':>8} "
+          f"{'torch ms':>9} {'torch x':>8}")
+    for o in rows:
+        c = results[f"cprof:{o}"]
+        t = results[f"torch:{OPS_TWINS.get(o, o)}"]
+        print(f"{o:<13} {n1['ms_per_step']:>8.3f} {c['ms_per_step']:>9.3f} {fmt_ratio(c):>8} "
+              f"{t['ms_per_step']:>9.3f} {fmt_ratio(t):>8}"
+              + (f"  (= torch's {OPS_TWINS[o]} row)" if o in OPS_TWINS else ""))
+    if len(phases) == 2:
+        print(f"(torch's phase: no-profiler block {n2['ms_per_step']:.3f} ms per step)")
+    print("content: events per step in one exported block of each (shapes: events with input "
+          "shapes; categories >= 0.5 per step); flt: minor page faults per step, timed blocks")
+    print(f"{'row':<13} {'cprof ev':>9} {'shapes':>7} {'flt':>5}  {'categories':<52} "
+          f"{'torch ev':>9} {'shapes':>7} {'flt':>5}  categories")
+    for o in rows:
+        kc, kt = f"cprof:{o}", f"torch:{OPS_TWINS.get(o, o)}"
+        c, t = content[kc], content[kt]
+        print(f"{o:<13} {c['events_per_step']:>9.1f} {c['shaped_per_step']:>7.1f} "
+              f"{results[kc]['minor_faults_per_step']:>5.2f}  {fmt_cats(c):<52} "
+              f"{t['events_per_step']:>9.1f} {t['shaped_per_step']:>7.1f} "
+              f"{results[kt]['minor_faults_per_step']:>5.2f}  {fmt_cats(t)}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"machine": info, "results": results, "rounds": a.rounds,
-                       "steps": a.steps}, f, indent=1)
+            json.dump({"machine": info, "results": results, "content": content,
+                       "per_round_ms_per_step": per_round, "rounds": a.rounds,
+                       "steps": a.steps, "phases": len(phases), "rows": rows,
+                       "ops_twins": {o: OPS_TWINS[o] for o in rows if o in OPS_TWINS}},
+                      f, indent=1)
     return 0
 
 
