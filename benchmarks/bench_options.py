@@ -33,12 +33,13 @@ step: the "content" table, with the events that carry input shapes and the main 
 Method: a configuration opens its profiler around a block of K steps; the block is timed from
 after the profiler started to after the K steps (and a torch.cuda.synchronize() on cuda);
 opening, closing and exporting are not in the step time (bench_end_to_end.py times them).
-Rounds interleave all
-configurations (the order rotates each round); the table gives medians over rounds and, as the
-ratio, the median over rounds of each block over the same round's "none" block (paired: a VM's
-step time drifts between rounds; the JSON has quartiles, every block's time and the ratio of
-medians too). On cuda, torch.profiler may keep CUPTI after its session, so cprof's
-configurations all run first (phase 1, with its own "none") and torch's after (phase 2).
+Rounds interleave the configurations (the order rotates each round); the table gives medians
+over rounds and, as the ratio, the median over rounds of each block over the same round's
+"none" block (paired: a VM's step time drifts between rounds) with its first and third
+quartiles; the JSON has every block's time and the ratio of medians too. On the CPU all
+configurations, cprof's and torch's, share one phase. On cuda torch.profiler may keep CUPTI
+after its session, so cprof's configurations all run first (phase 1, with its own "none")
+and torch's after (phase 2).
 
 torch's intra-op threads: --threads, 1 by default on the CPU (set_threads in _common.py);
 recorded in the header and the JSON.
@@ -203,7 +204,7 @@ def run_block(torch, cprof, kind, option, step, k, device, tmpdir, faults, conte
 
 
 def fmt_ratio(r):
-    return f"{r['ratio']:.2f}x"
+    return f"{r['ratio']:.2f}x ({r['ratio_q1']:.2f}-{r['ratio_q3']:.2f})"
 
 
 def fmt_cats(c):
@@ -237,7 +238,10 @@ def main(argv=None):
     tmpdir = tempfile.mkdtemp(prefix="cprof_bench_opts_")
     cprof_cfgs = [("cprof", o) for o in rows]
     torch_cfgs = [("torch", o) for o in torch_rows]
-    phases = [[("none", None)] + cprof_cfgs, [("none", None)] + torch_cfgs]
+    if a.device == "cuda":  # torch.profiler may keep CUPTI after its session: cprof first
+        phases = [[("none", None)] + cprof_cfgs, [("none", None)] + torch_cfgs]
+    else:  # one phase: every configuration paired with the same rounds' no-profiler block
+        phases = [[("none", None)] + cprof_cfgs + torch_cfgs]
     # what each configuration records: one block each, exported and counted (and warm-up:
     # torch.profiler's first session of a process is slow)
     content = {}
@@ -273,19 +277,21 @@ def main(argv=None):
     print(f"machine: {info}")
     print(f"{a.rounds} rounds x {a.steps} steps, {info['torch_threads']} torch thread(s); "
           "medians; ratio = median over rounds of the block / the same round's no-profiler "
-          "block of the same phase")
+          "block, (q1-q3) its quartiles; "
+          + ("cprof's and torch's configurations interleaved in one phase" if len(phases) == 1
+             else "cprof's phase first, torch's second, each with its own no-profiler block"))
     print("rows:")
     for o in rows:
         print(f"  {o:<13} {LABELS[o]}")
     n1 = results["none(phase1)"]
     n2 = results.get("none(phase2)", n1)
-    print(f"{'row':<13} {'none ms':>8} {'cprof ms':>9} {'cprof x':>8} "
-          f"{'torch ms':>9} {'torch x':>8}")
+    print(f"{'row':<13} {'none ms':>8} {'cprof ms':>9} {'cprof x (q1-q3)':>19} "
+          f"{'torch ms':>9} {'torch x (q1-q3)':>19}")
     for o in rows:
         c = results[f"cprof:{o}"]
         t = results[f"torch:{OPS_TWINS.get(o, o)}"]
-        print(f"{o:<13} {n1['ms_per_step']:>8.3f} {c['ms_per_step']:>9.3f} {fmt_ratio(c):>8} "
-              f"{t['ms_per_step']:>9.3f} {fmt_ratio(t):>8}"
+        print(f"{o:<13} {n1['ms_per_step']:>8.3f} {c['ms_per_step']:>9.3f} {fmt_ratio(c):>19} "
+              f"{t['ms_per_step']:>9.3f} {fmt_ratio(t):>19}"
               + (f"  (= torch's {OPS_TWINS[o]} row)" if o in OPS_TWINS else ""))
     if len(phases) == 2:
         print(f"(torch's phase: no-profiler block {n2['ms_per_step']:.3f} ms per step)")
