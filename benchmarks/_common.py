@@ -1,4 +1,5 @@
 """Helpers shared by the benchmarks."""
+import collections
 import json
 import os
 import platform
@@ -62,6 +63,24 @@ def paired_ratios(profiled, baseline):
     r = sorted(p / b for p, b in zip(profiled, baseline))
     q = len(r) // 4
     return statistics.median(r), r[q], r[-1 - q]
+
+
+def trace_content(path, k=1):
+    """What an exported trace holds, per step of k: the events (not metadata, not flow
+    arrows), those with input shapes, and the categories (a window's own span counts 1 / k)."""
+    with open(path) as f:
+        tr = json.load(f)
+    evs = tr["traceEvents"] if isinstance(tr, dict) else tr
+    cats = collections.Counter()
+    shaped = 0
+    for e in evs:
+        if e.get("ph") in ("M", "s", "f", "t"):
+            continue
+        cats[e.get("cat", "ph " + str(e.get("ph")))] += 1
+        if "Input Dims" in (e.get("args") or {}):
+            shaped += 1
+    return {"events_per_step": sum(cats.values()) / k, "shaped_per_step": shaped / k,
+            "by_cat_per_step": {c: n / k for c, n in cats.most_common()}}
 
 
 def write_results(path, out):

@@ -48,7 +48,6 @@ recorded in the header and the JSON.
                                        [--threads N] [--no-ops-twins] [--json P]
 """
 import argparse
-import collections
 import gc
 import json
 import os
@@ -132,29 +131,11 @@ def minor_faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-def trace_content(path, k):
-    """What a block's trace holds, per step: the events (not metadata, not flow arrows), those
-    with input shapes, and the categories (a window's own span counts 1 / k)."""
-    with open(path) as f:
-        tr = json.load(f)
-    evs = tr["traceEvents"] if isinstance(tr, dict) else tr
-    cats = collections.Counter()
-    shaped = 0
-    for e in evs:
-        if e.get("ph") in ("M", "s", "f", "t"):
-            continue
-        cats[e.get("cat", "ph " + str(e.get("ph")))] += 1
-        if "Input Dims" in (e.get("args") or {}):
-            shaped += 1
-    return {"events_per_step": sum(cats.values()) / k, "shaped_per_step": shaped / k,
-            "by_cat_per_step": {c: n / k for c, n in cats.most_common()}}
-
-
 def run_block(torch, cprof, kind, option, step, k, device, tmpdir, faults, content=None):
     """Seconds the block's k steps took; appends the minor page faults they took to faults
     (first touches of new memory: on a VM whose memory the host has not yet backed, each one
     also costs the host a fault, which would make a profiler's new buffers dearer there).
-    With a content dict, the block's trace is counted into it (trace_content)."""
+    With a content dict, the block's trace is counted into it (_common.trace_content)."""
     def steps():
         for _ in range(k):
             step()
@@ -196,6 +177,7 @@ def run_block(torch, cprof, kind, option, step, k, device, tmpdir, faults, conte
             path = os.path.join(tmpdir, "t.json")
             prof.export_chrome_trace(path)
             if content is not None:
+                from _common import trace_content
                 content.update(trace_content(path, k))
             os.remove(path)
         return t1 - t0

@@ -2,7 +2,8 @@
 # Runs every cprof benchmark and prints its table.
 #   benchmarks/run_all.sh [RESULTS_DIR]
 # With RESULTS_DIR, each benchmark also writes its results there as JSON
-# (bench_ranges.json, bench_write.json). Builds the C extension in place if it is missing.
+# (bench_ranges.json, bench_write.json, ...). Builds the C extension in place if it is missing.
+# bench_end_to_end's big window needs ~3 GB of memory for torch.profiler's process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -36,6 +37,9 @@ echo "== bench_compiled_regions: torch.compile regions, cprof vs torch.profiler 
 echo
 echo "== bench_ops: ns per torch operator recorded, cprof vs torch.profiler =="
 "$PY" benchmarks/bench_ops.py $(json_args bench_ops) 2> >(grep -v '^USDT:' >&2)
+echo
+echo "== bench_end_to_end: enter/exit/export, key_averages, import: cprof vs torch.profiler =="
+"$PY" benchmarks/bench_end_to_end.py $(json_args bench_end_to_end) 2> >(grep -v '^USDT:\|^\[W' >&2)
 echo
 echo "== bench_memory: CPU time per sample of profile_memory's memory track =="
 "$PY" benchmarks/bench_memory.py $(json_args bench_memory) 2> >(grep -v '^USDT:' >&2)
