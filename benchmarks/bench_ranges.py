@@ -14,6 +14,13 @@ Variants (each timed as a tight loop of N iterations; ns/iter = elapsed / N):
   torch record_function, in session
                                 with record_function("name"): pass     inside an open
                                         torch.profiler.profile(activities=[ProfilerActivity.CPU])
+  torch _RecordFunctionFast, no session / in session
+                                with _RecordFunctionFast("name"): pass
+                                        torch._C._profiler._RecordFunctionFast: the range torch
+                                        uses internally, without record_function's dispatch
+                                        through torch.ops.profiler (most of its cost even with
+                                        no session); skipped where torch lacks it. The session's
+                                        events are counted: the script fails unless it holds N.
 
 Rounds are interleaved: every round runs every variant once (order rotated per round), so
 machine noise hits all variants alike; the table reports the median over rounds. Opening and
@@ -92,6 +99,16 @@ def body_torch_rf(n):
             pass
 
 
+RecordFunctionFast = getattr(torch._C._profiler, "_RecordFunctionFast", None)
+
+
+def body_torch_rf_fast(n):
+    rf = RecordFunctionFast
+    for _ in repeat(None, n):
+        with rf("name"):
+            pass
+
+
 # ---- variants: (key, label, uses torch N?, runner(n) -> elapsed ns) ----
 def plain(body):
     return lambda n: _timed(body, n)
@@ -116,11 +133,17 @@ def in_cprof_window(body):
     return run
 
 
-def in_torch_session(body):
+def in_torch_session(body, check=False):
     def run(n):
-        with profile(activities=[ProfilerActivity.CPU]):
+        with profile(activities=[ProfilerActivity.CPU]) as p:
             dt = _timed(body, n)
-        return dt  # the session's exit (event processing) is outside the timed region
+        # the session's exit (event processing) and the check are outside the timed region
+        if check:
+            got = sum(1 for e in p.events() if e.name == "name")
+            if got != n:
+                raise SystemExit(f"bench_ranges: torch session recorded {got} ranges, "
+                                 f"expected {n}")
+        return dt
 
     return run
 
@@ -134,6 +157,13 @@ VARIANTS = [
     ("torch_rf_off", "torch record_function, no session", True, plain(body_torch_rf)),
     ("torch_rf_on", "torch record_function, in session", True, in_torch_session(body_torch_rf)),
 ]
+if RecordFunctionFast is not None:
+    VARIANTS += [
+        ("torch_rff_off", "torch _RecordFunctionFast, no session", True,
+         plain(body_torch_rf_fast)),
+        ("torch_rff_on", "torch _RecordFunctionFast, in session", True,
+         in_torch_session(body_torch_rf_fast, check=True)),
+    ]
 
 
 def main(argv=None):
@@ -177,18 +207,25 @@ def main(argv=None):
 
     info = machine_info()
     print(f"bench_ranges: {info['cpu_model']}, {info['nproc']} cpus, kernel {info['kernel']}, "
-          f"Python {info['python']}, torch {info['torch']}, cprof {info['cprof']}")
+          f"Python {info['python']}, torch {info['torch']}, cprof {info['cprof']} "
+          f"({info['cprof_file']}), load {info['loadavg']}")
     print(f"{args.rounds} interleaved rounds; N={args.n} (torch: N={args.n_torch}); "
           f"median over rounds; net = median - empty loop")
     print()
-    print(f"{'variant':<36} {'N':>8} {'median ns':>10} {'min':>9} {'max':>9} {'net ns':>9}")
-    print("-" * 86)
+    print(f"{'variant':<38} {'N':>8} {'median ns':>10} {'min':>9} {'max':>9} {'net ns':>9}")
+    print("-" * 88)
     for key, res in results.items():
-        print(f"{res['label']:<36} {res['n']:>8} {res['median_ns']:>10.1f} {res['min_ns']:>9.1f} "
+        print(f"{res['label']:<38} {res['n']:>8} {res['median_ns']:>10.1f} {res['min_ns']:>9.1f} "
               f"{res['max_ns']:>9.1f} {res['net_ns']:>9.1f}")
     print()
     print(f"torch record_function (in session) / cprof.range (in window): {ratio:.1f}x "
           f"(net of loop: {ratio_net:.1f}x)")
+    ratio_fast = None
+    if "torch_rff_on" in med:
+        ratio_fast = med["torch_rff_on"] / med["cprof_range_on"]
+        print(f"torch _RecordFunctionFast (in session) / cprof.range (in window): "
+              f"{ratio_fast:.1f}x (record_function's extra cost is torch.ops dispatch, paid "
+              f"with no session too)")
     target = 150.0
     verdict = "met" if med["cprof_range_on"] <= target else "MISSED"
     print(f"target <= {target:.0f} ns per cprof.range in a window: {med['cprof_range_on']:.1f} ns "
@@ -205,6 +242,7 @@ def main(argv=None):
             "variants": results,
             "ratio_torch_over_cprof": ratio,
             "ratio_torch_over_cprof_net": ratio_net,
+            "ratio_torch_fast_over_cprof": ratio_fast,
             "target_ns": target,
             "target_met": med["cprof_range_on"] <= target,
             "elapsed_s": elapsed,
