@@ -26,8 +26,8 @@ with record_ops=True, which the rows below pass only where they say "+ ops":
   shapes+ops      rows, each next to torch's stack / shapes / defaults blocks (the same blocks
   defaults+ops    as that row's: torch has nothing to add); --no-ops-twins leaves them out
 
-What each side recorded: before the timed rounds, one block of each configuration (also its
-warm-up) is exported and its events counted (everything but metadata and flow arrows), per
+What each side recorded: before the timed rounds of its phase, one block of each configuration
+(also its warm-up) is exported and its events counted (everything but metadata and flow arrows), per
 step: the "content" table, with the events that carry input shapes and the main categories.
 
 Method: a configuration opens its profiler around a block of K steps; the block is timed from
@@ -190,7 +190,7 @@ def fmt_ratio(r):
 
 
 def fmt_cats(c):
-    top = [f"{cat} {n:.0f}" for cat, n in c["by_cat_per_step"].items() if n >= 0.5][:3]
+    top = [f"{cat} {n:.0f}" for cat, n in c["by_cat_per_step"].items() if n >= 1][:3]
     return ", ".join(top) or "-"
 
 
@@ -224,14 +224,14 @@ def main(argv=None):
         phases = [[("none", None)] + cprof_cfgs, [("none", None)] + torch_cfgs]
     else:  # one phase: every configuration paired with the same rounds' no-profiler block
         phases = [[("none", None)] + cprof_cfgs + torch_cfgs]
-    # what each configuration records: one block each, exported and counted (and warm-up:
-    # torch.profiler's first session of a process is slow)
-    content = {}
-    for kind, opt in cprof_cfgs + torch_cfgs:
-        content[f"{kind}:{opt}"] = c = {}
-        run_block(torch, cprof, kind, opt, step, a.steps, a.device, tmpdir, [], c)
-    results, per_round = {}, {}
+    content, results, per_round = {}, {}, {}
     for pi, phase in enumerate(phases):
+        # what each configuration records: one block each, exported and counted, at the start
+        # of its own phase (no torch session before cprof's phase on cuda); also the warm-up:
+        # torch.profiler's first session of a process is slow
+        for kind, opt in phase[1:]:
+            content[f"{kind}:{opt}"] = c = {}
+            run_block(torch, cprof, kind, opt, step, a.steps, a.device, tmpdir, [], c)
         times = {c: [] for c in phase}
         faults = {c: [] for c in phase}
         for r in range(a.rounds):
@@ -278,7 +278,8 @@ def main(argv=None):
     if len(phases) == 2:
         print(f"(torch's phase: no-profiler block {n2['ms_per_step']:.3f} ms per step)")
     print("content: events per step in one exported block of each (shapes: events with input "
-          "shapes; categories >= 0.5 per step); flt: minor page faults per step, timed blocks")
+          "shapes; categories with 1 or more per step); flt: minor page faults per step in "
+          "the timed blocks")
     print(f"{'row':<13} {'cprof ev':>9} {'shapes':>7} {'flt':>5}  {'categories':<52} "
           f"{'torch ev':>9} {'shapes':>7} {'flt':>5}  categories")
     for o in rows:
