@@ -43,10 +43,10 @@ def add_threads_arg(ap):
 
 def set_threads(torch, threads, device="cpu"):
     """Pins torch's intra-op threads and returns the number in use. Default (threads None):
-    1 on the CPU, where torch's OpenMP workers spin and wait at barriers, so a step's time
-    collapses whenever a neighbour takes one of a small VM's cores (22.8 ms instead of ~0.7 ms
-    per launch-bound step on the shared 2-core dev VM: benchclaims F4); on cuda torch's
-    default stays (the host side only launches)."""
+    1 on the CPU, where torch's OpenMP workers wait at barriers, so a step's time
+    collapses whenever a neighbour takes one of a small VM's cores (the launch-bound step on
+    the 2-core dev VM with the other core busy: 1,266 us with 2 threads, 521 us with 1; see
+    README.md); on cuda torch's default stays (the host side only launches)."""
     if threads is None and device == "cpu":
         threads = 1
     if threads is not None:
