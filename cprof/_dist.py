@@ -28,8 +28,12 @@ def _env_int(name, default, minimum):
     if (name, value) not in _warned_env:  # once per value: rank_info runs per window
         _warned_env.add((name, value))
         from . import _warn  # at the user's frame, as cprof's other warnings
-        what = ("not a whole number" if number is None else f"below {minimum}"
-                if number < minimum else f"not below {_INT_LIMIT} (2^31)")
+        if number is None:
+            what = "not a whole number"
+        elif number < minimum:
+            what = f"below {minimum}"
+        else:
+            what = f"not below {_INT_LIMIT} (2^31)"
         _warn.warn(f"cprof: ${name}={value!r} is {what}; it is ignored (the rank and world "
                    "size then come from the other variables, else 0 and 1), so file names "
                    "and distributedInfo may not say the right rank")
