@@ -120,11 +120,25 @@ def closed(key):
         _sync_sigterm()
 
 
+UNSAVED_MAX = 4  # failed windows held for save() at once: each holds its whole window
+
+
 def keep_unsaved(owner):
     """owner's closed window could not be written and waits for save(): if the process ends
-    first, owner._write_unsaved("exit") writes it elsewhere (nothing may be lost silently)."""
+    first, owner._write_unsaved("exit") writes it elsewhere (nothing may be lost silently).
+    At most UNSAVED_MAX wait: a program that catches the error from one new context after
+    another would otherwise hold every failed window until it ends; the oldest is written
+    elsewhere now instead."""
     if not any(o is owner for o in _unsaved):
         _unsaved.append(owner)
+    owner._unsaved_forks = forks  # a child forked after this has no such trace to write
+    while len(_unsaved) > UNSAVED_MAX:
+        oldest = _unsaved.pop(0)
+        try:
+            oldest._write_unsaved(f"{UNSAVED_MAX} later windows' writes failed too")
+        except Exception as err:  # noqa: BLE001 - the newer failure is being reported
+            warnings.warn(f"cprof: an unsaved trace could not be written: {err}",
+                          RuntimeWarning, stacklevel=2)
 
 
 def saved(owner):

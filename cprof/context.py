@@ -410,6 +410,7 @@ class ProfilerContext:
     _save_unreachable = False
     _unsaved_err = None  # the error of a failed write whose data waits for save()
     _memory_err = None  # the same for the memory snapshot (save_memory_snapshot())
+    _unsaved_forks = 0  # _lifecycle.forks when the write failed (set by keep_unsaved)
 
     def _write_unsaved(self, when):
         """The last window's trace (or memory snapshot) could not be written and save() did
@@ -419,6 +420,8 @@ class ProfilerContext:
         err, self._unsaved_err = self._unsaved_err, None
         merr, self._memory_err = self._memory_err, None
         _lifecycle.saved(self)
+        if self._unsaved_forks != _lifecycle.forks:  # forked since: the parent writes it
+            return None
         mem = self._prof.memory
         if merr is not None and mem and mem.get("pending"):
             self._write_memory_instead(merr)

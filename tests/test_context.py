@@ -416,6 +416,78 @@ def test_a_failed_write_is_written_elsewhere_when_the_context_is_entered_again(
         ctx.save(tmp_path / "x.json")
 
 
+def test_failed_windows_held_for_save_are_bounded(tmp_path, monkeypatch):
+    """A program that catches TraceWriteError from one new context after another held every
+    failed window in memory until it ended (review7 F1); at most UNSAVED_MAX wait for save(),
+    the oldest is written to the temporary directory with a warning, the newest still saves."""
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    held = cprof._lifecycle.UNSAVED_MAX
+    ctxs = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(held + 2):
+            out = tmp_path / f"out{i}"
+            ctx = cprof.ProfilerContext(output_dir=out, profile_name=f"w{i}", verbose=False,
+                                        activities=["CPU"], with_stack=False)
+            with pytest.raises(cprof.TraceWriteError):
+                with ctx:
+                    with cprof.range(f"r{i}"):
+                        pass
+                    os.rmdir(out)
+            ctxs.append(ctx)
+    assert len(cprof._lifecycle._unsaved) == held
+    assert all(any(c is o for o in cprof._lifecycle._unsaved) for c in ctxs[2:])
+    said = [str(w.message) for w in caught if "later windows' writes failed" in str(w.message)]
+    assert len(said) == 2
+    for i in (0, 1):  # the two oldest: written elsewhere, named in the warnings
+        path = tmp_path / "tmp" / f"w{i}.trace.json.gz"
+        assert any(str(path) in m for m in said)
+        assert [e["name"] for e in ranges_of(load_trace(path))] == [f"r{i}"]
+    dest = ctxs[-1].save(tmp_path / "last.trace.json")  # the newest still waits for save()
+    assert [e["name"] for e in ranges_of(load_trace(dest.path))] == [f"r{held + 1}"]
+    assert len(cprof._lifecycle._unsaved) == held - 1
+
+
+def test_a_forked_child_entering_a_context_with_an_unsaved_window_leaves_it_to_the_parent(
+        tmp_path):
+    """The child (a DataLoader worker, multiprocessing's fork) that entered the context tried
+    to rescue the parent's window, failed, and warned the trace was lost (review7 F2); the
+    parent still holds it and writes it at its exit."""
+    import subprocess
+    import sys
+    from conftest import ROOT
+    tmp, out = tmp_path / "tmp", tmp_path / "out"
+    tmp.mkdir()
+    code = (f"import os, sys, warnings; sys.path.insert(0, {ROOT!r}); import cprof\n"
+            f"ctx = cprof.ProfilerContext(output_dir={str(out)!r}, profile_name='p', "
+            "verbose=False, activities=['CPU'], with_stack=False)\n"
+            "try:\n"
+            "    with ctx:\n"
+            "        with cprof.range('parent'): pass\n"
+            f"        os.rmdir({str(out)!r})\n"
+            "except cprof.TraceWriteError: pass\n"
+            f"os.mkdir({str(out)!r})\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    with warnings.catch_warnings(record=True) as caught:\n"
+            "        warnings.simplefilter('always')\n"
+            "        with ctx:\n"
+            "            with cprof.range('child'): pass\n"
+            "    print('CHILD', [str(w.message) for w in caught], ctx.trace_path, flush=True)\n"
+            "    os._exit(0)\n"
+            "os.waitpid(pid, 0)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=dict(os.environ, TMPDIR=str(tmp)), timeout=120)
+    assert r.returncode == 0, r.stderr
+    (child,) = [ln for ln in r.stdout.splitlines() if ln.startswith("CHILD")]
+    assert child.endswith(str(out / "p.trace.json.gz")) and "CHILD []" in child, child
+    assert [e["name"] for e in ranges_of(load_trace(out / "p.trace.json.gz"))] == ["child"]
+    assert [e["name"] for e in ranges_of(load_trace(tmp / "p.trace.json.gz"))] == ["parent"]
+    assert f"it was written to {tmp / 'p.trace.json.gz'}" in r.stderr, r.stderr
+
+
 def test_save_into_a_directory_writes_there_under_the_traces_name(tmp_path):
     out = tmp_path / "out"
     ctx = cprof.ProfilerContext(output_dir=out, profile_name="lost", verbose=False,
