@@ -706,11 +706,14 @@ def _sync_cuda():
         if has_ctx is None:
             torch.cuda.synchronize()
             return
-        for i in range(torch.cuda.device_count()):
-            if has_ctx(i):
-                torch.cuda.synchronize(i)
+        devices = [i for i in range(torch.cuda.device_count()) if has_ctx(i)]
     except Exception:  # a broken CUDA context must not lose the CPU trace
-        pass
+        return
+    for i in devices:  # one device's sticky error (an illegal address) spares the others'
+        try:
+            torch.cuda.synchronize(i)
+        except Exception:  # noqa: BLE001 - its kernels are counted incomplete, not lost quietly
+            pass
 
 
 def _set_nvtx_injection():

@@ -95,7 +95,7 @@ int cprof_timers_cuda_init(void) {
     CUcontext ctx = NULL;
     if (api->cuInit(0) != CUDA_SUCCESS || api->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) {
         /* usable already (a Profiler made on another thread): a thread with no context of
-         * its own records with init_ctx's, lent (borrow_ctx); usable stays usable */
+         * its own records with init_ctx's, lent (record_ctx, lend_ctx); usable stays usable */
         if (cuda_state == 1 && init_ctx) return CPROF_OK;
         snprintf(err, sizeof err,
                  "no CUDA context is current on this thread (initialise CUDA first, e.g. by "
@@ -155,32 +155,46 @@ static CUcontext current_ctx(void) {
     return ctx;
 }
 
-/* For a thread with no current context: the stream's context, pushed (*pushed = 1; pop it
- * after the record), else NULL with lost_why said. */
-static CUcontext borrow_ctx(uintptr_t stream, int *pushed) {
+/* The context an event marking `stream` must be made and recorded in (cuda.h: event and
+ * stream of one context, else CUDA_ERROR_INVALID_HANDLE): an explicit stream's own, as torch's
+ * events take the stream's device whatever device is current; for a special handle (0,
+ * legacy, per-thread) the current context, or on a thread with none the one the timers were
+ * made with. NULL with lost_why said where there is none. */
+static CUcontext record_ctx(uintptr_t stream, CUcontext cur) {
+    CUcontext ctx = NULL;
+    if (stream > 2) {
+        if (last.valid && last.stream == stream) return last.ctx; /* asked on every region */
+        if (api->cuStreamGetCtx && api->cuStreamGetCtx((CUstream)stream, &ctx) != CUDA_SUCCESS)
+            ctx = NULL; /* gone: the record says so */
+    }
+    if (!ctx) ctx = cur ? cur : init_ctx;
+    if (!ctx)
+        snprintf(lost_why, sizeof lost_why,
+                 "no CUDA context is current on the timing thread (make a CUDA call on that "
+                 "thread first)");
+    return ctx;
+}
+
+/* Makes ctx current for one record when it is not (*pushed = 1: pop it after). */
+static int lend_ctx(CUcontext ctx, CUcontext cur, int *pushed) {
     *pushed = 0;
+    if (ctx == cur) return CPROF_OK;
     if (!api->cuCtxPushCurrent || !api->cuCtxPopCurrent) {
         snprintf(lost_why, sizeof lost_why,
-                 "no CUDA context is current on the timing thread and this driver cannot lend "
-                 "one (make a CUDA call on that thread first)");
-        return NULL;
+                 "the stream's CUDA context is not current on the timing thread and this "
+                 "driver cannot lend it (make a CUDA call on that device first)");
+        return CPROF_E_UNAVAILABLE;
     }
-    CUcontext ctx = NULL;
-    /* a special handle (0, legacy, per-thread) names the current context: there is none */
-    if (stream > 2 && api->cuStreamGetCtx &&
-        api->cuStreamGetCtx((CUstream)stream, &ctx) != CUDA_SUCCESS)
-        ctx = NULL;
-    if (!ctx) ctx = init_ctx;
-    CUresult cr = ctx ? api->cuCtxPushCurrent(ctx) : CUDA_ERROR_INVALID_CONTEXT;
+    CUresult cr = api->cuCtxPushCurrent(ctx);
     if (cr != CUDA_SUCCESS) {
         char e[96];
         snprintf(lost_why, sizeof lost_why,
-                 "no CUDA context is current on the timing thread (cuCtxPushCurrent of the "
-                 "stream's returned %s)", cuda_err(cr, e, sizeof e));
-        return NULL;
+                 "the stream's CUDA context is not current on the timing thread "
+                 "(cuCtxPushCurrent returned %s)", cuda_err(cr, e, sizeof e));
+        return CPROF_E_UNAVAILABLE;
     }
     *pushed = 1;
-    return ctx;
+    return CPROF_OK;
 }
 
 /* Marked at resolve, not now: a step that raises after its record failed is discarded, and
@@ -216,36 +230,37 @@ uint64_t cprof_timers_share_ns(int64_t set) {
  * with the regions, two entries per region. */
 static int boundary(uintptr_t stream, CUevent *out) {
     uint64_t now = cprof_clock_now_ns();
-    CUcontext ctx = current_ctx();
-    int pushed = 0;
-    if (!ctx && !(ctx = borrow_ctx(stream, &pushed))) return CPROF_E_UNAVAILABLE;
+    CUcontext cur = current_ctx();
+    CUcontext ctx = record_ctx(stream, cur);
+    if (!ctx) return CPROF_E_UNAVAILABLE;
     if (last.valid && last.stream == stream && last.ctx == ctx && now >= last.t_after &&
         now - last.t_after <= share_ns) {
-        CUcontext popped;
-        if (pushed) api->cuCtxPopCurrent(&popped);
         *out = last.e;
         n_shared++;
         return CPROF_OK;
     }
-    pooled p;
-    int rc = event_get(ctx, &p);
-    CUresult cr = rc == CPROF_OK ? api->cuEventRecord(p.e, (CUstream)stream) : CUDA_SUCCESS;
-    if (pushed) {
-        CUcontext popped;
-        api->cuCtxPopCurrent(&popped);
-    }
+    int pushed;
+    int rc = lend_ctx(ctx, cur, &pushed);
     if (rc != CPROF_OK) return rc;
-    if (cr != CUDA_SUCCESS) {
-        /* the stream is another context's (or gone), or the context is broken (a sticky error
-         * of the program): this event is no use here. Only an invalid handle is the stream's */
+    pooled p;
+    rc = event_get(ctx, &p);
+    CUresult cr = rc == CPROF_OK ? api->cuEventRecord(p.e, (CUstream)stream) : CUDA_SUCCESS;
+    if (rc == CPROF_OK && cr != CUDA_SUCCESS) {
+        /* the stream is gone, or the context is broken (a sticky error of the program): this
+         * event is no use here (destroyed while its context is still current) */
         char e[96];
         snprintf(lost_why, sizeof lost_why, "cuEventRecord returned %s%s",
                  cuda_err(cr, e, sizeof e),
                  cr == CUDA_ERROR_INVALID_HANDLE ? ": a stream of another device, or gone" : "");
         event_drop(p.e);
         last.valid = 0;
-        return CPROF_E_UNAVAILABLE;
+        rc = CPROF_E_UNAVAILABLE;
     }
+    if (pushed) {
+        CUcontext popped;
+        api->cuCtxPopCurrent(&popped);
+    }
+    if (rc != CPROF_OK) return rc;
     used[nused++] = p;
     n_records++;
     last.e = p.e;
@@ -386,7 +401,9 @@ void cprof_timers_wait(void *events, size_t n) {
     /* in record order: after the first waits the rest are already complete. An event another
      * thread's resolve has put back and recorded again meanwhile is only waited for longer */
     for (size_t i = 0; i < n; i++)
-        if (api->cuEventSynchronize(ev[i]) != CUDA_SUCCESS) return;
+        /* a failed one (an event recorded in a CUDA graph capture: error 907) is said at
+         * resolve; the rest are still waited for here, without the GIL */
+        (void)api->cuEventSynchronize(ev[i]);
 }
 
 void cprof_timers_counts(uint32_t *pool_events, uint32_t *pending, uint64_t *records,

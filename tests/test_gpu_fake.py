@@ -944,6 +944,17 @@ def test_stop_synchronizes_every_device_the_program_used(monkeypatch):
                         raising=False)
     _window._sync_cuda()
     assert synced == [0, 2]
+    # a device whose context has a sticky error (an illegal address) raises: the others are
+    # still synchronized (the loop ended at the first, gpurev2 F3)
+    def sync(device=None):
+        synced.append(device)
+        if device == 0:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    monkeypatch.setattr(torch.cuda, "synchronize", sync)
+    synced.clear()
+    _window._sync_cuda()
+    assert synced == [0, 2]
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
     # a torch without the query: the current device, as before
     monkeypatch.delattr(torch._C, "_cuda_hasPrimaryContext")
     synced.clear()

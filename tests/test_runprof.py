@@ -1012,6 +1012,55 @@ def test_timers_of_another_thread_during_a_resolves_wait(tmp_path):
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
 
 
+TIMERS_WAIT_AFTER_A_FAILED_SYNC = """
+import ctypes, json, sys, threading, time, warnings
+sys.path.insert(0, {root!r})
+import cprof
+fake = ctypes.CDLL({so!r})
+fake.fake_cupti_set_error_once.argtypes = [ctypes.c_char_p, ctypes.c_int]
+prof = cprof.Profiler(cprof.ProfilerConfig(output_dir={out!r}, run_name="cap", warmup_runs=0,
+                      model_profiling=True, print_per_run=False), timing="cuda")
+gaps, stop = [], threading.Event()
+def ticker():  # how long the GIL is held at a stretch while the step ends
+    last = time.perf_counter()
+    while not stop.is_set():
+        time.sleep(0.001)
+        now = time.perf_counter()
+        gaps.append(now - last)
+        last = now
+warnings.simplefilter("ignore")
+prof.begin_run()
+with prof.step_timing_ctx():
+    for i in range(5):
+        with cprof.cuda_bucket_timer("r%d" % i):
+            time.sleep(0.0005)  # no shared boundaries: 10 events of their own
+    fake.fake_cupti_set_error_once(b"cuEventSynchronize", 907)  # recorded in a graph capture
+    t = threading.Thread(target=ticker)
+    t.start()
+    time.sleep(0.05)
+stop.set()
+t.join()
+prof.end_run()
+print(json.dumps({{"max_gap_ms": max(gaps) * 1e3}}))
+"""
+
+
+def test_the_wait_for_the_gpu_goes_on_without_the_gil_after_a_failed_sync(tmp_path):
+    """cprof_timers_wait returned at the first event the driver would not wait for (one
+    recorded in a CUDA graph capture: error 907), so every later event was waited for in
+    resolve with the GIL held, every Python thread stopped for the GPU's backlog (gpurev2 F6).
+    The fake's GPU takes 80 ms per event: held, 9 events are 720 ms; now at most the failed
+    one's 80 ms is waited for with the GIL."""
+    so = _fake_so()
+    code = TIMERS_WAIT_AFTER_A_FAILED_SYNC.format(root=ROOT, out=str(tmp_path), so=so)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, CPROF_LIBCUDA_PATH=so, CPROF_CUPTI_PATH=so,
+                                FAKE_CUDA_SYNC_US="80000"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["max_gap_ms"] < 300, out
+
+
 def test_cuda_timer_that_cannot_be_read_is_not_a_zero(tmp_path):
     """A CUDA region whose time the driver cannot give (cuEventElapsedTime failing, as after
     a sticky CUDA error) leaves its step out of every figure, counted and warned about; it
