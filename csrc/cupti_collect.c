@@ -618,7 +618,18 @@ int cprof_cupti_start(const cprof_gpu_config *cfg, uint64_t start_ns) {
         enable_cost_ns = cprof_clock_now_ns() - t0;
     }
     if (rc != CPROF_OK) {
+        int began = per_api_enable;
+        for (int k = 0; k < 64; k++) began |= kinds_enabled[k];
         disable_all();
+        if (began) {
+            /* CUPTI may be writing a pool buffer already (another thread's kernel): it keeps
+             * it until flushed, and the next window's pool_setup would hand it out again as
+             * free (two writers in one buffer; gpurev2 F2). Flushed and discarded, as stop's */
+            (void)api->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+            pthread_mutex_lock(&pool_lock);
+            pool_done_n = 0;
+            pthread_mutex_unlock(&pool_lock);
+        }
         zeroed_attr_off();
         release_subscriber();
         return rc;

@@ -692,6 +692,24 @@ with warnings.catch_warnings(record=True) as caught:
                     prof.toggle_collection_dynamic(True, [cprof.ProfilerActivity.CUDA])
         result["kernels"] = [e.name for e in prof.events() if e.category == "kernel"]
         result["gpu"] = prof._last.notes["gpu"]
+    elif scenario == "half_started":  # a start refused after the kernel kind was on
+        fake.fake_cupti_enable_fails_at.argtypes = [ctypes.c_int, ctypes.c_int]
+        fake.fake_cupti_kernel_on_enable.argtypes = [ctypes.c_char_p, u64, u64]
+        t = C.now_ns()  # the stale kernel's time falls in the second window
+        fake.fake_cupti_kernel_on_enable(b"stale", t + 60_000_000, t + 60_100_000)
+        fake.fake_cupti_enable_fails_at(2, 999)  # MEMCPY, required: CUPTI_ERROR_UNKNOWN
+        try:
+            with cprof.profile(activities=["CPU", "CUDA"], record_ops=False) as a:
+                with cprof.range("first"):
+                    pass
+            result["first"] = a.collected_activities
+        except Exception as err:  # noqa: BLE001 - recorded for the test
+            result["first"] = repr(err)
+        with cprof.profile(activities=["CPU", "CUDA"], record_ops=False) as b:
+            fake.fake_cupti_script_basic(C.now_ns() + 1000, threading.get_native_id())
+            time.sleep(0.1)
+        result["kernels"] = sorted({e.name for e in b.events() if e.category == "kernel"})
+        result["flushes"] = fake.fake_cupti_calls(b"cuptiActivityFlushAll")
 result["warnings"] = [str(w.message) for w in caught]
 result["warning_classes"] = [w.category.__name__ for w in caught]
 print("RESULT " + json.dumps(result))

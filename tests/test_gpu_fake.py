@@ -927,6 +927,18 @@ def test_a_schedules_window_that_cannot_open_raises_once_and_leaves_nothing(tmp_
     assert res["after"] == ["after"]
 
 
+def test_a_start_refused_half_way_leaves_no_buffer_with_cupti(tmp_path, fake_so):
+    """A start that fails after some kinds were enabled disabled them without a flush: CUPTI
+    kept the pool buffer it had begun writing (a kernel of another thread), the next window
+    handed that buffer out again as free, and the stale kernel came back in the next window's
+    trace, or two writers shared one buffer (gpurev2 F2). The failure now flushes and discards
+    what that delivers, as stop does."""
+    res = run("half_started", tmp_path, fake_so)
+    assert "stale" not in res["kernels"], res
+    assert res["kernels"], res  # the second window's own kernels are there
+    assert any("CUPTI" in w or "GPU" in w for w in res["warnings"]), res["warnings"]
+
+
 def test_stop_synchronizes_every_device_the_program_used(monkeypatch):
     """At stop cprof waits for launched work so its records are complete. torch.cuda.synchronize()
     alone waits for the current device: kernels still running on another GPU (a model split

@@ -717,9 +717,47 @@ static CUptiResult set_kind(CUpti_ActivityKind kind, int on) {
     return CUPTI_SUCCESS;
 }
 
+/* fake_cupti_enable_fails_at / fake_cupti_kernel_on_enable (a start that fails half way) */
+static int g_enable_fail_nth, g_enable_fail_result;
+static char g_on_enable_name[64];
+static uint64_t g_on_enable_start, g_on_enable_end;
+
+FAKE_EXPORT int fake_cupti_add_kernel(const char *name, uint64_t start, uint64_t end,
+                                      uint32_t stream, uint32_t correlation);
+
 FAKE_EXPORT CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind) {
     FAKE_ENTER(cuptiActivityEnable, CUptiResult);
-    return set_kind(kind, 1);
+    pthread_mutex_lock(&g_lock);
+    int fail = g_enable_fail_nth > 0 && --g_enable_fail_nth == 0;
+    pthread_mutex_unlock(&g_lock);
+    if (fail) return (CUptiResult)g_enable_fail_result;
+    CUptiResult r = set_kind(kind, 1);
+    if (r == CUPTI_SUCCESS && kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL &&
+        g_on_enable_name[0]) {
+        /* another thread's kernel, recorded the moment the kind is on: CUPTI writes it into a
+         * buffer it requests and keeps until it is full or flushed */
+        fake_cupti_add_kernel(g_on_enable_name, g_on_enable_start, g_on_enable_end, 7, 0);
+        g_on_enable_name[0] = '\0';
+        deliver(0);
+    }
+    return r;
+}
+
+/* The nth cuptiActivityEnable from now returns result (once). */
+FAKE_EXPORT void fake_cupti_enable_fails_at(int nth, int result) {
+    pthread_mutex_lock(&g_lock);
+    g_enable_fail_nth = nth;
+    g_enable_fail_result = result;
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* At the next enabling of the kernel kind, a kernel `name` (start, end) is recorded into the
+ * buffer CUPTI holds, not delivered (a launch on another thread as collection begins). */
+FAKE_EXPORT void fake_cupti_kernel_on_enable(const char *name, uint64_t start, uint64_t end) {
+    g_on_enable_name[0] = '\0';
+    if (name) strncat(g_on_enable_name, name, sizeof g_on_enable_name - 1);
+    g_on_enable_start = start;
+    g_on_enable_end = end;
 }
 
 FAKE_EXPORT CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind) {
@@ -1213,6 +1251,8 @@ FAKE_EXPORT void fake_cupti_reset(void) {
     g_dirty_buffers = 0;
     g_zeroed_requests = 0;
     g_next_grid_id = 1;
+    g_enable_fail_nth = 0;
+    g_on_enable_name[0] = '\0';
     __atomic_store_n(&g_events_pending, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&g_lock);
     pthread_mutex_unlock(&g_deliver_lock);
