@@ -6,6 +6,22 @@
 
 #include <Python.h>
 
+/* Python 3.10 (the oldest supported): the frame API that 3.11 made public in Python.h.
+ * PyFrame_GetBack and PyFrame_Check are in frameobject.h there; PyFrame_GetGlobals and
+ * PyFrame_GetLocals do not exist, so they are defined as pythoncapi-compat defines them
+ * (new references; locals through PyFrame_FastToLocalsWithError, what frame.f_locals does).
+ * 3.11+ compiles none of this. */
+#if PY_VERSION_HEX < 0x030B0000
+#include <frameobject.h>
+
+static inline PyObject *PyFrame_GetGlobals(PyFrameObject *f) { return Py_NewRef(f->f_globals); }
+
+static inline PyObject *PyFrame_GetLocals(PyFrameObject *f) {
+    if (PyFrame_FastToLocalsWithError(f) < 0) return NULL;
+    return Py_NewRef(f->f_locals);
+}
+#endif
+
 /* Saves the pending exception (if any) into v and restores it: for code that must run Python
  * calls while an exception is set (closing a range on the way out of a raising call). */
 #if PY_VERSION_HEX >= 0x030C0000

@@ -608,6 +608,33 @@ def test_thread_started_and_ended_in_the_window_keeps_its_name(tmp_path):
     assert len(lf) == 1 and names[lf[0]["tid"]] == "my-worker", names
 
 
+class _EarlyThread(threading.Thread):
+    """Records a range from Thread._bootstrap, before _bootstrap_inner puts the thread in
+    threading._active (as 3.12's sys.monitoring records a call there)."""
+
+    def _bootstrap_inner(self):
+        with cprof.range("early-range"):
+            pass
+        super()._bootstrap_inner()
+
+
+def test_thread_unknown_to_threading_is_named_from_its_bootstrap_frame(tmp_path):
+    """A thread's first record made before threading._active has it is named from the `self`
+    of its Thread._bootstrap frame (module.c bootstrapping_thread: the frame's globals and
+    locals, which Python 3.10 reads through py_binding.h's compat functions). No with_stack: it
+    runs on every Python."""
+    with cprof.ProfilerContext(output_dir=tmp_path, profile_name="early", activities=["CPU"],
+                               with_stack=False, gzip=False, verbose=False) as c:
+        t = _EarlyThread(name="early-bird")
+        t.start()
+        t.join()
+    tr = load_trace(c.trace_path)
+    names = {e["tid"]: e["args"]["name"] for e in tr["traceEvents"]
+             if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    (r,) = [e for e in tr["traceEvents"] if e.get("name") == "early-range"]
+    assert names[r["tid"]] == "early-bird", names
+
+
 def test_thread_existing_before_start_is_traced():
     """3.12+: sys.monitoring covers every thread. 3.11: the profile function is set on every
     thread that exists at start, so a thread started earlier is traced from then on."""
