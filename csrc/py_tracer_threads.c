@@ -1,4 +1,4 @@
-/* The 3.11 with_stack tracer's threads: which threads its profile function was set on in this
+/* The 3.10/3.11 with_stack tracer's threads: which threads its profile function was set on in this
  * session, and which of them another profile function has taken over since.
  *
  * A sys.setprofile on a thread (cProfile.enable(), a pdb-like tool, the user's own hook) set
@@ -38,6 +38,34 @@ static int noted(uint64_t id) {
     return 0;
 }
 
+#if PY_VERSION_HEX >= 0x030B0000
+static unsigned long native_id(PyThreadState *ts) { return ts->native_thread_id; }
+#else
+/* 3.10's PyThreadState has no native_thread_id, and ts is another thread's, so gettid() will
+ * not do: its threading.Thread's _native_id (set by the thread itself at bootstrap; an
+ * instance attribute, so no Python code runs), found by ident in threading._active. 0 for a
+ * thread threading does not know (started by C code, never called current_thread()): its
+ * note then says "thread 0". Never raises. */
+static unsigned long native_id(PyThreadState *ts) {
+    SAVE_EXC(saved);
+    unsigned long id = 0;
+    PyObject *threading = PyDict_GetItemString(PyImport_GetModuleDict(), "threading");
+    PyObject *active = threading ? PyObject_GetAttrString(threading, "_active") : NULL;
+    PyObject *key = PyLong_FromUnsignedLong(ts->thread_id);
+    PyObject *thread = active && key && PyDict_Check(active) ? PyDict_GetItemWithError(active, key)
+                                                            : NULL; /* borrowed */
+    PyObject *nid = thread ? PyObject_GetAttrString(thread, "_native_id") : NULL;
+    if (nid && PyLong_Check(nid)) id = PyLong_AsUnsignedLong(nid);
+    if (PyErr_Occurred()) id = 0;
+    Py_XDECREF(nid);
+    Py_XDECREF(key);
+    Py_XDECREF(active);
+    PyErr_Clear();
+    RESTORE_EXC(saved);
+    return id;
+}
+#endif
+
 PyObject *cprof_py_traced_lost(int (*ours)(PyThreadState *)) {
     PyObject *list = PyList_New(0);
     if (!list) return NULL;
@@ -45,7 +73,7 @@ PyObject *cprof_py_traced_lost(int (*ours)(PyThreadState *)) {
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
          ts = PyThreadState_Next(ts)) {
         if (ours(ts) || !noted(PyThreadState_GetID(ts))) continue;
-        PyObject *item = Py_BuildValue("(kk)", ts->thread_id, ts->native_thread_id);
+        PyObject *item = Py_BuildValue("(kk)", ts->thread_id, native_id(ts));
         if (cprof_py_list_take(list, item) < 0) {
             Py_DECREF(list);
             return NULL;

@@ -978,7 +978,10 @@ def test_a_setprofile_on_another_thread_is_reported_and_others_are_not(tmp_path)
     def other(frame, event, arg):
         pass
 
+    taker_tid = []
+
     def takes_over():
+        taker_tid.append(threading.get_native_id())
         before_hook()
         sys.setprofile(other)
         hooked.set()
@@ -1012,6 +1015,8 @@ def test_a_setprofile_on_another_thread_is_reported_and_others_are_not(tmp_path)
     th.join()
     t = load_trace(c.trace_path)
     assert [r["thread"] for r in t["cprof"]["with_stack_replaced"]] == ["taker"]
+    # its trace tid (on 3.10, whose thread states lack it, read from its threading.Thread)
+    assert [r["tid"] for r in t["cprof"]["with_stack_replaced"]] == taker_tid
     # the main thread kept recording
     assert pyname(parent) in {e["name"] for e in t["traceEvents"] if e.get("ph") == "X"}
 
