@@ -32,6 +32,19 @@ from ._window import (FALSE_WORDS, TRUE_WORDS, Window, check_buffer_size_mb,
 
 
 
+def _add_note(err, note):
+    """err.add_note(note) (3.11+). Python 3.10 has no add_note: the same __notes__ list is kept,
+    which its tracebacks do not print (the warning raised with each note says the same); an
+    exception that takes no attributes goes without."""
+    if hasattr(err, "add_note"):
+        err.add_note(note)
+        return
+    try:
+        err.__notes__ = [*getattr(err, "__notes__", ()), note]
+    except (AttributeError, TypeError):
+        pass
+
+
 def _config_bool(value, key):
     """A config flag: bools and 0 / 1 as they are, and the strings YAML or a command line
     leave ("false", "no", "0", ...); anything else is a ValueError naming the key."""
@@ -866,8 +879,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         try:
             getattr(et, method)()
         except Exception as err:
-            err.add_note(f"cprof: the execution_trace_observer's {method}() raised; cprof's "
-                         "own window and trace are unaffected")
+            _add_note(err, f"cprof: the execution_trace_observer's {method}() raised; cprof's "
+                           "own window and trace are unaffected")
             _warn.warn(f"cprof: execution_trace_observer.{method}() raised "
                        f"{type(err).__name__}: {err}")
             if self._pending_error is None:
@@ -885,10 +898,9 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         except Exception as err:  # reported after the transition; the data is kept
             said = "kept in memory" in str(err)  # a TraceWriteError says it already
             if not said:
-                err.add_note(
-                    "cprof: on_trace_ready raised; this window's trace is kept in memory: "
-                    "call prof.export_chrome_trace(path) to write it (until the next window "
-                    "opens)")
+                _add_note(err, "cprof: on_trace_ready raised; this window's trace is kept in "
+                               "memory: call prof.export_chrome_trace(path) to write it (until "
+                               "the next window opens)")
             _warn.warn(f"cprof: on_trace_ready raised {type(err).__name__}: {err}"
                        + ("" if said else "; the trace is kept for export_chrome_trace"))
             self._pending_error = err

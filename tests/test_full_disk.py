@@ -258,6 +258,39 @@ def test_on_trace_ready_that_cannot_write_gives_its_advice_once(tmp_path):
     assert p.export_chrome_trace(str(tmp_path / "t.json"))
 
 
+def test_on_trace_ready_error_carries_the_note_on_every_python(tmp_path):
+    """Without torch, so it runs on Python 3.10 too: the advice goes into the error's __notes__
+    through add_note (3.11+) or, where there is none (3.10), the same list set directly (3.10's
+    tracebacks do not print it; the warning says it anyway). An exception that takes no
+    attributes is left as it is."""
+    def handler(p):
+        raise RuntimeError("disk on fire")
+
+    with pytest.warns(RuntimeWarning, match="on_trace_ready raised"):
+        with pytest.raises(RuntimeError, match="disk on fire") as info:
+            with cprof.profile(activities=[cprof.ProfilerActivity.CPU], on_trace_ready=handler):
+                pass
+    (note,) = info.value.__notes__
+    assert "export_chrome_trace" in note
+
+    from cprof._profile import _add_note
+    err = ValueError("x")
+    _add_note(err, "first")
+    _add_note(err, "second")
+    assert err.__notes__ == ["first", "second"]
+
+    class NoAttributes(Exception):
+        def __setattr__(self, name, value):
+            raise AttributeError(name)
+
+        def __getattribute__(self, name):
+            if name == "add_note":  # as on 3.10
+                raise AttributeError(name)
+            return super().__getattribute__(name)
+
+    _add_note(NoAttributes(), "dropped")
+
+
 def test_a_file_at_the_temporary_name_is_never_written_through(tmp_path):
     """The temporary file had a fixed name (.{name}.{pid}.tmp) opened with "wb": a symlink
     found there (planted in a shared output directory) was followed, so the export truncated
