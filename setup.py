@@ -10,7 +10,13 @@ import json
 import os
 import sys
 
-from setuptools import Extension, setup
+# Before setuptools: the C extension uses the C API of 3.10+ (csrc/py_binding.h), and an
+# older Python would otherwise fail deep in the compiler's output
+if sys.version_info < (3, 10):
+    sys.exit(f"cprof needs Python 3.10 or newer; this is {sys.version.split()[0]} "
+             f"({sys.executable})")
+
+from setuptools import Extension, setup  # noqa: E402
 
 
 def flag(name):
