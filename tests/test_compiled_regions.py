@@ -148,7 +148,7 @@ def test_threads_running_registered_code_get_their_own_ranges():
     assert rec["name"] == "R: middle" and rec["tid"] != threading.get_native_id()
 
 
-@pytest.mark.skipif(MONITORING, reason="3.11: the profile hook is shared with with_stack")
+@pytest.mark.skipif(MONITORING, reason="3.10/3.11: the profile hook is shared with with_stack")
 def test_with_stack_on_311_leaves_the_profile_hook_to_the_tracer():
     with _Window([(leaf.__code__, "R: leaf")], with_stack=True) as w:
         leaf(0)

@@ -150,6 +150,22 @@ def _recurse(n):
     return 0 if n == 0 else _recurse(n - 1) + 1
 
 
+def _recurse_deep(depth):
+    """_recurse(depth) on this thread; on Python 3.10, whose eval loop takes C stack for every
+    Python call (70,000 of them overflow the main thread's 8 MiB with or without cprof), on a
+    threading thread with a 512 MiB stack, which the tracer follows as any other."""
+    if sys.version_info >= (3, 11):
+        _recurse(depth)
+        return
+    old = threading.stack_size(512 << 20)
+    try:
+        t = threading.Thread(target=_recurse, args=(depth,))
+        t.start()
+    finally:
+        threading.stack_size(old)
+    t.join()
+
+
 def test_calls_past_the_depth_limit_are_counted_and_warned_about(tmp_path):
     """Past 65,535 nested ranges on one thread the tracer cannot record a call: it used to
     count that only internally, so the trace looked complete."""
@@ -160,7 +176,7 @@ def test_calls_past_the_depth_limit_are_counted_and_warned_about(tmp_path):
         with pytest.warns(RuntimeWarning, match=r"4,4\d\d Python calls were not recorded"):
             with cprof.ProfilerContext(output_dir=str(tmp_path), profile_name="deep",
                                        activities=["CPU"], verbose=False, with_stack=True) as c:
-                _recurse(depth)
+                _recurse_deep(depth)
     finally:
         sys.setrecursionlimit(limit)
     t = load_trace(c.trace_path)
@@ -882,7 +898,7 @@ def test_monitoring_coexists_with_setprofile():
     assert seen == ["call"] and len(named(recs, leaf)) == 1
 
 
-@pytest.mark.skipif(MONITORING, reason="3.11 setprofile backend")
+@pytest.mark.skipif(MONITORING, reason="the 3.10/3.11 setprofile backend")
 def test_another_setprofile_profiler_is_refused():
     def other(frame, event, arg):
         pass
@@ -898,7 +914,7 @@ def test_another_setprofile_profiler_is_refused():
     assert not _C.tracer_active() and threading.getprofile() is None
 
 
-@pytest.mark.skipif(MONITORING, reason="3.11 setprofile backend")
+@pytest.mark.skipif(MONITORING, reason="the 3.10/3.11 setprofile backend")
 def test_with_stack_under_another_profiler_records_the_rest_and_says_why(tmp_path):
     """python -m cProfile with a with_stack profile: torch.profiler runs (taking cProfile's
     hook); cprof leaves the other profiler's hook alone, records everything but the Python
@@ -938,7 +954,7 @@ def after_hook():
     return leaf(2)
 
 
-@pytest.mark.skipif(MONITORING, reason="3.11 setprofile backend")
+@pytest.mark.skipif(MONITORING, reason="the 3.10/3.11 setprofile backend")
 def test_a_setprofile_inside_the_window_is_reported(tmp_path):
     """A sys.setprofile inside the window (cProfile.enable(), a debugger) replaces the tracer
     on that thread for the rest of the window, even once removed: cprof leaves the user's hook
@@ -969,7 +985,7 @@ def test_a_setprofile_inside_the_window_is_reported(tmp_path):
     assert abs(r["until_ms"] - end_ms) < 0.01, (r, end_ms)
 
 
-@pytest.mark.skipif(MONITORING, reason="3.11 setprofile backend")
+@pytest.mark.skipif(MONITORING, reason="the 3.10/3.11 setprofile backend")
 def test_a_setprofile_on_another_thread_is_reported_and_others_are_not(tmp_path):
     """Only threads the tracer was on and lost are named: not a thread that had its own
     profile function before the window (skipped at start), nor one left traced."""
