@@ -52,12 +52,14 @@ static unsigned long native_id(PyThreadState *ts) {
     PyObject *threading = PyDict_GetItemString(PyImport_GetModuleDict(), "threading");
     PyObject *active = threading ? PyObject_GetAttrString(threading, "_active") : NULL;
     PyObject *key = PyLong_FromUnsignedLong(ts->thread_id);
-    PyObject *thread = active && key && PyDict_Check(active) ? PyDict_GetItemWithError(active, key)
-                                                            : NULL; /* borrowed */
+    PyObject *thread = NULL;
+    if (active && key && PyDict_Check(active) && (thread = PyDict_GetItemWithError(active, key)))
+        Py_INCREF(thread);
     PyObject *nid = thread ? PyObject_GetAttrString(thread, "_native_id") : NULL;
     if (nid && PyLong_Check(nid)) id = PyLong_AsUnsignedLong(nid);
     if (PyErr_Occurred()) id = 0;
     Py_XDECREF(nid);
+    Py_XDECREF(thread);
     Py_XDECREF(key);
     Py_XDECREF(active);
     PyErr_Clear();

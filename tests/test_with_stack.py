@@ -2,6 +2,7 @@
 
 Python 3.12+ runs the sys.monitoring backend, 3.11 the PyEval_SetProfile one; the tests are the
 same for both except where marked."""
+import _thread
 import collections
 import math
 import os
@@ -1036,6 +1037,43 @@ def test_a_setprofile_on_another_thread_is_reported_and_others_are_not(tmp_path)
     assert [r["tid"] for r in t["cprof"]["with_stack_replaced"]] == taker_tid
     # the main thread kept recording
     assert pyname(parent) in {e["name"] for e in t["traceEvents"] if e.get("ph") == "X"}
+
+
+@pytest.mark.skipif(MONITORING, reason="the 3.10/3.11 setprofile backend")
+def test_a_setprofile_on_a_thread_threading_does_not_know_is_reported(tmp_path):
+    """A thread started by _thread (as C code starts one: not in threading._active) that
+    existed at start and is taken over is listed too. Its tid is its native id on 3.11; 3.10's
+    thread states do not carry one and threading does not know the thread, so it is 0 there."""
+    go, hooked, release, done = (threading.Event() for _ in range(4))
+    tid = []
+
+    def other(frame, event, arg):
+        pass
+
+    def raw():
+        tid.append(threading.get_native_id())
+        go.wait(10)
+        sys.setprofile(other)
+        hooked.set()
+        release.wait(10)
+        sys.setprofile(None)
+        done.set()
+
+    _thread.start_new_thread(raw, ())
+    try:
+        with pytest.warns(RuntimeWarning, match="replaced cprof's"):
+            with cprof.ProfilerContext(output_dir=tmp_path, profile_name="sp4",
+                                       activities=["CPU"], with_stack=True, gzip=False,
+                                       verbose=False) as c:
+                go.set()
+                assert hooked.wait(10)
+    finally:
+        go.set()
+        release.set()
+        assert done.wait(10)
+    (r,) = load_trace(c.trace_path)["cprof"]["with_stack_replaced"]
+    want = 0 if sys.version_info < (3, 11) else tid[0]
+    assert r["tid"] == want and r["thread"] == f"thread {want}", r
 
 
 def test_no_setprofile_inside_the_window_reports_nothing(tmp_path, recwarn):
