@@ -1685,3 +1685,18 @@ def test_acc_events_list_exports_every_window(tmp_path):
     with open(path) as f:
         got = {e.get("name") for e in json.load(f)}
     assert {"cycle0", "cycle1", "cycle2"} <= got
+
+
+def test_min_steps_with_skip_first_wait_is_what_the_schedule_needs():
+    """docs/usage.md: min_steps(..., skip_first_wait=1) leaves the first cycle's wait out; the
+    count is exactly the steps after which the schedule has saved its last trace."""
+    for wait, warmup, active, repeat, skip in [(3, 1, 3, 1, 0), (4, 1, 2, 2, 3), (2, 0, 1, 3, 1)]:
+        n = cprof.min_steps(wait, warmup, active, repeat, skip_first=skip, skip_first_wait=1)
+        assert n == skip + (wait + warmup + active) * repeat - wait
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sched = cprof.schedule(wait=wait, warmup=warmup, active=active, repeat=repeat,
+                                   skip_first=skip, skip_first_wait=1)
+        actions = [sched(i).name for i in range(n + 5)]
+        assert actions.count("RECORD_AND_SAVE") == repeat
+        assert actions[n - 1] == "RECORD_AND_SAVE" and "RECORD" not in actions[n:]

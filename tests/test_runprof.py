@@ -1744,3 +1744,21 @@ def test_from_args_maps_the_prefixed_backend_profiling_alias():
     c = cprof.ProfilerConfig.from_args(SimpleNamespace(prof_engine_profiling=False,
                                                        prof_backend_profiling=True))
     assert c.engine_profiling is False  # the field's own name wins
+
+
+def test_summary_stats_min_and_max(tmp_path):
+    """summary.json's min_ms / max_ms are the shortest and longest measured steps (only an
+    upper bound was checked: a wrong max went unnoticed, mutation audit)."""
+    cfg = cprof.ProfilerConfig(output_dir=str(tmp_path), run_name="t", print_per_run=False,
+                               warmup_runs=0)
+    prof = cprof.Profiler(cfg, timing="host")
+    prof.begin_run(bsz=1, label="x")
+    lat_ms = [4, 1, 10, 2, 3]
+    for ms in lat_ms:
+        step = C.step_begin(prof._owner, 0)
+        C.step_end(step, ms * 1_000_000, 2, 100.0)
+    prof.runs[0].steps = len(lat_ms)
+    prof.end_run()
+    st = prof.summary()["stats"]
+    assert st["min_ms"] == pytest.approx(1.0)
+    assert st["max_ms"] == pytest.approx(10.0)
