@@ -48,6 +48,8 @@ import sys
 import threading
 import warnings
 
+from . import _warn
+
 _running = []          # (profile, owner) of each started profiler, oldest first
 _unsaved = []          # contexts whose trace could not be written and waits for save()
 _pid = None            # the process that registered them
@@ -132,13 +134,18 @@ def keep_unsaved(owner):
     if not any(o is owner for o in _unsaved):
         _unsaved.append(owner)
     owner._unsaved_forks = forks  # a child forked after this has no such trace to write
-    while len(_unsaved) > UNSAVED_MAX:
-        oldest = _unsaved.pop(0)
+    while len(_unsaved) > UNSAVED_MAX:  # the newer failure is what the caller is told of
+        write_unsaved_anyway(_unsaved.pop(0), f"{UNSAVED_MAX} later windows' writes failed too")
+
+
+def write_unsaved_anyway(owner, when):
+    """owner._write_unsaved(when) where no caller can take an exception: what it says is
+    warned, never raised (-W error), and a failure is said, not raised."""
+    with _warn.never_raised():
         try:
-            oldest._write_unsaved(f"{UNSAVED_MAX} later windows' writes failed too")
-        except Exception as err:  # noqa: BLE001 - the newer failure is being reported
-            warnings.warn(f"cprof: an unsaved trace could not be written: {err}",
-                          RuntimeWarning, stacklevel=2)
+            owner._write_unsaved(when)
+        except Exception as err:  # noqa: BLE001 - said, and the next one is still written
+            _warn.warn(f"cprof: an unsaved trace could not be written at {when}: {err}")
 
 
 def saved(owner):
@@ -429,11 +436,7 @@ def _at_exit():
     for _, owner in reversed(list(_running)):
         _end(owner, reason)
     for owner in list(_unsaved):  # failed writes no save() came for: written elsewhere
-        try:
-            owner._write_unsaved("the program's end")
-        except Exception as err:  # noqa: BLE001 - the process is ending: say so
-            warnings.warn(f"cprof: an unsaved trace could not be written at exit: {err}",
-                          RuntimeWarning, stacklevel=2)
+        write_unsaved_anyway(owner, "the program's end")
     _unsaved.clear()
 
 

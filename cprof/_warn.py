@@ -5,6 +5,7 @@ entry point reached the warning through another depth, so ``-W`` / ``filterwarni
 module missed it and the message did not say where the window was."""
 import os
 import sys
+import threading
 import warnings
 
 _PKG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
@@ -31,6 +32,33 @@ def user_stacklevel():
     return level
 
 
+_local = threading.local()
+
+
 def warn(message, category=RuntimeWarning):
-    """warnings.warn(message, category) at the user's frame (see user_stacklevel)."""
-    warnings.warn(message, category, stacklevel=user_stacklevel())
+    """warnings.warn(message, category) at the user's frame (see user_stacklevel). Inside
+    `never_raised()` a filter that makes it an error (-W error) gets it on stderr instead."""
+    if not getattr(_local, "quiet", 0):
+        warnings.warn(message, category, stacklevel=user_stacklevel())
+        return
+    try:
+        warnings.warn(message, category, stacklevel=user_stacklevel())
+    except Exception:  # noqa: BLE001 - no caller can take an exception here: said all the same
+        try:
+            sys.stderr.write(f"{category.__name__}: {message}\n")
+        except Exception:  # noqa: BLE001 - stderr closed at exit: nothing more to do
+            pass
+
+
+class never_raised:  # noqa: N801 - used as a with statement, like contextlib's helpers
+    """Where no caller can be raised to (the program's end, a window written elsewhere to
+    make room for a newer one), the warnings of `warn` are said, never raised: with -W error
+    the first would have stopped what comes after it (the other unsaved traces)."""
+
+    def __enter__(self):
+        _local.quiet = getattr(_local, "quiet", 0) + 1
+        return self
+
+    def __exit__(self, *exc):
+        _local.quiet -= 1
+        return False

@@ -588,6 +588,11 @@ class ProfilerContext:
         return written
 
     def _write(self, path=None, replace=False):
+        w = self._window
+        if w is not None and w.pid is not None and w.pid != os.getpid():
+            raise _C.WindowStateError(
+                f"cprof: this window was opened by process {w.pid}; this is a process forked "
+                "from it, which does not hold the window: call save() in that process")
         if path is None:
             stem, suffix = self._stem_suffix()
         else:

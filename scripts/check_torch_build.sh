@@ -7,7 +7,8 @@
 #     bash scripts/check_torch_build.sh /tmp/whl/torch-2.11.0-*.whl
 #
 # Uses the flags setup.py uses (the C++ standard torch's cpp_extension uses, -Wall -Wextra
-# -Werror on cprof's own code, torch's headers as system headers, the CXX11 ABI). Prints OK and
+# -Werror on cprof's own code, torch's headers as system headers, the CXX11 ABI), with this
+# machine's python3 headers (torch's C++ API is the same for every Python). Prints OK and
 # exits 0, or says what failed. Running the result needs that torch installed: not done here.
 set -euo pipefail
 wheel=${1:?usage: check_torch_build.sh TORCH_WHEEL}

@@ -450,6 +450,38 @@ def test_failed_windows_held_for_save_are_bounded(tmp_path, monkeypatch):
     assert len(cprof._lifecycle._unsaved) == held - 1
 
 
+def test_unsaved_windows_are_all_written_under_warnings_as_errors(tmp_path):
+    """-W error: the eviction's "written to ... instead" warning raised inside the write and
+    replaced the newer window's TraceWriteError with a RuntimeWarning saying the written trace
+    could not be written; at exit the first such warning ended the loop and the other unsaved
+    windows were lost (review8 F1). Now they are said on stderr and every one is written."""
+    import subprocess
+    import sys
+    from conftest import ROOT
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    n = cprof._lifecycle.UNSAVED_MAX + 1
+    code = (f"import os, sys; sys.path.insert(0, {ROOT!r}); import cprof\n"
+            f"for i in range({n}):\n"
+            f"    out = os.path.join({str(tmp_path)!r}, f'out{{i}}')\n"
+            "    ctx = cprof.ProfilerContext(output_dir=out, profile_name=f'w{i}', "
+            "verbose=False, activities=['CPU'], with_stack=False)\n"
+            "    try:\n"
+            "        with ctx:\n"
+            "            with cprof.range(f'r{i}'): pass\n"
+            "            os.rmdir(out)\n"
+            "    except cprof.TraceWriteError:\n"
+            "        print('raised', i)\n")
+    r = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True,
+                       text=True, env=dict(os.environ, TMPDIR=str(tmp)), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [w for i in range(n) for w in ("raised", str(i))], r.stdout
+    for i in range(n):
+        path = tmp / f"w{i}.trace.json.gz"
+        assert [e["name"] for e in ranges_of(load_trace(path))] == [f"r{i}"]
+        assert f"it was written to {path} instead" in r.stderr, r.stderr
+
+
 def test_a_forked_child_entering_a_context_with_an_unsaved_window_leaves_it_to_the_parent(
         tmp_path):
     """The child (a DataLoader worker, multiprocessing's fork) that entered the context tried
@@ -468,6 +500,13 @@ def test_a_forked_child_entering_a_context_with_an_unsaved_window_leaves_it_to_t
             "        with cprof.range('parent'): pass\n"
             f"        os.rmdir({str(out)!r})\n"
             "except cprof.TraceWriteError: pass\n"
+            "ctx2 = cprof.ProfilerContext(output_dir=" + repr(str(tmp_path / 'gone')) + ", "
+            "profile_name='q', verbose=False, activities=['CPU'], with_stack=False)\n"
+            "try:\n"
+            "    with ctx2:\n"
+            "        with cprof.range('parent2'): pass\n"
+            f"        os.rmdir({str(tmp_path / 'gone')!r})\n"
+            "except cprof.TraceWriteError: pass\n"
             f"os.mkdir({str(out)!r})\n"
             "pid = os.fork()\n"
             "if pid == 0:\n"
@@ -475,12 +514,19 @@ def test_a_forked_child_entering_a_context_with_an_unsaved_window_leaves_it_to_t
             "        warnings.simplefilter('always')\n"
             "        with ctx:\n"
             "            with cprof.range('child'): pass\n"
+            "    try:\n"
+            "        ctx2.save('x.json')\n"
+            "    except cprof.WindowStateError as e:\n"
+            "        print('SAVE', e, flush=True)\n"
             "    print('CHILD', [str(w.message) for w in caught], ctx.trace_path, flush=True)\n"
             "    os._exit(0)\n"
             "os.waitpid(pid, 0)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env=dict(os.environ, TMPDIR=str(tmp)), timeout=120)
     assert r.returncode == 0, r.stderr
+    # save() in the child of a window it does not hold: a clear error, not an AttributeError
+    (said,) = [ln for ln in r.stdout.splitlines() if ln.startswith("SAVE")]
+    assert "call save() in that process" in said, said
     (child,) = [ln for ln in r.stdout.splitlines() if ln.startswith("CHILD")]
     assert child.endswith(str(out / "p.trace.json.gz")) and "CHILD []" in child, child
     assert [e["name"] for e in ranges_of(load_trace(out / "p.trace.json.gz"))] == ["child"]
