@@ -231,6 +231,7 @@ uint64_t cprof_timers_share_ns(int64_t set) {
 static int boundary(uintptr_t stream, CUevent *out) {
     uint64_t now = cprof_clock_now_ns();
     CUcontext cur = current_ctx();
+    int cached = stream > 2 && last.valid && last.stream == stream;
     CUcontext ctx = record_ctx(stream, cur);
     if (!ctx) return CPROF_E_UNAVAILABLE;
     if (last.valid && last.stream == stream && last.ctx == ctx && now >= last.t_after &&
@@ -260,6 +261,9 @@ static int boundary(uintptr_t stream, CUevent *out) {
         CUcontext popped;
         api->cuCtxPopCurrent(&popped);
     }
+    /* a stream destroyed and its handle reused by another context since the cached answer:
+     * asked again, once (last.valid is 0 now) */
+    if (rc != CPROF_OK && cached && cr == CUDA_ERROR_INVALID_HANDLE) return boundary(stream, out);
     if (rc != CPROF_OK) return rc;
     used[nused++] = p;
     n_records++;

@@ -1199,6 +1199,40 @@ def test_cuda_timers_keep_each_context_s_events_apart(tmp_path):
     assert out["live"] == out["counts"]["events"], out
 
 
+TIMERS_STREAM_REUSED = """
+import ctypes, json, sys, time
+sys.path.insert(0, {root!r})
+import cprof
+fake = ctypes.CDLL({so!r})
+S = 0x7171
+fake.fake_cuda_stream_ctx(ctypes.c_uint64(S), 1)  # a stream of device 1
+prof = cprof.Profiler(cprof.ProfilerConfig(output_dir={out!r}, run_name="reuse",
+                      warmup_runs=0, model_profiling=True, print_per_run=False), timing="cuda")
+prof.begin_run()
+with prof.step_timing_ctx():
+    with cprof.cuda_bucket_timer("a", stream=S):
+        time.sleep(0.002)
+    fake.fake_cuda_stream_ctx(ctypes.c_uint64(S), 0)  # destroyed; the handle now device 0's
+    with cprof.cuda_bucket_timer("b", stream=S):
+        time.sleep(0.002)
+prof.end_run()
+s = prof.summary()
+print(json.dumps({{"b": s["buckets_model_avg_ms"], "steps": s["stats"]["steps"],
+                  "unmeasured": s["meta"].get("steps_unmeasured"),
+                  "live": fake.fake_cuda_live_events()}}))
+"""
+
+
+def test_a_stream_handle_reused_by_another_context_is_asked_again(tmp_path):
+    """The stream's context is cached with the last boundary (decision 163): a stream destroyed
+    and its handle reused by another device's stream within one step was recorded with the
+    old context's event (CUDA error 400) and the step went unmeasured (review8 F2); a record
+    refused with an invalid handle on a cached answer now asks the driver again, once."""
+    r, out = _timers_script(TIMERS_STREAM_REUSED, tmp_path)
+    assert out["steps"] == 1 and not out["unmeasured"], (out, r.stderr)
+    assert out["b"].get("a", 0) >= 1.5 and out["b"].get("b", 0) >= 1.5, out
+
+
 TIMERS_STICKY = """
 import ctypes, json, sys, time, warnings
 sys.path.insert(0, {root!r})
