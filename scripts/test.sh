@@ -23,7 +23,7 @@ extra_step() {
   t0=$(date +%s)
   bash "$script" "$@"
   s=$?
-  echo "test: $script exit $s in $(( $(date +%s) - t0 )) s"
+  echo "test: $script${*:+ $*} exit $s in $(( $(date +%s) - t0 )) s"
   [ $rc != 0 ] || rc=$s
 }
 if [ $# = 0 ]; then
