@@ -145,7 +145,7 @@ def write_unsaved_anyway(owner, when):
         try:
             owner._write_unsaved(when)
         except Exception as err:  # noqa: BLE001 - said, and the next one is still written
-            _warn.warn(f"cprof: an unsaved trace could not be written at {when}: {err}")
+            _warn.warn(f"cprof: an unsaved trace could not be written ({when}): {err}")
 
 
 def saved(owner):
