@@ -97,3 +97,48 @@ def test_adjacent_regions_share_a_boundary_and_still_match_torch_events(tmp_path
     assert c1["shared"] - c0["shared"] >= 15  # (nearly) every step shared its middle boundary
     assert abs(b["first"] + b["second"] - ref) <= 0.05 * ref
     assert abs(b["first"] - ref / 2) <= 0.05 * ref and abs(b["second"] - ref / 2) <= 0.05 * ref
+
+
+def test_bucket_timers_on_a_fresh_thread_and_a_side_stream(tmp_path):
+    """A real driver gives a new thread no CUDA context until it makes a runtime call (the fake
+    lends one to every thread): a training loop on a worker thread takes the path where the
+    timers lend the stream's context (decision 163, gpurev2 F5). And a region on a side stream
+    is recorded in that stream's context and matches torch.cuda.Event on that stream."""
+    import threading
+    torch.ones(1, device="cuda")
+    a = torch.randn(2048, 2048, device="cuda")
+    side = torch.cuda.Stream()
+    prof = cprof.Profiler(cprof.ProfilerConfig(output_dir=str(tmp_path), run_name="thread",
+                                               warmup_runs=0, model_profiling=True,
+                                               print_per_run=False, strict_sync=False))
+    theirs, errors = [], []
+
+    def loop():
+        try:
+            prof.begin_run(label="worker")
+            for _ in range(10):
+                with prof.step_timing_ctx():
+                    e0 = torch.cuda.Event(enable_timing=True)
+                    e1 = torch.cuda.Event(enable_timing=True)
+                    with torch.cuda.stream(side):
+                        e0.record(side)
+                        with cprof.cuda_bucket_timer("side", stream=side):
+                            for _ in range(4):
+                                a @ a
+                        e1.record(side)
+                torch.cuda.synchronize()
+                theirs.append(e0.elapsed_time(e1))
+            prof.end_run()
+        except BaseException as err:  # noqa: BLE001 - reported on the main thread
+            errors.append(err)
+
+    t = threading.Thread(target=loop)
+    t.start()
+    t.join()
+    assert not errors, errors
+    s = prof.summary()
+    assert not s["meta"].get("steps_unmeasured"), s["meta"]
+    ours = s["buckets_model_avg_ms"]["side"]
+    ref = statistics.fmean(theirs)
+    print(f"cprof side-stream bucket avg {ours:.4f} ms, torch.cuda.Event {ref:.4f} ms")
+    assert abs(ours - ref) <= 0.05 * ref
