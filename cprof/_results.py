@@ -391,7 +391,9 @@ def _build_now(window, first_id):
                                correlation=r["correlation"])
             gpu_events.append(ev)
             if r["kind"] in _GPU_WORK:
-                d = ev.duration_us
+                # from the integer ns, as torch's kernel durations: the difference of the two
+                # float µs times is off in the last digits (64.00000000000011 for 2 x 32 µs)
+                d = (r["end_ns"] - r["start_ns"]) / 1000.0
                 ev.device_time_total = ev.self_device_time_total = d
                 owner = launch_owner.get(r["correlation"])
                 if owner is not None:
@@ -1082,7 +1084,8 @@ def average(cpu, gpu, group_by_input_shape=False, group_by_stack_n=0):
             ev.device_time_total, ev.self_device_time_total, ev.input_shapes, ev.stack)
     for ev in gpu:
         if ev.device_type == "CUDA" and ev.category not in ("gpu_user_annotation", "cuda_sync"):
-            add(ev, "CUDA", ev.name, 0.0, 0.0, ev.duration_us, ev.duration_us)
+            d = ev.device_time_total or ev.duration_us  # GPU work's: from its integer ns
+            add(ev, "CUDA", ev.name, 0.0, 0.0, d, d)
     # in the order first seen, as torch's key_averages (table(sort_by=...) sorts, stably)
     out = EventList(groups.values())
     out.grouped_by_input_shape = bool(group_by_input_shape)

@@ -164,3 +164,35 @@ def test_self_cuda_is_the_work_a_range_launched_itself(tmp_path, fake_so):
     cells = [c.strip() for c in row.split("  ") if c.strip()]
     assert float(cells[cols.index("Self CUDA")].rstrip("ums")) == 0, row
     assert float(cells[cols.index("CUDA total")].rstrip("ums")) > 0, row
+
+
+EXACT_SCRIPT = textwrap.dedent("""
+    import ctypes, json, os, sys, threading, time
+    sys.path.insert(0, os.environ["CPROF_REPO"])
+    import cprof, cprof._C as C
+    fake = ctypes.CDLL(os.environ["CPROF_CUPTI_PATH"])
+    u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+    fake.fake_cupti_add_api.argtypes = [ctypes.c_int, ctypes.c_int, u64, u64, u32, u32]
+    fake.fake_cupti_add_kernel.argtypes = [ctypes.c_char_p, u64, u64, u32, u32]
+    with cprof.profile(activities=["CPU", "CUDA"], record_ops=False) as p:
+        with cprof.range("launcher"):
+            t0, tid = C.now_ns() + 1000, threading.get_native_id()
+            for i in range(50):  # starts at every sub-microsecond offset
+                at = t0 + i * 40_037
+                fake.fake_cupti_add_api(0, 211, at, at + 500, tid, i + 1)
+                fake.fake_cupti_add_kernel(b"k32", at + 1_000, at + 33_000, 7, i + 1)
+            time.sleep(0.003)
+    kernels = [e.device_time_total for e in p.events() if e.name == "k32"]
+    row = {e.key: (e.device_time_total, e.count) for e in p.key_averages()}
+    print("RESULT " + json.dumps({"kernels": kernels, "k32": row["k32"],
+                                  "launcher": row["launcher"]}))
+""")
+
+
+def test_device_times_are_exact_microseconds(tmp_path, fake_so):
+    """A 32,000 ns kernel's device time is 32.0 µs, and 50 of them 1600.0, exactly, as torch
+    takes them from integer ns: the difference of the two float µs times was off in the last
+    digits (64.00000000000011 for two), at random with where the window started."""
+    res = run_script(EXACT_SCRIPT, tmp_path, fake_so)
+    assert res["kernels"] == [32.0] * 50, res["kernels"]
+    assert res["k32"] == [1600.0, 50] and res["launcher"][0] == 1600.0, res
