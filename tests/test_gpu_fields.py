@@ -51,7 +51,8 @@ def test_flow_finishes_bind_to_the_enclosing_slice(tmp_path, fake_so):
     assert all("bp" not in s for s in starts)
 
 
-LAUNCH_FROM_A_THREAD = textwrap.dedent("""
+# the start of a scenario script that scripts launches: their API call and kernel records
+LAUNCHES = textwrap.dedent("""
     import ctypes, json, os, sys, threading, time
     sys.path.insert(0, os.environ["CPROF_REPO"])
     import cprof, cprof._C as C
@@ -59,6 +60,9 @@ LAUNCH_FROM_A_THREAD = textwrap.dedent("""
     u64, u32 = ctypes.c_uint64, ctypes.c_uint32
     fake.fake_cupti_add_api.argtypes = [ctypes.c_int, ctypes.c_int, u64, u64, u32, u32]
     fake.fake_cupti_add_kernel.argtypes = [ctypes.c_char_p, u64, u64, u32, u32]
+""")
+
+LAUNCH_FROM_A_THREAD = LAUNCHES + textwrap.dedent("""
 
     def worker():
         with cprof.range("worker_range"):
@@ -166,14 +170,7 @@ def test_self_cuda_is_the_work_a_range_launched_itself(tmp_path, fake_so):
     assert float(cells[cols.index("CUDA total")].rstrip("ums")) > 0, row
 
 
-EXACT_SCRIPT = textwrap.dedent("""
-    import ctypes, json, os, sys, threading, time
-    sys.path.insert(0, os.environ["CPROF_REPO"])
-    import cprof, cprof._C as C
-    fake = ctypes.CDLL(os.environ["CPROF_CUPTI_PATH"])
-    u64, u32 = ctypes.c_uint64, ctypes.c_uint32
-    fake.fake_cupti_add_api.argtypes = [ctypes.c_int, ctypes.c_int, u64, u64, u32, u32]
-    fake.fake_cupti_add_kernel.argtypes = [ctypes.c_char_p, u64, u64, u32, u32]
+EXACT_SCRIPT = LAUNCHES + textwrap.dedent("""
     with cprof.profile(activities=["CPU", "CUDA"], record_ops=False) as p:
         with cprof.range("launcher"):
             t0, tid = C.now_ns() + 1000, threading.get_native_id()
