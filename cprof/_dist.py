@@ -5,6 +5,8 @@ import os
 import re
 import sys
 
+from . import _warn
+
 
 _warned_env = set()
 
@@ -27,7 +29,6 @@ def _env_int(name, default, minimum):
         return number
     if (name, value) not in _warned_env:  # once per value: rank_info runs per window
         _warned_env.add((name, value))
-        from . import _warn  # at the user's frame, as cprof's other warnings
         if number is None:
             what = "not a whole number"
         elif number < minimum:

@@ -38,12 +38,11 @@ _local = threading.local()
 def warn(message, category=RuntimeWarning):
     """warnings.warn(message, category) at the user's frame (see user_stacklevel). Inside
     `never_raised()` a filter that makes it an error (-W error) gets it on stderr instead."""
-    if not getattr(_local, "quiet", 0):
-        warnings.warn(message, category, stacklevel=user_stacklevel())
-        return
     try:
         warnings.warn(message, category, stacklevel=user_stacklevel())
-    except Exception:  # noqa: BLE001 - no caller can take an exception here: said all the same
+    except Exception:  # noqa: BLE001 - inside never_raised no caller can take it: said anyway
+        if not getattr(_local, "quiet", 0):
+            raise
         try:
             sys.stderr.write(f"{category.__name__}: {message}\n")
         except Exception:  # noqa: BLE001 - stderr closed at exit: nothing more to do

@@ -159,11 +159,13 @@ static CUcontext current_ctx(void) {
  * stream of one context, else CUDA_ERROR_INVALID_HANDLE): an explicit stream's own, as torch's
  * events take the stream's device whatever device is current; for a special handle (0,
  * legacy, per-thread) the current context, or on a thread with none the one the timers were
- * made with. NULL with lost_why said where there is none. */
-static CUcontext record_ctx(uintptr_t stream, CUcontext cur) {
+ * made with. NULL with lost_why said where there is none. *cached: 1 when the answer is the
+ * last boundary's (a stream asked once per change, not per region). */
+static CUcontext record_ctx(uintptr_t stream, CUcontext cur, int *cached) {
     CUcontext ctx = NULL;
+    *cached = stream > 2 && last.valid && last.stream == stream;
+    if (*cached) return last.ctx;
     if (stream > 2) {
-        if (last.valid && last.stream == stream) return last.ctx; /* asked on every region */
         if (api->cuStreamGetCtx && api->cuStreamGetCtx((CUstream)stream, &ctx) != CUDA_SUCCESS)
             ctx = NULL; /* gone: the record says so */
     }
@@ -231,8 +233,8 @@ uint64_t cprof_timers_share_ns(int64_t set) {
 static int boundary(uintptr_t stream, CUevent *out) {
     uint64_t now = cprof_clock_now_ns();
     CUcontext cur = current_ctx();
-    int cached = stream > 2 && last.valid && last.stream == stream;
-    CUcontext ctx = record_ctx(stream, cur);
+    int cached;
+    CUcontext ctx = record_ctx(stream, cur, &cached);
     if (!ctx) return CPROF_E_UNAVAILABLE;
     if (last.valid && last.stream == stream && last.ctx == ctx && now >= last.t_after &&
         now - last.t_after <= share_ns) {
