@@ -267,15 +267,28 @@ def _cuda_ready():
         return False
 
 
-def _current_stream():
-    """The CUstream of torch's current stream (0, the legacy default stream, without torch
-    CUDA). Looked up once per step, not per timer."""
-    return int(_torch().cuda.current_stream().cuda_stream) if _cuda_ready() else 0
+def _current_stream(device=None):
+    """The CUstream of torch's current stream on device (None: the thread's current device;
+    0, the legacy default stream, without torch CUDA). Looked up once per step, not per
+    timer."""
+    return int(_torch().cuda.current_stream(device).cuda_stream) if _cuda_ready() else 0
 
 
-def _sync():
+def _sync(device=None):
+    """Waits for device (None: the thread's current device)."""
     if _cuda_ready():
-        _torch().cuda.synchronize()
+        _torch().cuda.synchronize(device)
+
+
+def _current_device():
+    """torch's current CUDA device on this thread, or None where CUDA is not in use (or
+    cannot say: then every step syncs its own thread's current device, as before)."""
+    if not _cuda_ready():
+        return None
+    try:
+        return _torch().cuda.current_device()
+    except Exception:
+        return None
 
 
 def _barrier():
@@ -359,7 +372,7 @@ def _finite(v):
 
 class _StepContext:
     __slots__ = ("prof", "step", "t0", "region", "range", "gate", "sync", "thread",
-                 "overlapped")
+                 "overlapped", "device")
 
     def __init__(self, prof):
         self.prof = prof
@@ -455,6 +468,8 @@ class Profiler:
         self._pending_kv = None  # set_step_seq_len before a step: that step's KV length
         self._last_step = None   # the last completed step of the open run (set_step_tokens after it)
         self._overlap_warned = False  # warned once about steps overlapping another thread's
+        # (thread, torch device) of begin_run: the device a step on another thread syncs
+        self._run_device = (None, None)
         # this Profiler's steps in the C step store, kept apart from any other Profiler's and
         # released with it
         self._owner = _C.rs_new_owner()
@@ -520,6 +535,7 @@ class Profiler:
                              warmup=index < self.cfg.warmup_runs)
         self._run.extra = _jsonable(meta)
         self.runs.append(self._run)
+        self._run_device = (threading.get_ident(), _current_device())
         self._pending_kv = None
         self._last_step = None
         return self._run.index
@@ -610,13 +626,14 @@ class Profiler:
         if self._step is not None:
             raise ProfilerStateError("cprof: step_timing_ctx is already open; steps do not nest")
         strict = self.cfg.strict_sync
+        ctx.device = self._step_device()
         if strict:
-            _sync()
+            _sync(ctx.device)
         ctx.step = _C.step_begin(self._owner, run.index)
         self._step = ctx.step
         self._tokens = 0
         self._kv, self._pending_kv = self._pending_kv, None
-        stream = _current_stream() if self._cuda else 0
+        stream = _current_stream(ctx.device) if self._cuda else 0
         measured = not run.warmup
         # model buckets time on the GPU (CUDA events) when possible; engine buckets on the host
         ctx.gate = (measured and self.cfg.model_profiling,
@@ -625,6 +642,7 @@ class Profiler:
         ctx.sync = bool(strict and measured and self.cfg.engine_profiling and _cuda_ready())
         _C.timers_gate(*ctx.gate)
         _StepSync.engine = ctx.sync
+        _StepSync.device = ctx.device
         ctx.thread = threading.get_ident()
         ctx.overlapped = False
         for other in _open_steps:
@@ -653,6 +671,16 @@ class Profiler:
             raise
         ctx.t0 = _C.now_ns()
 
+    def _step_device(self):
+        """The device a step syncs and times: the thread's current one, but on a thread other
+        than begin_run's, the device current at begin_run. torch's current device is per
+        thread, and a worker thread that never set it has device 0: its step would sync (and
+        create a context on) device 0 while the run's work is on another GPU (gpurev2 F4)."""
+        thread, device = self._run_device
+        if device is None or thread == threading.get_ident():
+            return None
+        return device
+
     def _step_exit(self, ctx, exc_type):
         if ctx.step is None:
             return
@@ -663,7 +691,7 @@ class Profiler:
             slot, stream = ctx.region
             _C.timer_end(slot, stream, 255, ctx.step)  # 255: the step's own region
         if strict:
-            _sync()
+            _sync(ctx.device)
             t1 = _C.now_ns()
         if ctx.region is None:
             latency = t1 - ctx.t0
@@ -992,15 +1020,19 @@ def _close_gate(ctx):
         top = _open_steps[-1]
         _C.timers_gate(*top.gate)
         _StepSync.engine = top.sync
+        _StepSync.device = top.device
     else:
         _C.timers_gate(False, False, False, False, 0, 0)
         _StepSync.engine = False
+        _StepSync.device = None
 
 
 class _StepSync:
     """Whether engine (CPU) timers synchronise the device in the step now open: seed 003's
-    strict_sync "synchronises CUDA at step boundaries (and for CPU timers)". Set per step."""
+    strict_sync "synchronises CUDA at step boundaries (and for CPU timers)", and which device
+    (None: the thread's current one). Set per step."""
     engine = False
+    device = None
 
 
 def cpu_bucket_timer(bucket, sync=None):
@@ -1036,11 +1068,11 @@ class _SyncedTimer:
         self.t = t
 
     def __enter__(self):
-        _sync()
+        _sync(_StepSync.device)
         return self.t.__enter__()
 
     def __exit__(self, *exc):
-        _sync()
+        _sync(_StepSync.device)
         return self.t.__exit__(*exc)
 
 

@@ -4,6 +4,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import time
 from types import SimpleNamespace
 
@@ -1188,6 +1189,38 @@ def test_cpu_timers_synchronise_under_strict_sync(tmp_path, monkeypatch, strict,
     with cprof.cpu_bucket_timer("engine.sampling"):  # outside a step: never
         pass
     assert calls == []
+
+
+def test_strict_sync_on_another_thread_syncs_the_runs_device(tmp_path, monkeypatch):
+    """gpurev2 F4: torch's current device is per thread, and a worker thread that never set
+    it has device 0. A run begun on a thread whose device is 1 and stepped on a worker synced
+    (and created a context on) device 0. The worker's steps now sync the device current at
+    begin_run; steps on begin_run's own thread keep the thread's current device (None)."""
+    torch = pytest.importorskip("torch")
+    from cprof import runprof
+    main = threading.get_ident()
+    calls = []
+    monkeypatch.setattr(runprof, "_cuda_ready", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device",
+                        lambda: 1 if threading.get_ident() == main else 0)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))
+    prof = make(tmp_path, warmup_runs=0, engine_profiling=True, strict_sync=True)
+    prof.begin_run()
+
+    def step():
+        with prof.step_timing_ctx():
+            with cprof.cpu_bucket_timer("engine.sampling"):
+                pass
+
+    t = threading.Thread(target=step)
+    t.start()
+    t.join()
+    worker = list(calls)
+    calls.clear()
+    step()
+    prof.end_run()
+    assert worker == [1, 1, 1, 1]  # step begin, timer enter / exit, step end
+    assert calls == [None] * 4
 
 
 def test_bsz_and_label_of_any_kind_keep_summary_json_valid(tmp_path):
