@@ -60,13 +60,15 @@ RANK_COLS = [("rank", "Rank", "int"), ("traces", "Traces", "int"), ("steps", "St
 
 # C0 controls, DEL and C1 controls as escapes: a report reads traces from anywhere (someone
 # else's, an HTA export), and an ESC or CSI in a name would restyle or clear the terminal; a
-# newline would split its row
+# newline would split its row. A backslash is doubled, as repr does, so that a name holding a
+# backslash and an "n" cannot read as one that held a newline
 _CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0))}
-_CONTROLS.update({0x0a: "\\n", 0x0d: "\\r", 0x09: "\\t"})
+_CONTROLS.update({0x0a: "\\n", 0x0d: "\\r", 0x09: "\\t", 0x5c: "\\\\"})
 
 
 def printable(s):
-    """s for a terminal: control characters shown escaped (\\n, \\t, \\x1b, \\x9b)."""
+    """s for a terminal: control characters shown escaped (\\n, \\t, \\x1b, \\x9b), a
+    backslash doubled."""
     return str(s).translate(_CONTROLS)
 
 

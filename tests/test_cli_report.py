@@ -426,6 +426,23 @@ def test_control_characters_in_names_and_paths_are_shown_escaped(tmp_path):
     assert "ctl\\x1b[31m.json" in out  # the trace's own path, in the header
     assert not any(c in out for c in "\x1b\x0b\x0c\x7f\x9b\x07")
 
+def test_a_backslash_in_a_name_is_doubled_so_escapes_stay_unambiguous(tmp_path):
+    """review7 F4: a name holding a backslash and an "n" printed exactly as one holding a
+    newline (escaped to \\n): two different names looked like one. Backslashes are doubled,
+    as repr does; the JSON report keeps the names as they are."""
+    names = ["a\\nb", "a\nb"]
+    ev = [{"ph": "X", "cat": "user_annotation", "name": n, "pid": 1, "tid": 1, "ts": 10.0 * i,
+           "dur": 5.0} for i, n in enumerate(names)]
+    path = tmp_path / "bs.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    out = cprof("report", path, "--tables", "ranges").stdout
+    shown = [ln.split("user_annotation")[1].strip() for ln in out.splitlines()
+             if "user_annotation" in ln]
+    assert sorted(shown) == sorted(["a\\\\nb", "a\\nb"])
+    rep = json.loads(cprof("report", path, "--format", "json", "--tables", "ranges").stdout)
+    assert sorted(r["name"] for r in rep["ranges"]) == sorted(names)
+
+
 def test_a_nul_in_a_name_is_kept_in_json_and_shown_escaped_in_text(tmp_path):
     """The report turned NUL into U+FFFD (names went to cJSON as C strings): the JSON report
     no longer held the trace's name, and "a\\0b" and "a\\ufffdb" became two rows of one name."""
