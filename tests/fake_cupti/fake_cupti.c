@@ -24,8 +24,8 @@
  * The driver part: one device "Fake GPU (cprof tests)", compute 9.0, 132 SMs, 80 GiB; events
  * stamp CLOCK_MONOTONIC when recorded and cuEventElapsedTime gives the difference in ms.
  * Contexts as the real driver checks them: FAKE_CTXS primary contexts, the one current on a
- * thread chosen by fake_cuda_set_current(i) (default 0, as if PyTorch had made device 0's
- * current); an event belongs to the context current when it was created, a stream handle to
+ * thread chosen by fake_cuda_set_current(i); a new thread has none (the process's main thread
+ * starts with 0, as if PyTorch had made device 0's current there; see cur_ctx); an event belongs to the context current when it was created, a stream handle to
  * context 0 unless fake_cuda_stream_ctx() said otherwise (stream 0: the current one), and
  * cuEventRecord / cuEventElapsedTime refuse events of another context with
  * CUDA_ERROR_INVALID_HANDLE, as documented in cuda.h.
@@ -180,7 +180,9 @@ static int g_events_pending;
 static uint64_t g_live_events;
 #define FAKE_CTXS 4
 static struct CUctx_st g_ctxs[FAKE_CTXS];
-static _Thread_local int tls_ctx; /* the context current on this thread; -1: none */
+/* the context current on this thread; -1: none; FAKE_CTX_UNSET: not yet decided (cur_ctx) */
+#define FAKE_CTX_UNSET (-2)
+static _Thread_local int tls_ctx = FAKE_CTX_UNSET;
 static _Thread_local int tls_ctx_stack[8]; /* cuCtxPushCurrent's saved contexts */
 static _Thread_local int tls_ctx_depth;
 static struct {
@@ -188,6 +190,20 @@ static struct {
     int ctx;
 } g_stream_ctx[32];
 static int g_nstream_ctx;
+
+/* The context current on this thread, as the real driver has it: none on a new thread (cuda.h,
+ * cuCtxGetCurrent: "If no context is bound to the calling CPU thread then *pctx is set to NULL")
+ * until something binds one (cuCtxSetCurrent / cuCtxPushCurrent, or the runtime's first call on
+ * that thread: fake_cuda_set_current here). The process's main thread starts with context 0, as
+ * if PyTorch had initialised CUDA on it. FAKE_CUDA_THREAD_CTX=all gives every new thread
+ * context 0 (the fake's old, kinder behaviour). */
+static int cur_ctx(void) {
+    if (tls_ctx == FAKE_CTX_UNSET) {
+        const char *all = getenv("FAKE_CUDA_THREAD_CTX");
+        tls_ctx = (all && !strcmp(all, "all")) || gettid() == getpid() ? 0 : -1;
+    }
+    return tls_ctx;
+}
 
 /* Kernel names live for the whole process, as CUPTI's do until its module unloads. */
 static char **g_names;
@@ -1025,7 +1041,7 @@ FAKE_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx) {
     DRIVER_NEEDS_INIT();
     if (!pctx) return CUDA_ERROR_INVALID_VALUE;
     /* as if PyTorch had made a primary context current, unless a test said none is */
-    *pctx = tls_ctx < 0 ? NULL : &g_ctxs[tls_ctx];
+    *pctx = cur_ctx() < 0 ? NULL : &g_ctxs[tls_ctx];
     return CUDA_SUCCESS;
 }
 
@@ -1041,7 +1057,7 @@ FAKE_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
     int i = ctx_index(ctx);
     if (i < 0) return CUDA_ERROR_INVALID_CONTEXT;
     if (tls_ctx_depth == 8) return CUDA_ERROR_INVALID_VALUE;
-    tls_ctx_stack[tls_ctx_depth++] = tls_ctx;
+    tls_ctx_stack[tls_ctx_depth++] = cur_ctx();
     tls_ctx = i;
     return CUDA_SUCCESS;
 }
@@ -1049,7 +1065,7 @@ FAKE_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
 FAKE_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *pctx) {
     FAKE_ENTER(cuCtxPopCurrent_v2, CUresult);
     DRIVER_NEEDS_INIT();
-    if (tls_ctx < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (cur_ctx() < 0) return CUDA_ERROR_INVALID_CONTEXT;
     if (pctx) *pctx = &g_ctxs[tls_ctx];
     tls_ctx = tls_ctx_depth ? tls_ctx_stack[--tls_ctx_depth] : -1;
     return CUDA_SUCCESS;
@@ -1086,7 +1102,8 @@ FAKE_EXPORT int fake_cuda_stream_ctx(uint64_t stream, int i) {
 }
 
 static int stream_ctx(CUstream s) {
-    if (!s) return tls_ctx; /* the legacy default stream of the current context */
+    /* the special handles (NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD): the current context's */
+    if ((uintptr_t)s <= 2) return cur_ctx();
     int ctx = 0;
     pthread_mutex_lock(&g_lock);
     for (int k = 0; k < g_nstream_ctx; k++)
@@ -1100,7 +1117,7 @@ FAKE_EXPORT CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx) {
     DRIVER_NEEDS_INIT();
     if (!pctx) return CUDA_ERROR_INVALID_VALUE;
     /* the special handles (NULL, legacy, per-thread) name the current context */
-    int i = (uintptr_t)hStream <= 2 ? tls_ctx : stream_ctx(hStream);
+    int i = stream_ctx(hStream);
     if (i < 0) return CUDA_ERROR_INVALID_CONTEXT;
     *pctx = &g_ctxs[i];
     return CUDA_SUCCESS;
@@ -1110,7 +1127,7 @@ FAKE_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags) {
     FAKE_ENTER(cuEventCreate, CUresult);
     DRIVER_NEEDS_INIT();
     if (!phEvent) return CUDA_ERROR_INVALID_VALUE;
-    if (tls_ctx < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (cur_ctx() < 0) return CUDA_ERROR_INVALID_CONTEXT;
     CUevent e = calloc(1, sizeof *e);
     if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
     e->flags = Flags;
@@ -1144,7 +1161,7 @@ FAKE_EXPORT uint64_t fake_cuda_records_on(uint64_t stream) {
 FAKE_EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
     FAKE_ENTER(cuEventRecord, CUresult);
     if (!hEvent) return CUDA_ERROR_INVALID_HANDLE;
-    if (!hStream && tls_ctx < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if ((uintptr_t)hStream <= 2 && cur_ctx() < 0) return CUDA_ERROR_INVALID_CONTEXT;
     if (hEvent->ctx != stream_ctx(hStream)) return CUDA_ERROR_INVALID_HANDLE; /* cuda.h */
     for (int i = 0; i < 32; i++)
         if (!g_record_streams[i].n || g_record_streams[i].stream == (uintptr_t)hStream) {
@@ -1203,7 +1220,9 @@ FAKE_EXPORT CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CU
 
 FAKE_EXPORT CUresult cuStreamSynchronize(CUstream hStream) {
     FAKE_ENTER(cuStreamSynchronize, CUresult);
-    (void)hStream;
+    DRIVER_NEEDS_INIT();
+    /* a special handle names the current context's stream: none current, no stream */
+    if ((uintptr_t)hStream <= 2 && cur_ctx() < 0) return CUDA_ERROR_INVALID_CONTEXT;
     return CUDA_SUCCESS;
 }
 
