@@ -499,7 +499,7 @@ class Profiler:
             self._cuda = False
             return
         if self._timing == "cuda" or _cuda_ready():
-            ok, reason = _C.timers_cuda_init()
+            ok, reason = _C.timers_cuda_init(_current_device() or 0)
             if ok and self._share_ns is not None:
                 _C._timers_share_ns(self._share_ns)
         else:

@@ -40,6 +40,8 @@ static const sym_spec driver_syms[] = {
     SYM_AS(cuCtxPushCurrent, "cuCtxPushCurrent_v2", NULL, 0),
     SYM_AS(cuCtxPopCurrent, "cuCtxPopCurrent_v2", NULL, 0),
     SYM(cuStreamGetCtx, 0),
+    SYM(cuDevicePrimaryCtxGetState, 0),
+    SYM(cuDevicePrimaryCtxRetain, 0),
     SYM(cuEventCreate, 1),
     SYM_AS(cuEventDestroy, "cuEventDestroy_v2", NULL, 1),
     SYM(cuEventRecord, 1),

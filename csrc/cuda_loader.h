@@ -26,6 +26,10 @@ typedef struct cprof_cuda_api {
     PFN_cuCtxPushCurrent cuCtxPushCurrent;         /* symbol cuCtxPushCurrent_v2 */
     PFN_cuCtxPopCurrent cuCtxPopCurrent;           /* symbol cuCtxPopCurrent_v2 */
     PFN_cuStreamGetCtx cuStreamGetCtx;
+    /* optional: timers made on a thread with no current context use the device's primary
+     * context when something (PyTorch) already made it active (cuda_timers.c) */
+    PFN_cuDevicePrimaryCtxGetState cuDevicePrimaryCtxGetState;
+    PFN_cuDevicePrimaryCtxRetain cuDevicePrimaryCtxRetain;
     PFN_cuEventCreate cuEventCreate;
     PFN_cuEventDestroy cuEventDestroy;             /* symbol cuEventDestroy_v2 */
     PFN_cuEventRecord cuEventRecord;

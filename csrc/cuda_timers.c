@@ -86,17 +86,39 @@ static const char *cuda_err(CUresult cr, char *buf, size_t cap) {
     return buf;
 }
 
-int cprof_timers_cuda_init(void) {
+/* Device's primary context when it is active already, retained for the process (the timers'
+ * fallback for threads with none current), else NULL. Never makes one active: that would create
+ * a context (hundreds of MiB of GPU memory) in a process that has not used the device. */
+static CUcontext active_primary(int device) {
+    if (!api->cuDevicePrimaryCtxGetState || !api->cuDevicePrimaryCtxRetain) return NULL;
+    CUdevice dev;
+    unsigned int flags = 0;
+    int on = 0;
+    CUcontext ctx = NULL;
+    if (api->cuDeviceGet(&dev, device < 0 ? 0 : device) != CUDA_SUCCESS ||
+        api->cuDevicePrimaryCtxGetState(dev, &flags, &on) != CUDA_SUCCESS || !on ||
+        api->cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS)
+        return NULL;
+    return ctx;
+}
+
+int cprof_timers_cuda_init(int device) {
     if (cprof_cuda_load_driver(&api) != CPROF_OK) {
         snprintf(err, sizeof err, "no CUDA driver (%s)", cprof_cuda_driver_error());
         cuda_state = 0;
         return CPROF_E_UNAVAILABLE;
     }
     CUcontext ctx = NULL;
-    if (api->cuInit(0) != CUDA_SUCCESS || api->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) {
-        /* usable already (a Profiler made on another thread): a thread with no context of
-         * its own records with init_ctx's, lent (record_ctx, lend_ctx); usable stays usable */
-        if (cuda_state == 1 && init_ctx) return CPROF_OK;
+    int inited = api->cuInit(0) == CUDA_SUCCESS;
+    if (inited && api->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS) ctx = NULL;
+    /* usable already (a Profiler made on another thread): a thread with no context of its own
+     * records with init_ctx's, lent (record_ctx, lend_ctx); usable stays usable */
+    if (!ctx && cuda_state == 1 && init_ctx) return CPROF_OK;
+    /* the driver binds no context to a new thread: one that has made no CUDA call yet (a
+     * training thread whose run begins before its first tensor op) has none, although PyTorch
+     * made the device's primary context active on another; its first op binds that one */
+    if (!ctx && inited && !init_ctx) ctx = active_primary(device);
+    if (!ctx) {
         snprintf(err, sizeof err,
                  "no CUDA context is current on this thread (initialise CUDA first, e.g. by "
                  "putting a tensor on the GPU)");

@@ -1004,6 +1004,9 @@ typedef CUresult (*PFN_cuCtxGetCurrent)(CUcontext *pctx);
 typedef CUresult (*PFN_cuCtxPushCurrent)(CUcontext ctx);                         /* _v2 */
 typedef CUresult (*PFN_cuCtxPopCurrent)(CUcontext *pctx);                        /* _v2 */
 typedef CUresult (*PFN_cuStreamGetCtx)(CUstream hStream, CUcontext *pctx);
+typedef CUresult (*PFN_cuDevicePrimaryCtxGetState)(CUdevice dev, unsigned int *flags,
+                                                   int *active);
+typedef CUresult (*PFN_cuDevicePrimaryCtxRetain)(CUcontext *pctx, CUdevice dev);
 typedef CUresult (*PFN_cuEventCreate)(CUevent *phEvent, unsigned int Flags);
 typedef CUresult (*PFN_cuEventDestroy)(CUevent hEvent);                          /* _v2 */
 typedef CUresult (*PFN_cuEventRecord)(CUevent hEvent, CUstream hStream);

@@ -285,9 +285,12 @@ static PyObject *mod_timers_gate(PyObject *module, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *mod_timers_cuda_init(PyObject *module, PyObject *unused) {
-    int rc;
-    Py_BEGIN_ALLOW_THREADS rc = cprof_timers_cuda_init();
+/* timers_cuda_init(device=0): device is torch's current device on this thread, whose primary
+ * context a thread with none current falls back to. */
+static PyObject *mod_timers_cuda_init(PyObject *module, PyObject *args) {
+    int rc, device = 0;
+    if (!PyArg_ParseTuple(args, "|i", &device)) return NULL;
+    Py_BEGIN_ALLOW_THREADS rc = cprof_timers_cuda_init(device);
     Py_END_ALLOW_THREADS
     if (rc) return Py_BuildValue("(Os)", Py_False, cprof_timers_error());
     return Py_BuildValue("(Oz)", Py_True, NULL);
@@ -367,7 +370,7 @@ static PyObject *mod_sync_stream(PyObject *module, PyObject *arg) {
 static PyObject *mod_timers_event_floor(PyObject *module, PyObject *args) {
     unsigned long long n, stream;
     if (!PyArg_ParseTuple(args, "KK", &n, &stream)) return NULL;
-    if (cprof_timers_cuda_init() != CPROF_OK)
+    if (cprof_timers_cuda_init(0) != CPROF_OK)
         return cprof_py_raise(module, CPROF_E_UNAVAILABLE, cprof_timers_error());
     uint64_t ns = 0;
     int rc;
@@ -519,7 +522,7 @@ static PyMethodDef runprof_methods[] = {
      "engine_timer($module, /, bucket)\n--\n\n"
      "Engine-domain timer on the host clock (cpu_bucket_timer)."},
     {"timers_gate", (PyCFunction)mod_timers_gate, METH_VARARGS, "Opens/closes bucket timers."},
-    {"timers_cuda_init", (PyCFunction)mod_timers_cuda_init, METH_NOARGS,
+    {"timers_cuda_init", (PyCFunction)mod_timers_cuda_init, METH_VARARGS,
      "(True, None) when CUDA-event timers work here, else (False, reason)."},
     {"timer_begin", (PyCFunction)mod_timer_begin, METH_VARARGS, "Opens a timed region."},
     {"timer_end", (PyCFunction)mod_timer_end, METH_VARARGS, "Closes a timed region."},

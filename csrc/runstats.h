@@ -14,9 +14,11 @@ enum cprof_domain {
 };
 
 /* ---- cuda_timers.c ---- */
-/* Loads the driver and checks a context is current. 0, or CPROF_E_UNAVAILABLE with the reason
- * in cprof_timers_error(); then callers use host timing. */
-int cprof_timers_cuda_init(void);
+/* Loads the driver and finds the context timers record in: the one current on this thread, else
+ * device's primary context when it is already active (a thread that has made no CUDA call yet,
+ * in a process that has: the driver binds no context to a new thread). 0, or
+ * CPROF_E_UNAVAILABLE with the reason in cprof_timers_error(); then callers use host timing. */
+int cprof_timers_cuda_init(int device);
 const char *cprof_timers_error(void);
 /* Opens a timed region on stream (a CUstream as an integer; 0 = the legacy default stream):
  * its start event recorded now, or the stream's last event when that was recorded less than

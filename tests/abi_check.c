@@ -843,6 +843,8 @@ typedef struct abi_entry {
     P(cuCtxPushCurrent, cuCtxPushCurrent_v2) \
     P(cuCtxPopCurrent, cuCtxPopCurrent_v2) \
     P(cuStreamGetCtx, cuStreamGetCtx) \
+    P(cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState) \
+    P(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain) \
     P(cuEventCreate, cuEventCreate) \
     P(cuEventDestroy, cuEventDestroy_v2) \
     P(cuEventRecord, cuEventRecord) \

@@ -1121,6 +1121,58 @@ def test_cuda_timers_on_a_thread_with_no_context_and_failed_records(tmp_path):
     assert out["live"] == out["counts"]["events"], out
 
 
+TIMERS_FRESH_THREAD = """
+import ctypes, json, sys, threading, time
+sys.path.insert(0, {root!r})
+import cprof, cprof._C as C
+fake = ctypes.CDLL({so!r})
+fake.fake_cuda_primary_retains.restype = ctypes.c_uint64
+fake.fake_cuda_set_primary_active({active})
+out = {{}}
+def worker():
+    # a training thread: PyTorch made device 0's primary context active (on the main thread);
+    # this one has made no CUDA call yet when its run begins, so none is current on it
+    ctx = ctypes.c_void_p(1)
+    fake.cuInit(0)
+    fake.cuCtxGetCurrent(ctypes.byref(ctx))
+    out["ctx_before"] = ctx.value
+    prof = cprof.Profiler(cprof.ProfilerConfig(output_dir={out!r}, run_name="fresh",
+                          warmup_runs=0, model_profiling=True, print_per_run=False),
+                          timing="cuda")
+    prof.begin_run()
+    for _ in range(2):
+        with prof.step_timing_ctx():
+            with cprof.cuda_bucket_timer("b"):
+                time.sleep(0.002)
+    prof.end_run()
+    out["cuda"], out["note"] = prof._cuda, prof._timing_note
+    out["b"] = prof.summary()["buckets_model_avg_ms"].get("b", 0)
+    out["depth"] = fake.fake_cuda_ctx_depth()
+t = threading.Thread(target=worker)
+t.start()
+t.join()
+out["counts"], out["retains"] = C.timers_counts(), fake.fake_cuda_primary_retains()
+print(json.dumps(out))
+"""
+
+
+def test_cuda_timers_for_a_run_begun_on_a_thread_before_its_first_cuda_call(tmp_path):
+    """The real driver binds no context to a new thread (cuCtxGetCurrent gives NULL until a
+    CUDA call binds one), which the fake used to hide by lending every thread a context. A
+    Profiler whose first run began on such a thread (a training thread, before its first tensor
+    op; CUDA initialised on the main thread) fell back to host timing for good: "no CUDA context
+    is current on this thread". It now times with the device's primary context, which PyTorch
+    made active, retained once; a process where it is not active still falls back, said."""
+    r, out = _timers_script(TIMERS_FRESH_THREAD.replace("{active}", "1"), tmp_path)
+    assert out["ctx_before"] is None, out
+    assert out["cuda"] is True and out["note"] is None, out
+    assert out["b"] >= 1.0 and out["counts"]["records"] >= 4, out
+    assert out["retains"] == 1 and out["depth"] == 0, out
+    r, out = _timers_script(TIMERS_FRESH_THREAD.replace("{active}", "0"), tmp_path)
+    assert out["cuda"] is False and "no CUDA context is current" in out["note"], out
+    assert out["retains"] == 0 and out["counts"]["records"] == 0, out
+
+
 TIMERS_LOST_RELEASED = """
 import ctypes, gc, json, sys, time, warnings
 sys.path.insert(0, {root!r})

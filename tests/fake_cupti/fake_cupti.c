@@ -86,6 +86,8 @@
     X(cuCtxPushCurrent_v2) \
     X(cuCtxPopCurrent_v2) \
     X(cuStreamGetCtx) \
+    X(cuDevicePrimaryCtxGetState) \
+    X(cuDevicePrimaryCtxRetain) \
     X(cuEventCreate) \
     X(cuEventDestroy_v2) \
     X(cuEventRecord) \
@@ -1110,6 +1112,41 @@ static int stream_ctx(CUstream s) {
         if (g_stream_ctx[k].stream == (uintptr_t)s) ctx = g_stream_ctx[k].ctx;
     pthread_mutex_unlock(&g_lock);
     return ctx;
+}
+
+/* Device 0's primary context is context 0: active (PyTorch made it so) unless a test said
+ * otherwise with fake_cuda_set_primary_active(0); retains are counted. */
+static int g_primary_inactive;
+static uint64_t g_primary_retains;
+
+FAKE_EXPORT void fake_cuda_set_primary_active(int on) {
+    __atomic_store_n(&g_primary_inactive, !on, __ATOMIC_RELEASE);
+}
+
+FAKE_EXPORT uint64_t fake_cuda_primary_retains(void) {
+    return __atomic_load_n(&g_primary_retains, __ATOMIC_RELAXED);
+}
+
+FAKE_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active) {
+    FAKE_ENTER(cuDevicePrimaryCtxGetState, CUresult);
+    DRIVER_NEEDS_INIT();
+    if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
+    if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+    *flags = 0;
+    *active = !__atomic_load_n(&g_primary_inactive, __ATOMIC_ACQUIRE);
+    return CUDA_SUCCESS;
+}
+
+/* Makes the primary context active if it was not (as the real one does: a context created). */
+FAKE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
+    FAKE_ENTER(cuDevicePrimaryCtxRetain, CUresult);
+    DRIVER_NEEDS_INIT();
+    if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+    if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+    __atomic_store_n(&g_primary_inactive, 0, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&g_primary_retains, 1, __ATOMIC_RELAXED);
+    *pctx = &g_ctxs[0];
+    return CUDA_SUCCESS;
 }
 
 FAKE_EXPORT CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx) {
