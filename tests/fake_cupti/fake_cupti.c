@@ -12,8 +12,11 @@
  *    while GRAPH_TRACE is enabled);
  *    with no buffer callbacks registered a record is counted as dropped, as CUPTI does;
  *  - records reach the client only through its bufferRequested / bufferCompleted callbacks: on
- *    cuptiActivityFlushAll (on the calling thread, partly filled buffer included), and with
+ *    cuptiActivityFlushAll (on the calling thread, partly filled buffers included), and with
  *    fake_cupti_set_async(1) also from a background thread each time a buffer fills up;
+ *  - each thread that makes records fills a buffer of its own (CUPTI 13's default,
+ *    CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER = 1), unless the client set that attribute
+ *    to 0; a flush completes the partly filled buffers in no chronological order;
  *  - cuptiActivityGetNextRecord walks a buffer and ends with CUPTI_ERROR_MAX_LIMIT_REACHED;
  *  - timestamps are whatever the test gave, used verbatim (tests pass cprof-clock ns); with
  *    fake_cupti_set_own_clock(1) and no timestamp callback registered they are moved to
@@ -167,9 +170,24 @@ static uint64_t g_zeroed_requests; /* buffers handed out while the attribute was
 static uint64_t g_ext_stack[FAKE_EXT_KINDS][FAKE_EXT_DEPTH];
 static int g_ext_depth[FAKE_EXT_KINDS];
 
-static uint8_t *g_queue; /* created, undelivered records, each padded to 8 bytes */
+/* created, undelivered records: each a queue_hdr then the record, padded to 8 bytes */
+typedef struct queue_hdr {
+    uint32_t slot; /* the activity buffer it goes to (per_thread_slot) */
+    uint32_t size; /* the record's bytes, padded */
+} queue_hdr;
+static uint8_t *g_queue;
 static size_t g_qhead, g_qlen, g_qcap;
-static fake_buffer g_cur;
+/* CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER: "By default, CUPTI requests activity buffers
+ * separately for each thread that generates activity records" (CUPTI 13 docs, Activity API;
+ * the attribute's default is 1). Each thread making records fills a buffer of its own, so the
+ * client holds one per such thread, and buffers are completed in no particular order. The
+ * client may set it to 0 (one shared buffer) before registering callbacks. */
+#define FAKE_ATTR_PER_THREAD 9
+#define FAKE_THREAD_BUFS 64 /* threads beyond it share buffers */
+static uint8_t g_per_thread = 1;
+static int g_next_slot;
+static _Thread_local int tls_slot = -1;
+static fake_buffer g_bufs[FAKE_THREAD_BUFS]; /* the client's buffers being filled, per slot */
 static uint64_t g_dropped, g_discarded, g_completed_buffers, g_delivered_records;
 static int64_t g_next_grid_id = 1;
 
@@ -294,7 +312,7 @@ static void queue_push(const void *rec, size_t size) {
         g_dropped++;
         return;
     }
-    size_t need = pad8(size);
+    size_t need = sizeof(queue_hdr) + pad8(size);
     if (g_qhead > 0 && g_qhead == g_qlen) g_qhead = g_qlen = 0;
     if (g_qlen + need > g_qcap) {
         if (g_qhead > 0) { /* compact before growing */
@@ -315,7 +333,10 @@ static void queue_push(const void *rec, size_t size) {
         }
     }
     memset(g_queue + g_qlen, 0, need);
-    memcpy(g_queue + g_qlen, rec, size);
+    if (g_per_thread && tls_slot < 0) tls_slot = g_next_slot++ % FAKE_THREAD_BUFS;
+    queue_hdr h = {g_per_thread ? (uint32_t)tls_slot : 0u, (uint32_t)pad8(size)};
+    memcpy(g_queue + g_qlen, &h, sizeof h);
+    memcpy(g_queue + g_qlen + sizeof h, rec, size);
     g_qlen += need;
     if (g_async) {
         g_kick = 1;
@@ -418,9 +439,9 @@ discard:
 
 /* ---------------------------------------------------------------- delivery */
 
-static void complete_current(void) {
-    fake_buffer b = g_cur;
-    memset(&g_cur, 0, sizeof g_cur);
+static void complete_buffer(fake_buffer *cur) {
+    fake_buffer b = *cur;
+    memset(cur, 0, sizeof *cur);
     pthread_mutex_lock(&g_lock);
     CUpti_BuffersCallbackCompleteFunc comp = g_comp;
     g_completed_buffers++;
@@ -430,7 +451,7 @@ static void complete_current(void) {
 }
 
 /* Gets an empty buffer from the client for a record of need bytes. 0 if it gave none usable. */
-static int request_buffer(size_t need) {
+static int request_buffer(fake_buffer *cur, size_t need) {
     pthread_mutex_lock(&g_lock);
     CUpti_BuffersCallbackRequestFunc req = g_req;
     pthread_mutex_unlock(&g_lock);
@@ -460,16 +481,18 @@ static int request_buffer(size_t need) {
                 break;
             }
     }
-    g_cur.buf = buf;
-    g_cur.size = size;
-    g_cur.used = 0;
-    g_cur.max_records = max_records;
-    g_cur.nrecords = 0;
+    cur->buf = buf;
+    cur->size = size;
+    cur->used = 0;
+    cur->max_records = max_records;
+    cur->nrecords = 0;
     return 1;
 }
 
-/* Moves queued records into client buffers, completing each buffer that fills up; with
- * flush_all also completes the last, partly filled one. Callbacks run without g_lock. */
+/* Moves queued records into client buffers (the buffer of the thread that made each, see
+ * g_per_thread), completing each buffer that fills up; with flush_all also completes the partly
+ * filled ones, the last thread's first (CUPTI promises no order between buffers). Callbacks run
+ * without g_lock. */
 static void deliver(int flush_all) {
     pthread_mutex_lock(&g_deliver_lock);
     tls_delivering = 1;
@@ -480,7 +503,9 @@ static void deliver(int flush_all) {
             pthread_mutex_unlock(&g_lock);
             break;
         }
-        CUpti_Activity *a = (CUpti_Activity *)(g_queue + g_qhead);
+        queue_hdr h;
+        memcpy(&h, g_queue + g_qhead, sizeof h);
+        CUpti_Activity *a = (CUpti_Activity *)(g_queue + g_qhead + sizeof h);
         size_t size = record_size(a->kind);
         if (!size) { /* cannot happen: only known kinds are queued; never spin on it */
             g_qhead = g_qlen;
@@ -488,28 +513,30 @@ static void deliver(int flush_all) {
             break;
         }
         memcpy(rec, a, size);
-        g_qhead += pad8(size);
+        g_qhead += sizeof h + h.size;
         pthread_mutex_unlock(&g_lock);
 
+        fake_buffer *cur = &g_bufs[h.slot % FAKE_THREAD_BUFS];
         size_t need = pad8(size);
-        if (g_cur.buf && (g_cur.used + need > g_cur.size ||
-                          (g_cur.max_records && g_cur.nrecords >= g_cur.max_records)))
-            complete_current();
-        if (!g_cur.buf && !request_buffer(need)) {
+        if (cur->buf && (cur->used + need > cur->size ||
+                         (cur->max_records && cur->nrecords >= cur->max_records)))
+            complete_buffer(cur);
+        if (!cur->buf && !request_buffer(cur, need)) {
             pthread_mutex_lock(&g_lock);
             g_dropped++;
             pthread_mutex_unlock(&g_lock);
             continue;
         }
-        memset(g_cur.buf + g_cur.used, 0, need);
-        memcpy(g_cur.buf + g_cur.used, rec, size);
-        g_cur.used += need;
-        g_cur.nrecords++;
-        if (g_cur.used == g_cur.size ||
-            (g_cur.max_records && g_cur.nrecords >= g_cur.max_records))
-            complete_current();
+        memset(cur->buf + cur->used, 0, need);
+        memcpy(cur->buf + cur->used, rec, size);
+        cur->used += need;
+        cur->nrecords++;
+        if (cur->used == cur->size || (cur->max_records && cur->nrecords >= cur->max_records))
+            complete_buffer(cur);
     }
-    if (flush_all && g_cur.buf) complete_current();
+    if (flush_all)
+        for (int i = FAKE_THREAD_BUFS; i-- > 0;)
+            if (g_bufs[i].buf) complete_buffer(&g_bufs[i]);
     tls_delivering = 0;
     pthread_mutex_unlock(&g_deliver_lock);
 }
@@ -690,10 +717,12 @@ FAKE_EXPORT CUptiResult cuptiActivitySetAttribute(CUpti_ActivityAttribute attr,
                                                   size_t *valueSize, void *value) {
     FAKE_ENTER(cuptiActivitySetAttribute, CUptiResult);
     if (!valueSize || !value) return CUPTI_ERROR_INVALID_PARAMETER;
-    if (attr != CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER) return CUPTI_ERROR_NOT_SUPPORTED;
+    if (attr != CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER && (int)attr != FAKE_ATTR_PER_THREAD)
+        return CUPTI_ERROR_NOT_SUPPORTED;
     if (*valueSize != sizeof(uint8_t)) return CUPTI_ERROR_INVALID_PARAMETER;
     pthread_mutex_lock(&g_lock);
-    g_zeroed_attr = *(uint8_t *)value;
+    if (attr == CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER) g_zeroed_attr = *(uint8_t *)value;
+    else g_per_thread = *(uint8_t *)value != 0;
     pthread_mutex_unlock(&g_lock);
     return CUPTI_SUCCESS;
 }
@@ -862,7 +891,8 @@ static void clear_activity_state(void) {
     memset(g_driver_api, 0, sizeof g_driver_api);
     memset(g_ext_depth, 0, sizeof g_ext_depth);
     g_qhead = g_qlen = 0;
-    memset(&g_cur, 0, sizeof g_cur); /* the client's buffer: forgotten, not freed */
+    memset(g_bufs, 0, sizeof g_bufs); /* the client's buffers: forgotten, not freed */
+    g_per_thread = 1;
     g_thread_id_type = 0;
 }
 
@@ -1460,7 +1490,9 @@ FAKE_EXPORT uint64_t fake_cupti_pending(void) {
     pthread_mutex_lock(&g_lock);
     uint64_t n = 0;
     for (size_t off = g_qhead; off < g_qlen;) {
-        off += pad8(record_size(((CUpti_Activity *)(g_queue + off))->kind));
+        queue_hdr h;
+        memcpy(&h, g_queue + off, sizeof h);
+        off += sizeof h + h.size;
         n++;
     }
     pthread_mutex_unlock(&g_lock);
