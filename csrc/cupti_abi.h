@@ -282,10 +282,13 @@ typedef enum {
     CUPTI_ACTIVITY_FLAG_FORCE_INT = 0x7fffffff
 } CUpti_ActivityFlag;
 
-/* cuptiActivitySetAttribute: only the attribute cprof sets (a uint8_t value). Non-zero: the
- * client hands out zero-filled buffers, so CUPTI does not zero them on the thread that asked. */
+/* cuptiActivitySetAttribute: only the attributes cprof sets (uint8_t values). ZEROED_OUT
+ * non-zero: the client hands out zero-filled buffers, so CUPTI does not zero them on the thread
+ * that asked. PER_THREAD (12.3+; default 1 in CUPTI 13): a buffer per thread making records
+ * instead of one shared set; set before the buffer callbacks are registered. */
 typedef enum {
     CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER = 5,
+    CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER = 9,
 } CUpti_ActivityAttribute;
 
 typedef enum {

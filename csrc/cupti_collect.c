@@ -583,6 +583,20 @@ int cprof_cupti_start(const cprof_gpu_config *cfg, uint64_t start_ns) {
                 api->cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER,
                                                &zeroed_size, &zeroed) == CUPTI_SUCCESS &&
                 zeroed;
+    /* One shared set of buffers, not CUPTI 13's default of a buffer per thread that makes
+     * records: the pool is a fixed budget (pool_setup: two buffers at least, one filled while
+     * the other is delivered), and per-thread buffers make every thread with one CUDA call in
+     * the window hold a buffer of its own until the stop's flush, so a process with more such
+     * threads than pool buffers lost those threads' records whole, reported as a pool that
+     * "filled up". Set before the callbacks are registered, as CUPTI asks; a CUPTI without the
+     * attribute has shared buffers anyway. CPROF_CUPTI_PER_THREAD_BUFFERS=1 keeps CUPTI's
+     * default (diagnostics: A/B of the contention it saves). */
+    const char *pt_env = getenv("CPROF_CUPTI_PER_THREAD_BUFFERS");
+    uint8_t per_thread = pt_env && !strcmp(pt_env, "1");
+    size_t per_thread_size = sizeof per_thread;
+    if (api->cuptiActivitySetAttribute && !per_thread)
+        (void)api->cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER,
+                                             &per_thread_size, &per_thread);
     r = api->cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
     if (r != CUPTI_SUCCESS) {
         int rc = map_cupti_error(r, "registering CUPTI buffer callbacks");

@@ -449,6 +449,28 @@ with warnings.catch_warnings(record=True) as caught:
             time.sleep(0.001 + n * 10e-9)
         result["trace"] = str(p.trace_path)
         result["kernels_added"] = n
+    elif scenario == "pool_threads":  # THREADS threads launch one kernel each in the window
+        n = int(os.environ.get("THREADS", "4"))
+        t0 = 0
+
+        def launch(i):
+            tid = threading.get_native_id()
+            fake.fake_cupti_add_api(0, 211, t0 + i * 100, t0 + i * 100 + 10, tid, 100 + i)
+            fake.fake_cupti_add_kernel(f"k{i}".encode(), t0 + i * 100 + 20, t0 + i * 100 + 50,
+                                       7, 100 + i)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            with cprof.ProfilerContext(output_dir=out_dir, profile_name="threads", verbose=False,
+                                       with_stack=False, gpu_buffer_mb=16) as p:
+                t0 = C.now_ns() + 1000
+                ts = [threading.Thread(target=launch, args=(i,)) for i in range(n)]
+                for t in ts:
+                    t.start()
+                for t in ts:
+                    t.join()
+                time.sleep(0.001 + n * 1e-6)
+        result["warnings"] = [str(x.message) for x in w]
+        result["trace"] = str(p.trace_path)
     elif scenario == "occupancy":  # kernels of known launch configurations (OCC_KERNELS)
         u64, u32, i32 = ctypes.c_uint64, ctypes.c_uint32, ctypes.c_int32
         fake.fake_cupti_add_kernel_ex.argtypes = [ctypes.c_char_p, u64, u64, u32, u32, u32, u32,
