@@ -122,6 +122,7 @@ with warnings.catch_warnings(record=True) as caught:
         result["trace"] = str(scene("priv").trace_path)
         result["zeroed_attr"] = fake.fake_cupti_zeroed_attr()
         result["zeroed_attr_set"] = fake.fake_cupti_calls(b"cuptiActivitySetAttribute")
+        result["per_thread_attr"] = fake.fake_cupti_per_thread_attr()
     elif scenario == "privileges_schedule":  # FAKE_ENABLE_ERROR: 35 INSUFFICIENT_PRIVILEGES
         fake.fake_cupti_set_error(b"cuptiActivityEnable",
                                   int(os.environ.get("FAKE_ENABLE_ERROR", "35")))

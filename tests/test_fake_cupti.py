@@ -281,6 +281,7 @@ SIGNATURES = {
     "fake_cupti_set_error_once": (c_int, [c_char_p, c_int]),
     "fake_cupti_set_other_subscriber": (None, [c_char_p]),
     "fake_cupti_set_async": (None, [c_int]),
+    "fake_cupti_set_own_clock": (None, [c_int]),
     "fake_cupti_set_dropped": (None, [c_uint64]),
     "fake_cuda_set_events_pending": (None, [c_int]),
     "fake_cupti_subscribers": (c_int, []),
@@ -355,6 +356,9 @@ def clean(request):
     if "fake" in request.fixturenames:
         lib = request.getfixturevalue("fake")
         lib.fake_cupti_reset()
+        # these tests read back the times they gave: records stay in the test's clock (the
+        # fake's default, as CUPTI's, is its own clock when no timestamp callback is set)
+        lib.fake_cupti_set_own_clock(0)
         yield
         lib.fake_cupti_reset()
     else:

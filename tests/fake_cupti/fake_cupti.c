@@ -18,9 +18,10 @@
  *    CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER = 1), unless the client set that attribute
  *    to 0; a flush completes the partly filled buffers in no chronological order;
  *  - cuptiActivityGetNextRecord walks a buffer and ends with CUPTI_ERROR_MAX_LIMIT_REACHED;
- *  - timestamps are whatever the test gave, used verbatim (tests pass cprof-clock ns); with
- *    fake_cupti_set_own_clock(1) and no timestamp callback registered they are moved to
- *    CUPTI's own clock (CLOCK_REALTIME, as cuptiGetTimestamp), as the real one stamps them;
+ *  - timestamps are whatever the test gave (tests pass cprof-clock ns), used verbatim while a
+ *    timestamp callback is registered (CUPTI then stamps with it); with none they are moved
+ *    to CUPTI's own clock (CLOCK_REALTIME, as cuptiGetTimestamp), as the real one stamps
+ *    them, unless fake_cupti_set_own_clock(0) (tests of the fake that read times back);
  *  - one subscriber at a time: a second cuptiSubscribe fails with
  *    CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, as does any while
  *    fake_cupti_set_other_subscriber() pretends another tool holds CUPTI.
@@ -160,7 +161,7 @@ static char g_other_holder[128];
 static CUpti_BuffersCallbackRequestFunc g_req;
 static CUpti_BuffersCallbackCompleteFunc g_comp;
 static CUpti_TimestampCallbackFunc g_timestamp;
-static int g_own_clock; /* fake_cupti_set_own_clock */
+static int g_own_clock = 1; /* fake_cupti_set_own_clock */
 static uint64_t g_kinds; /* bit per enabled CUpti_ActivityKind */
 static uint8_t g_runtime_api[FAKE_API_BITS / 8], g_driver_api[FAKE_API_BITS / 8];
 static int g_thread_id_type;
@@ -354,7 +355,10 @@ static void own_clock(uint64_t *t, int64_t delta) {
  * CUPTI's own clock, as the real one does, instead of verbatim (g_lock held). */
 static void stamp(void *rec) {
     if (!g_own_clock || g_timestamp) return;
-    int64_t d = (int64_t)(now_ns(CLOCK_REALTIME) - now_ns(CLOCK_MONOTONIC));
+    /* one offset for the process: two clocks read per record differ by a few ns each time,
+     * which would reorder records CUPTI stamps in order */
+    static int64_t d;
+    if (!d) d = (int64_t)(now_ns(CLOCK_REALTIME) - now_ns(CLOCK_MONOTONIC));
     CUpti_Activity *a = rec;
     switch (a->kind) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
@@ -1333,7 +1337,7 @@ FAKE_EXPORT void fake_cupti_reset(void) {
     g_other_holder[0] = '\0';
     g_dropped = g_discarded = g_completed_buffers = g_delivered_records = 0;
     g_zeroed_attr = 0;
-    g_own_clock = 0;
+    g_own_clock = 1;
     g_dirty_buffers = 0;
     g_zeroed_requests = 0;
     g_next_grid_id = 1;
@@ -1508,6 +1512,8 @@ FAKE_LOCKED_GETTER(uint64_t, fake_cupti_dirty_buffers, g_dirty_buffers)
 FAKE_LOCKED_GETTER(uint64_t, fake_cupti_zeroed_requests, g_zeroed_requests)
 
 FAKE_LOCKED_GETTER(int, fake_cupti_zeroed_attr, g_zeroed_attr)
+
+FAKE_LOCKED_GETTER(int, fake_cupti_per_thread_attr, g_per_thread)
 
 FAKE_LOCKED_GETTER(uint64_t, fake_cupti_buffers_completed, g_completed_buffers)
 
