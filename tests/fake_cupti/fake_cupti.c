@@ -168,8 +168,10 @@ static int g_thread_id_type;
 static uint8_t g_zeroed_attr;    /* CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER */
 static uint64_t g_dirty_buffers; /* buffers handed out not zeroed although the client said so */
 static uint64_t g_zeroed_requests; /* buffers handed out while the attribute was on */
-static uint64_t g_ext_stack[FAKE_EXT_KINDS][FAKE_EXT_DEPTH];
-static int g_ext_depth[FAKE_EXT_KINDS];
+/* "CUPTI maintains a stack of external correlation IDs per CPU thread" (CUPTI docs, External
+ * Correlation): a push on one thread names only that thread's API records */
+static _Thread_local uint64_t g_ext_stack[FAKE_EXT_KINDS][FAKE_EXT_DEPTH];
+static _Thread_local int g_ext_depth[FAKE_EXT_KINDS];
 
 /* created, undelivered records: each a queue_hdr then the record, padded to 8 bytes */
 typedef struct queue_hdr {
@@ -1210,6 +1212,7 @@ FAKE_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags) {
 
 FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent hEvent) {
     FAKE_ENTER(cuEventDestroy_v2, CUresult);
+    DRIVER_NEEDS_INIT();
     if (!hEvent) return CUDA_ERROR_INVALID_HANDLE;
     free(hEvent);
     __atomic_sub_fetch(&g_live_events, 1, __ATOMIC_RELAXED);
@@ -1231,6 +1234,7 @@ FAKE_EXPORT uint64_t fake_cuda_records_on(uint64_t stream) {
 
 FAKE_EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
     FAKE_ENTER(cuEventRecord, CUresult);
+    DRIVER_NEEDS_INIT();
     if (!hEvent) return CUDA_ERROR_INVALID_HANDLE;
     if ((uintptr_t)hStream <= 2 && cur_ctx() < 0) return CUDA_ERROR_INVALID_CONTEXT;
     if (hEvent->ctx != stream_ctx(hStream)) return CUDA_ERROR_INVALID_HANDLE; /* cuda.h */
@@ -1250,12 +1254,14 @@ static int events_pending(void) { return __atomic_load_n(&g_events_pending, __AT
 
 FAKE_EXPORT CUresult cuEventQuery(CUevent hEvent) {
     FAKE_ENTER(cuEventQuery, CUresult);
+    DRIVER_NEEDS_INIT();
     if (!hEvent) return CUDA_ERROR_INVALID_HANDLE;
     return hEvent->recorded && events_pending() ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
 }
 
 FAKE_EXPORT CUresult cuEventSynchronize(CUevent hEvent) {
     FAKE_ENTER(cuEventSynchronize, CUresult);
+    DRIVER_NEEDS_INIT();
     if (!hEvent) return CUDA_ERROR_INVALID_HANDLE;
     /* FAKE_CUDA_SYNC_US: a GPU still busy, so the first wait for a recorded event takes this
      * long (tests of what other threads do meanwhile) */
@@ -1270,6 +1276,7 @@ FAKE_EXPORT CUresult cuEventSynchronize(CUevent hEvent) {
 }
 
 static CUresult elapsed(float *ms, CUevent a, CUevent b) {
+    DRIVER_NEEDS_INIT();
     if (!ms) return CUDA_ERROR_INVALID_VALUE;
     if (!a || !b || !a->recorded || !b->recorded || a->ctx != b->ctx)
         return CUDA_ERROR_INVALID_HANDLE;
