@@ -359,6 +359,8 @@ def clean(request):
         # these tests read back the times they gave: records stay in the test's clock (the
         # fake's default, as CUPTI's, is its own clock when no timestamp callback is set)
         lib.fake_cupti_set_own_clock(0)
+        # and they look at records between adding and flushing: no background delivery
+        lib.fake_cupti_set_async(0)
         yield
         lib.fake_cupti_reset()
     else:

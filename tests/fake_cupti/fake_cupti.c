@@ -12,8 +12,9 @@
  *    while GRAPH_TRACE is enabled);
  *    with no buffer callbacks registered a record is counted as dropped, as CUPTI does;
  *  - records reach the client only through its bufferRequested / bufferCompleted callbacks: on
- *    cuptiActivityFlushAll (on the calling thread, partly filled buffers included), and with
- *    fake_cupti_set_async(1) also from a background thread each time a buffer fills up;
+ *    cuptiActivityFlushAll (on the calling thread, partly filled buffers included), and from a
+ *    background thread (CUPTI's worker) each time a buffer fills up, unless
+ *    fake_cupti_set_async(0) or FAKE_CUPTI_ASYNC=0;
  *  - each thread that makes records fills a buffer of its own (CUPTI 13's default,
  *    CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER = 1), unless the client set that attribute
  *    to 0; a flush completes the partly filled buffers in no chronological order;
@@ -197,6 +198,12 @@ static int64_t g_next_grid_id = 1;
 static pthread_t g_worker;
 static pthread_cond_t g_kick_cv = PTHREAD_COND_INITIALIZER;
 static int g_async, g_kick, g_worker_stop;
+/* CUPTI delivers full buffers from a worker thread of its own ("CUPTI offloads ... delivery of
+ * the activity buffers to the client using the buffer completed callback" to it: CUPTI docs,
+ * CUPTI Threads), so the fake starts its worker with the first record unless
+ * fake_cupti_set_async(0) or FAKE_CUPTI_ASYNC=0 said not to (then only flushes deliver). */
+static int g_async_off;
+static void *worker_main(void *arg);
 
 static int g_cu_initialized;
 static int g_events_pending;
@@ -341,6 +348,17 @@ static void queue_push(const void *rec, size_t size) {
     memcpy(g_queue + g_qlen, &h, sizeof h);
     memcpy(g_queue + g_qlen + sizeof h, rec, size);
     g_qlen += need;
+    if (!g_async && !g_async_off) {
+        const char *env = getenv("FAKE_CUPTI_ASYNC");
+        if (env && !strcmp(env, "0")) {
+            g_async_off = 1;
+        } else {
+            g_worker_stop = 0;
+            g_kick = 0;
+            if (pthread_create(&g_worker, NULL, worker_main, NULL) == 0) g_async = 1;
+            else g_async_off = 1;
+        }
+    }
     if (g_async) {
         g_kick = 1;
         pthread_cond_signal(&g_kick_cv);
@@ -1351,6 +1369,7 @@ FAKE_EXPORT void fake_cupti_reset(void) {
     g_enable_fail_nth = 0;
     g_on_enable_name[0] = '\0';
     __atomic_store_n(&g_events_pending, 0, __ATOMIC_RELEASE);
+    g_async_off = 0; /* the worker starts again with the next record */
     pthread_mutex_unlock(&g_lock);
     pthread_mutex_unlock(&g_deliver_lock);
 }
@@ -1393,9 +1412,11 @@ FAKE_EXPORT void fake_cupti_set_other_subscriber(const char *name) {
     pthread_mutex_unlock(&g_lock);
 }
 
-/* Deliver full buffers from a background thread as records are added (1), or only on flush (0). */
+/* Deliver full buffers from a background thread as records are added (1, the default from
+ * the first record on), or only on flush (0). */
 FAKE_EXPORT void fake_cupti_set_async(int on) {
     pthread_mutex_lock(&g_lock);
+    g_async_off = !on;
     if (on && !g_async) {
         g_worker_stop = 0;
         g_kick = 0;
