@@ -315,6 +315,45 @@ def test_every_kernel_has_a_flow_from_its_launch(mlp_traces):
 # -------------------------------------------------------------------------------------------------
 # 2. kernel families: cuBLAS, Triton (torch.compile), CUDA graphs; External ids; windows
 # -------------------------------------------------------------------------------------------------
+def test_kernels_of_more_threads_than_pool_buffers_are_all_kept(tmp_path):
+    """CUPTI 13 gives each thread that makes records a buffer of its own unless told otherwise;
+    cprof asks for shared buffers (decision 171), so six launching threads in a window whose
+    pool holds two buffers (gpu_buffer_mb=16) keep every thread's kernels."""
+    import threading
+    import torch
+    n = 6
+    xs = [torch.randn(256, 256, device="cuda") for _ in range(n)]
+    (xs[0] * 2).sum()
+    torch.cuda.synchronize()
+    errors = []
+
+    def work(i):
+        try:
+            torch.cuda.set_device(0)
+            for _ in range(3):
+                xs[i].mul_(1.0001)
+            torch.cuda.synchronize()
+        except BaseException as err:  # noqa: BLE001 - reported on the main thread
+            errors.append(err)
+    with cprof_window(tmp_path, "threads", gpu_buffer_mb=16) as p:
+        ts = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        torch.cuda.synchronize()
+    assert not errors, errors
+    t = load_trace(p.trace_path)
+    launches = [e for e in t["traceEvents"] if e.get("ph") == "X" and
+                e.get("cat") == "cuda_runtime" and "Launch" in e.get("name", "")]
+    tids = {e["tid"] for e in launches}
+    print(f"\n{len(kernels(t))} kernels, launches from {len(tids)} threads, dropped "
+          f"{t['cprof']['dropped']}")
+    assert len(tids) >= n, tids
+    assert t["cprof"]["dropped"]["gpu_buffers_refused"] == 0
+    assert len(kernels(t)) >= 3 * n
+
+
 def test_cublas_kernels_appear(tmp_path):
     import torch
     a = torch.randn(2048, 2048, device="cuda")
