@@ -23,6 +23,8 @@ Modes (diagnostic switches read by csrc/cupti_collect.c at window start):
                (CPROF_CLOCK=monotonic: what cprof did before decision 69)
   unzeroed     default, but CUPTI zeroes each buffer itself on the thread that asks for it
                (CPROF_CUPTI_ZEROED=0: what cprof did before it pre-zeroed its buffers)
+  per_thread   default, but CUPTI's own default of a buffer per thread that makes records
+               (CPROF_CUPTI_PER_THREAD_BUFFERS=1: what cprof did before decision 167)
   no_events    default without CUDA_EVENT records (CPROF_CUPTI_CUDA_EVENTS=0: event waits
                then carry no wait_on_stream; what cprof did before decision 89)
 The bare modes say what CUPTI alone costs here: cprof's modes can be no cheaper.
@@ -63,6 +65,7 @@ MODES = {
     "driver": {"CPROF_CUPTI_API_RECORDS": "driver"},
     "unzeroed": {"CPROF_CUPTI_ZEROED": "0"},
     "no_events": {"CPROF_CUPTI_CUDA_EVENTS": "0"},
+    "per_thread": {"CPROF_CUPTI_PER_THREAD_BUFFERS": "1"},
 }
 
 

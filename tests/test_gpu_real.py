@@ -317,7 +317,7 @@ def test_every_kernel_has_a_flow_from_its_launch(mlp_traces):
 # -------------------------------------------------------------------------------------------------
 def test_kernels_of_more_threads_than_pool_buffers_are_all_kept(tmp_path):
     """CUPTI 13 gives each thread that makes records a buffer of its own unless told otherwise;
-    cprof asks for shared buffers (decision 171), so six launching threads in a window whose
+    cprof asks for shared buffers (decision 167), so six launching threads in a window whose
     pool holds two buffers (gpu_buffer_mb=16) keep every thread's kernels."""
     import threading
     import torch

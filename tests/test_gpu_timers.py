@@ -137,7 +137,7 @@ def test_bucket_timers_on_a_fresh_thread_and_a_side_stream(tmp_path):
     t.join()
     assert not errors, errors
     s = prof.summary()
-    # the run began on a thread with no context yet: CUDA events all the same (decision 170;
+    # the run began on a thread with no context yet: CUDA events all the same (decision 166;
     # before, only another Profiler made earlier in this process saved it from host timing)
     assert s["meta"]["timing"] == "cuda_events", s["meta"]
     assert not s["meta"].get("steps_unmeasured"), s["meta"]
