@@ -330,20 +330,21 @@ def _warn_once(text):
 
 def stack_modules(handle, with_modules, record_shapes):
     """with_stack without with_modules or record_shapes: module calls as torch's "nn.Module: "
-    Python events (decision 113), once the tracer runs (the writer writes them as twins of
-    python_function records) and unless CPROF_MODULE_EVENTS=0 turns those events off."""
+    Python events (decision 113; the writer writes them as twins of the tracer's
+    python_function records) unless CPROF_MODULE_EVENTS=0 turns those events off. Installed
+    just before the tracer starts and listed before it, so it is removed after the tracer
+    stops: neither putting nn.Module.__call__ in nor taking it out (each clears every
+    subclass's type cache, ~100-400 us) is charged to the user's frame holding the `with` as
+    self time (decision 170). Returns the part added to handle.parts, or None."""
     if (with_modules or record_shapes or os.environ.get("CPROF_MODULE_EVENTS") == "0"
             or sys.modules.get("torch") is None):
-        return
+        return None
     from . import _modules
-    if _modules._installed is None:
-        # installed under the running tracer (installed first, its records would make the
-        # thread "not fresh" and lose decision 96's running frames), but listed before it, so
-        # it is removed after the tracer stops: the removal (~240 us: nn.Module.__call__ put
-        # back clears every subclass's type cache) is not charged to the user's frame that
-        # holds the `with` as self time
-        part = _modules.install(record_shapes=False)
-        handle.parts.insert(len(handle.parts) - 1, part)
+    if _modules._installed is not None:
+        return None
+    part = _modules.install(record_shapes=False)
+    handle.parts.append(part)
+    return part
 
 
 def prewarm(with_stack=False, with_modules=False, record_shapes=False, ops=False):
@@ -409,15 +410,24 @@ def install(with_stack=False, with_modules=False, record_shapes=False, c_calls=T
                 ops_captured = (any(hasattr(p, "ops_note") for p in handle.parts)
                                 or (ops and ops_at_torch_import
                                     and sys.modules.get("torch") is None))
-                handle.parts.append(_Tracer(c_calls, min_duration_us,
-                                            c_calls_as_ops=not ops_captured))
+                # the module capture for "nn.Module: " events goes in before the tracer runs
+                # (decision 170): installing it clears every subclass's type cache (~100-400
+                # us), which under the tracer was self time of the user's frame holding the
+                # `with`
+                modules = stack_modules(handle, with_modules, record_shapes)
+                try:
+                    handle.parts.append(_Tracer(c_calls, min_duration_us,
+                                                c_calls_as_ops=not ops_captured))
+                except _C.CprofError:
+                    if modules is not None:  # no tracer, no twins for its events
+                        handle.parts.remove(modules)
+                        modules.remove()
+                    raise
             except _C.CprofError as err:
                 # another profiler holds the hook (cProfile on 3.11): the window records the
                 # rest, and says so in the trace and once here, rather than failing the program
                 handle.stack_why = str(err)
                 _warn_once(f"cprof: with_stack is not recorded in this window: {err}")
-            else:
-                stack_modules(handle, with_modules, record_shapes)
         # after the tracer: on 3.11 both would want the profile hook, and the tracer wins.
         # With torch's operators captured, torch's own "Torch-Compiled Region" and
         # "CompiledFunction" ranges arrive with them: cprof's copies would only double them.

@@ -1656,3 +1656,29 @@ def test_stack_module_capture_is_removed_after_the_tracer_stops(monkeypatch):
     with cprof.profile(activities=["CPU"], with_stack=True, record_ops=False):
         torch.nn.Identity()(torch.ones(1))
     assert seen == [False]
+
+
+def test_stack_module_capture_is_installed_before_the_tracer_starts(monkeypatch):
+    """The install side of the test above (decision 170): putting the capture's
+    nn.Module.__call__ in clears every subclass's type cache (~100-400 us); installed under
+    the running tracer, a drop-in audit's `with profile(with_stack=True)` around one forward
+    showed the function holding the `with` as the top self-CPU row. The running frames are
+    still recorded, and the module events still come."""
+    torch = pytest.importorskip("torch")
+    from cprof import _modules
+    seen = []
+    real = _modules.install
+
+    def install(*args, **kwargs):
+        seen.append(_C.tracer_active())
+        return real(*args, **kwargs)
+    monkeypatch.setattr(_modules, "install", install)
+
+    def holder():
+        with cprof.profile(activities=["CPU"], with_stack=True, record_ops=False) as prof:
+            torch.nn.Identity()(torch.ones(1))
+        return prof
+    names = {e.name for e in holder().events()}
+    assert seen == [False]
+    assert "nn.Module: Identity" in names
+    assert any(n.endswith(": holder") for n in names)  # decision 96's running frame
