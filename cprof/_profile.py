@@ -243,9 +243,9 @@ class StacksUnavailableError(ValueError, AssertionError):
 
 
 class StepOutsideWindowError(_C.WindowStateError, AssertionError):
-    """step() on a profile that is not running: a WindowStateError, and the AssertionError
-    torch.profiler raises for it with a schedule ("Profiler must be initialized before
-    stopping trace")."""
+    """step() on a profile never started, where the step's schedule transition has work to
+    do: a WindowStateError, and the AssertionError torch.profiler raises for it ("Profiler
+    must be initialized before stopping trace")."""
 
 
 class profile:  # noqa: N801 -- the torch.profiler name, on purpose
@@ -620,9 +620,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             self._forget_in_child()
             return
         if not self._started:
-            raise StepOutsideWindowError(
-                "cprof.profile: step() outside the profiler: call it inside `with "
-                "cprof.profile(...)` (or between start() and stop())")
+            self._step_outside()
+            return
         self._exit_step()
         prev = self.current_action
         action = as_action(self.schedule(self.step_num + 1))  # validated before any change
@@ -650,6 +649,22 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         finally:
             if critical:
                 _lifecycle.leave_critical(depth, self)
+
+    def _step_outside(self):
+        """step() on a profile that is not running. After a stop(), torch.profiler's step()
+        keeps counting (Megatron-LM's loop stops the profiler at --profile-step-end and calls
+        prof.step() every iteration after it): so does this, opening and closing nothing; a
+        later start() resumes at the schedule's action for that step. Before the first
+        start(), a step whose transition has work to do (torch's would stop a trace that was
+        never started: its AssertionError) is an error; one without counts (decision 171)."""
+        prev = self.current_action
+        action = as_action(self.schedule(self.step_num + 1))  # validated before any change
+        if not self._transitions and self.action_map.get((prev, action)):
+            raise StepOutsideWindowError(
+                "cprof.profile: step() outside the profiler: call it inside `with "
+                "cprof.profile(...)` (or between start() and stop())")
+        self.step_num += 1
+        self.current_action = action
 
     def __enter__(self):
         self.start()

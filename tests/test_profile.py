@@ -432,15 +432,11 @@ def test_record_function_opened_and_closed_in_different_steps(tmp_path):
 
 # ---- state errors ----
 
-def test_step_outside_the_profiler_is_an_error():
+def test_step_before_the_first_start_is_an_error_when_its_transition_has_work():
     p = cprof.profile(activities=CPU, schedule=cprof.schedule(wait=0, warmup=0, active=1))
     with pytest.raises(cprof.WindowStateError, match="step\\(\\) outside"):
         p.step()
-    with p:
-        p.step()
-    with pytest.raises(cprof.WindowStateError):
-        p.step()
-    assert _C.depth() == 0
+    assert p.step_num == 0
     # code written for torch.profiler catches RuntimeError: it still does
     with pytest.raises(RuntimeError):
         p.step()
@@ -448,6 +444,44 @@ def test_step_outside_the_profiler_is_an_error():
     with pytest.raises(AssertionError, match="step\\(\\) outside"):
         cprof.profile(activities=CPU, schedule=cprof.schedule(wait=0, warmup=0,
                                                               active=1)).step()
+    # without a schedule (torch's always-record one) there is no transition: it counts
+    q = cprof.profile(activities=CPU)
+    q.step()
+    assert q.step_num == 1 and not _C.active()
+
+
+def test_step_after_stop_counts_like_torch_profiler(tmp_path):
+    """Megatron-LM's loop (and NeMo's): prof.start() before it, prof.step() at the top of
+    every iteration, prof.stop() at --profile-step-end, and the loop runs on. torch.profiler's
+    step() keeps counting; cprof's raised StepOutsideWindowError and ended the training run
+    (decision 171). The window and its one trace are as before; nothing reopens."""
+    ready = []
+    p = cprof.profile(activities=CPU, schedule=cprof.schedule(wait=2, warmup=1, active=3,
+                                                              repeat=1),
+                      on_trace_ready=ready.append)
+    p.start()
+    for it in range(10):
+        p.step()
+        with cprof.range(f"work{it}"):
+            pass
+        if it + 1 == 6:
+            p.stop()
+    assert p.step_num == 10 and not _C.active() and _C.depth() == 0
+    assert len(ready) == 1
+    names = {e.name for e in p.events()}
+    assert {"work2", "work3", "work4"} <= names and not names & {"work1", "work5", "work9"}
+    # the same with a with block, and a later start() resumes at the schedule's position
+    q = cprof.profile(activities=CPU, schedule=cprof.schedule(wait=1, warmup=0, active=1))
+    with q:
+        q.step()
+    q.step()
+    q.step()
+    assert q.step_num == 3 and not _C.active()
+    with q:
+        with cprof.range("again"):
+            pass
+        q.step()
+    assert "again" in {e.name for e in q.events()}
 
 
 def test_every_cprof_error_is_a_runtime_error():
