@@ -116,6 +116,42 @@ class _TorchCompat:
     self_cpu_time_total_str = property(lambda self: _fmt_us(self.self_cpu_time_total))
     self_device_time_total_str = property(lambda self: _fmt_us(self.self_device_time_total))
 
+    def __getattr__(self, name):
+        # only for names not found otherwise: torch's FunctionEvent fields cprof does not
+        # have say so, and what to read instead, rather than naming a class of cprof's
+        hint = _TORCH_ONLY.get(name)
+        if hint is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        raise AttributeError(f"cprof: events have no {name!r} (torch's FunctionEvent field, "
+                             f"not recorded by cprof): {hint}")
+
+
+# torch.autograd.profiler_util.FunctionEvent's fields (torch 2.13) that cprof's events lack,
+# with what to use instead
+_TORCH_ONLY = {
+    "activity_type": "use .category (the same names: cpu_op, user_annotation, "
+                     "python_function, kernel, ...)",
+    "kwinputs": "keyword arguments are not recorded; .input_shapes / .input_types / "
+                ".concrete_inputs hold the positional ones",
+    "structured_input_shapes": "use .input_shapes",
+    "structured_input_strides": "strides are in the exported trace (Input Strides)",
+    "external_id": "use .id; the trace's External id links it there",
+    "linked_correlation_id": "use .correlation (GPU work) or .kernels",
+    "flow_id": "flows are in the exported trace only",
+    "flow_type": "flows are in the exported trace only",
+    "flow_start": "flows are in the exported trace only",
+    "device_resource_id": "use .thread (CPU) or .stream (GPU)",
+    "python_id": "use .stack, or the trace's Python id args",
+    "python_parent_id": "use .cpu_parent or .stack",
+    "python_module_id": "use .stack, or the trace's Python module id args",
+    "metadata_json": "event metadata is in the exported trace's args",
+    "_metadata_json": "event metadata is in the exported trace's args",
+    "event_metadata": "event metadata is in the exported trace's args",
+    "append_kernel": "events are read-only results",
+    "append_cpu_child": "events are read-only results",
+    "set_cpu_parent": "events are read-only results",
+}
+
 
 class Interval(namedtuple("Interval", "start end")):
     """An event's time range in microseconds (torch.autograd.profiler_util.Interval's API)."""

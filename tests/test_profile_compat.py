@@ -699,3 +699,23 @@ def test_experimental_config_warning_says_overload_names_are_lost():
     with pytest.warns(RuntimeWarning, match="overload_name"):
         with cprof.profile(activities=CPU, experimental_config=cfg):
             pass
+
+
+def test_torch_function_event_fields_cprof_lacks_say_so():
+    """A drop-in audit: `e.kwinputs` (or activity_type, external_id, python_id, ...: torch
+    2.13's FunctionEvent fields cprof does not record) raised "'_HostOnlyEvent' object has no
+    attribute 'kwinputs'", naming a class of cprof's and nothing to use instead. It is still
+    an AttributeError (hasattr is False), now one that says what to read."""
+    with cprof.profile(activities=CPU) as prof:
+        with cprof.range("r"):
+            pass
+    ev = prof.events()[0]
+    avg = prof.key_averages()[0]
+    for obj in (ev, avg):
+        with pytest.raises(AttributeError, match=r"no 'kwinputs' \(torch's FunctionEvent"):
+            obj.kwinputs
+        with pytest.raises(AttributeError, match=r"use \.category"):
+            obj.activity_type
+        assert not hasattr(obj, "external_id")
+        with pytest.raises(AttributeError, match="has no attribute 'no_such_field'"):
+            obj.no_such_field
