@@ -248,6 +248,26 @@ class StepOutsideWindowError(_C.WindowStateError, AssertionError):
     must be initialized before stopping trace")."""
 
 
+_KINETO_STEPS = ("torch's _KinetoProfile halves of start() / stop(); cprof.profile's start() "
+                 "and stop() open and close its window (a schedule's warmup is its prepare)")
+# torch.profiler.profile's members (torch 2.13) that cprof.profile does not have
+_TORCH_PROFILE_ONLY = {
+    "prepare_trace": _KINETO_STEPS,
+    "start_trace": _KINETO_STEPS,
+    "stop_trace": _KINETO_STEPS,
+    "mem_tl": "torch's memory timeline (export_memory_timeline, deprecated there); with "
+              "profile_memory=True the trace has a memory track, and export_memory_snapshot(path)",
+    "_memory_profile": "torch's memory timeline (export_memory_timeline, deprecated there); "
+                       "with profile_memory=True the trace has a memory track",
+    "activity_filters": "torch 2.13's filter dicts are taken in activities; prof.activities "
+                        "and prof.collected_activities say what is collected",
+    "preset_metadata": "use preset_metadata_json(key, json_text) or add_metadata(key, value)",
+    "has_cudagraphs": "cprof does not track inductor's cudagraphs setting",
+    "_stats": "torch's post-processing statistics; the trace's cprof metadata has cprof's "
+              "counts",
+}
+
+
 class profile:  # noqa: N801 -- the torch.profiler name, on purpose
     """Profiles like torch.profiler.profile, on cprof's engine.
 
@@ -305,6 +325,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         # torch's Execution Trace observer: started and stopped with each recording window
         # and cleaned up at the with block's end, as torch.profiler.profile does (cprof/_et.py)
         self.execution_trace_observer = _et.resolve(execution_trace_observer)
+        self.experimental_config = experimental_config  # kept, as torch's; ignored (above)
         self._et_step = None        # the ProfilerStep RecordFunction the observer sees
         if flag(profile_memory, who, "profile_memory") and "MEM" not in self.activities:
             self.activities.append("MEM")
@@ -669,6 +690,14 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
     def __enter__(self):
         self.start()
         return self
+
+    def __getattr__(self, name):
+        # only for names not found otherwise: torch.profiler.profile's members cprof has no
+        # counterpart for say so, and what to use instead
+        hint = _TORCH_PROFILE_ONLY.get(name)
+        if hint is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        raise AttributeError(f"cprof.profile has no {name!r} (torch.profiler.profile's): {hint}")
 
     def _salvage(self, err):
         """A KeyboardInterrupt (or other exception) that landed inside start / stop left the

@@ -719,3 +719,23 @@ def test_torch_function_event_fields_cprof_lacks_say_so():
         assert not hasattr(obj, "external_id")
         with pytest.raises(AttributeError, match="has no attribute 'no_such_field'"):
             obj.no_such_field
+
+
+def test_torch_profile_members_cprof_lacks_say_so():
+    """A drop-in audit: prof.prepare_trace / start_trace / stop_trace (torch's _KinetoProfile
+    public methods), activity_filters, mem_tl, ... raised a bare "'profile' object has no
+    attribute"; experimental_config, accepted (and ignored with a warning), was not kept."""
+    pytest.importorskip("torch")
+    from torch._C._profiler import _ExperimentalConfig
+    cfg = _ExperimentalConfig(verbose=True)
+    with pytest.warns(RuntimeWarning, match="experimental_config"):
+        p = cprof.profile(activities=CPU, experimental_config=cfg)
+    assert p.experimental_config is cfg
+    assert cprof.profile(activities=CPU).experimental_config is None
+    with pytest.raises(AttributeError, match=r"no 'start_trace' \(torch.profiler.profile's\)"):
+        p.start_trace()
+    with pytest.raises(AttributeError, match="filter dicts are taken in activities"):
+        p.activity_filters
+    assert not hasattr(p, "mem_tl")
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_member'"):
+        p.no_such_member
