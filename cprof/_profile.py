@@ -515,15 +515,21 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         try:
             depth = _lifecycle.enter_critical(self)
             try:
+                self._pid = os.getpid()
+                self._forks = _lifecycle.forks
+                # registered (signal handlers, exit hooks: ~25-40 us) before the window opens:
+                # with with_stack, what runs after the tracer starts is self time of the
+                # user's frame holding the `with` (decision 170)
+                _lifecycle.opened(self, self._lifecycle_owner and self._lifecycle_owner() or self)
                 try:
                     self._run_transitions(ProfilerAction.NONE, self.current_action)
                 except BaseException:
                     self._started = False
-                    self._abort_window()
+                    try:
+                        self._abort_window()
+                    finally:
+                        _lifecycle.closed(self)
                     raise
-                self._pid = os.getpid()
-                self._forks = _lifecycle.forks
-                _lifecycle.opened(self, self._lifecycle_owner and self._lifecycle_owner() or self)
                 self._enter_step()
             finally:
                 _lifecycle.leave_critical(depth, self)

@@ -484,6 +484,28 @@ def test_step_after_stop_counts_like_torch_profiler(tmp_path):
     assert "again" in {e.name for e in q.events()}
 
 
+def test_a_window_that_fails_to_open_leaves_no_registration(monkeypatch):
+    """start() registers the profile with the process lifecycle before its window opens
+    (decision 170); a window that then fails to open is unregistered again, so the exit and
+    SIGTERM hooks do not keep it and the next profile starts normally."""
+    from cprof import _lifecycle
+
+    def boom(self):
+        raise RuntimeError("no window")
+    monkeypatch.setattr(cprof.profile, "_prepare_trace", boom)
+    p = cprof.profile(activities=CPU)  # (its action map holds the methods of now)
+    with pytest.raises(RuntimeError, match="no window"):
+        p.start()
+    assert not any(r[0] is p for r in _lifecycle._running)
+    assert not p._started and not _C.active()
+    monkeypatch.undo()
+    with cprof.profile(activities=CPU) as q:
+        with cprof.range("after"):
+            pass
+    assert "after" in {e.name for e in q.events()}
+    assert not any(r[0] is q for r in _lifecycle._running)
+
+
 def test_every_cprof_error_is_a_runtime_error():
     for name in ("CprofError", "NoOpenRangeError", "WindowStateError", "TraceWriteError",
                  "CuptiBusyError", "GpuUnavailableError", "TraceFormatError"):

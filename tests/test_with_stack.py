@@ -1682,3 +1682,20 @@ def test_stack_module_capture_is_installed_before_the_tracer_starts(monkeypatch)
     assert seen == [False]
     assert "nn.Module: Identity" in names
     assert any(n.endswith(": holder") for n in names)  # decision 96's running frame
+
+
+def test_window_registration_runs_before_the_tracer_starts(monkeypatch):
+    """cprof.profile.start() registered the window with the process lifecycle (signal
+    handlers, exit hooks: ~25-40 us) after the tracer had started, charging it to the user's
+    frame holding the `with` as self time (decision 170): it now runs first."""
+    from cprof import _lifecycle
+    seen = []
+    real = _lifecycle.opened
+
+    def opened(*args):
+        seen.append(_C.tracer_active())
+        return real(*args)
+    monkeypatch.setattr(_lifecycle, "opened", opened)
+    with cprof.profile(activities=["CPU"], with_stack=True, record_ops=False):
+        pass
+    assert seen == [False]
