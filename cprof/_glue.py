@@ -335,7 +335,7 @@ def stack_modules(handle, with_modules, record_shapes):
     just before the tracer starts and listed before it, so it is removed after the tracer
     stops: neither putting nn.Module.__call__ in nor taking it out (each clears every
     subclass's type cache, ~100-400 us) is charged to the user's frame holding the `with` as
-    self time (decision 170). Returns the part added to handle.parts, or None."""
+    self time (decision 168). Returns the part added to handle.parts, or None."""
     if (with_modules or record_shapes or os.environ.get("CPROF_MODULE_EVENTS") == "0"
             or sys.modules.get("torch") is None):
         return None
@@ -411,7 +411,7 @@ def install(with_stack=False, with_modules=False, record_shapes=False, c_calls=T
                                 or (ops and ops_at_torch_import
                                     and sys.modules.get("torch") is None))
                 # the module capture for "nn.Module: " events goes in before the tracer runs
-                # (decision 170): installing it clears every subclass's type cache (~100-400
+                # (decision 168): installing it clears every subclass's type cache (~100-400
                 # us), which under the tracer was self time of the user's frame holding the
                 # `with`
                 modules = stack_modules(handle, with_modules, record_shapes)

@@ -519,7 +519,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                 self._forks = _lifecycle.forks
                 # registered (signal handlers, exit hooks: ~25-40 us) before the window opens:
                 # with with_stack, what runs after the tracer starts is self time of the
-                # user's frame holding the `with` (decision 170)
+                # user's frame holding the `with` (decision 168)
                 _lifecycle.opened(self, self._lifecycle_owner and self._lifecycle_owner() or self)
                 try:
                     self._run_transitions(ProfilerAction.NONE, self.current_action)
@@ -683,7 +683,7 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         prof.step() every iteration after it): so does this, opening and closing nothing; a
         later start() resumes at the schedule's action for that step. Before the first
         start(), a step whose transition has work to do (torch's would stop a trace that was
-        never started: its AssertionError) is an error; one without counts (decision 171)."""
+        never started: its AssertionError) is an error; one without counts (decision 169)."""
         prev = self.current_action
         action = as_action(self.schedule(self.step_num + 1))  # validated before any change
         if not self._transitions and self.action_map.get((prev, action)):

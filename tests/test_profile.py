@@ -454,7 +454,7 @@ def test_step_after_stop_counts_like_torch_profiler(tmp_path):
     """Megatron-LM's loop (and NeMo's): prof.start() before it, prof.step() at the top of
     every iteration, prof.stop() at --profile-step-end, and the loop runs on. torch.profiler's
     step() keeps counting; cprof's raised StepOutsideWindowError and ended the training run
-    (decision 171). The window and its one trace are as before; nothing reopens."""
+    (decision 169). The window and its one trace are as before; nothing reopens."""
     ready = []
     p = cprof.profile(activities=CPU, schedule=cprof.schedule(wait=2, warmup=1, active=3,
                                                               repeat=1),
@@ -486,7 +486,7 @@ def test_step_after_stop_counts_like_torch_profiler(tmp_path):
 
 def test_a_window_that_fails_to_open_leaves_no_registration(monkeypatch):
     """start() registers the profile with the process lifecycle before its window opens
-    (decision 170); a window that then fails to open is unregistered again, so the exit and
+    (decision 168); a window that then fails to open is unregistered again, so the exit and
     SIGTERM hooks do not keep it and the next profile starts normally."""
     from cprof import _lifecycle
 

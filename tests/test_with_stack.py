@@ -1659,7 +1659,7 @@ def test_stack_module_capture_is_removed_after_the_tracer_stops(monkeypatch):
 
 
 def test_stack_module_capture_is_installed_before_the_tracer_starts(monkeypatch):
-    """The install side of the test above (decision 170): putting the capture's
+    """The install side of the test above (decision 168): putting the capture's
     nn.Module.__call__ in clears every subclass's type cache (~100-400 us); installed under
     the running tracer, a drop-in audit's `with profile(with_stack=True)` around one forward
     showed the function holding the `with` as the top self-CPU row. The running frames are
@@ -1687,7 +1687,7 @@ def test_stack_module_capture_is_installed_before_the_tracer_starts(monkeypatch)
 def test_window_registration_runs_before_the_tracer_starts(monkeypatch):
     """cprof.profile.start() registered the window with the process lifecycle (signal
     handlers, exit hooks: ~25-40 us) after the tracer had started, charging it to the user's
-    frame holding the `with` as self time (decision 170): it now runs first."""
+    frame holding the `with` as self time (decision 168): it now runs first."""
     from cprof import _lifecycle
     seen = []
     real = _lifecycle.opened
