@@ -243,9 +243,20 @@ class StacksUnavailableError(ValueError, AssertionError):
 
 
 class StepOutsideWindowError(_C.WindowStateError, AssertionError):
-    """step() on a profile never started, where the step's schedule transition has work to
-    do: a WindowStateError, and the AssertionError torch.profiler raises for it ("Profiler
-    must be initialized before stopping trace")."""
+    """step() on a profile that is not running: a WindowStateError, and the AssertionError
+    torch.profiler raises for it with a schedule ("Profiler must be initialized before
+    stopping trace")."""
+
+
+def _schedule_finished(schedule, step):
+    """Whether a cprof.schedule records nothing from step on: repeat > 0 and its cycles run.
+    Other callables cannot say (None for the profile's default: always RECORD)."""
+    p = getattr(schedule, "params", None)
+    if not isinstance(p, dict) or not p.get("repeat"):
+        return False
+    cycle = p["wait"] + p["warmup"] + p["active"]
+    end = p["skip_first"] + p["repeat"] * cycle - (p["wait"] if p["skip_first_wait"] else 0)
+    return step >= end
 
 
 _KINETO_STEPS = ("torch's _KinetoProfile halves of start() / stop(); cprof.profile's start() "
@@ -678,20 +689,20 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
                 _lifecycle.leave_critical(depth, self)
 
     def _step_outside(self):
-        """step() on a profile that is not running. After a stop(), torch.profiler's step()
-        keeps counting (Megatron-LM's loop stops the profiler at --profile-step-end and calls
-        prof.step() every iteration after it): so does this, opening and closing nothing; a
-        later start() resumes at the schedule's action for that step. Before the first
-        start(), a step whose transition has work to do (torch's would stop a trace that was
-        never started: its AssertionError) is an error; one without counts (decision 169)."""
-        prev = self.current_action
-        action = as_action(self.schedule(self.step_num + 1))  # validated before any change
-        if not self._transitions and self.action_map.get((prev, action)):
-            raise StepOutsideWindowError(
-                "cprof.profile: step() outside the profiler: call it inside `with "
-                "cprof.profile(...)` (or between start() and stop())")
-        self.step_num += 1
-        self.current_action = action
+        """step() on a profile that is not running: bad input (issue 5), a StepOutsideWindowError,
+        except where the step can record nothing whatever happens next. Megatron-LM's loop
+        (and NeMo's) stops the profiler at --profile-step-end and calls prof.step() every
+        iteration after it, which torch.profiler's step() accepts: so after a stop(), once
+        a cprof.schedule with repeat > 0 has run all its cycles, a step counts and does nothing
+        else (decision 169). Anywhere else (never started, no schedule, a schedule that cycles
+        forever or that cprof cannot see the end of) it stays the error."""
+        if self._transitions and _schedule_finished(self.schedule, self.step_num + 1):
+            self.step_num += 1
+            self.current_action = ProfilerAction.NONE
+            return
+        raise StepOutsideWindowError(
+            "cprof.profile: step() outside the profiler: call it inside `with "
+            "cprof.profile(...)` (or between start() and stop())")
 
     def __enter__(self):
         self.start()

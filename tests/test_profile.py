@@ -432,11 +432,18 @@ def test_record_function_opened_and_closed_in_different_steps(tmp_path):
 
 # ---- state errors ----
 
-def test_step_before_the_first_start_is_an_error_when_its_transition_has_work():
+def test_step_outside_the_profiler_is_an_error():
+    """Issue 5 lists step() outside a window as bad input: before start(), after stop(),
+    with or without a schedule."""
     p = cprof.profile(activities=CPU, schedule=cprof.schedule(wait=0, warmup=0, active=1))
     with pytest.raises(cprof.WindowStateError, match="step\\(\\) outside"):
         p.step()
     assert p.step_num == 0
+    with p:
+        p.step()
+    with pytest.raises(cprof.WindowStateError):  # repeat=0: the schedule records again
+        p.step()
+    assert _C.depth() == 0
     # code written for torch.profiler catches RuntimeError: it still does
     with pytest.raises(RuntimeError):
         p.step()
@@ -444,17 +451,29 @@ def test_step_before_the_first_start_is_an_error_when_its_transition_has_work():
     with pytest.raises(AssertionError, match="step\\(\\) outside"):
         cprof.profile(activities=CPU, schedule=cprof.schedule(wait=0, warmup=0,
                                                               active=1)).step()
-    # without a schedule (torch's always-record one) there is no transition: it counts
+    # without a schedule (always recording) too, before and after the window
     q = cprof.profile(activities=CPU)
-    q.step()
-    assert q.step_num == 1 and not _C.active()
+    with pytest.raises(cprof.WindowStateError, match="step\\(\\) outside"):
+        q.step()
+    with q:
+        q.step()
+    with pytest.raises(cprof.WindowStateError, match="step\\(\\) outside"):
+        q.step()
+    # a schedule whose cycles have not all run yet (repeat=2, stopped in the first)
+    r = cprof.profile(activities=CPU, schedule=cprof.schedule(wait=0, warmup=0, active=1,
+                                                              repeat=2))
+    with r:
+        pass
+    with pytest.raises(cprof.WindowStateError, match="step\\(\\) outside"):
+        r.step()
 
 
-def test_step_after_stop_counts_like_torch_profiler(tmp_path):
+def test_step_after_stop_counts_once_the_schedule_has_finished(tmp_path):
     """Megatron-LM's loop (and NeMo's): prof.start() before it, prof.step() at the top of
     every iteration, prof.stop() at --profile-step-end, and the loop runs on. torch.profiler's
-    step() keeps counting; cprof's raised StepOutsideWindowError and ended the training run
-    (decision 169). The window and its one trace are as before; nothing reopens."""
+    step() keeps counting; cprof's raised StepOutsideWindowError and ended the training run.
+    Once a cprof.schedule with repeat > 0 has run its cycles, nothing can record again, and
+    a step after stop() counts (decision 169). The window and its one trace are as before."""
     ready = []
     p = cprof.profile(activities=CPU, schedule=cprof.schedule(wait=2, warmup=1, active=3,
                                                               repeat=1),
@@ -470,18 +489,19 @@ def test_step_after_stop_counts_like_torch_profiler(tmp_path):
     assert len(ready) == 1
     names = {e.name for e in p.events()}
     assert {"work2", "work3", "work4"} <= names and not names & {"work1", "work5", "work9"}
-    # the same with a with block, and a later start() resumes at the schedule's position
-    q = cprof.profile(activities=CPU, schedule=cprof.schedule(wait=1, warmup=0, active=1))
+    # skip_first and skip_first_wait move the end: stopped before it, a step is an error
+    q = cprof.profile(activities=CPU, schedule=cprof.schedule(wait=1, warmup=0, active=1,
+                                                              repeat=1, skip_first=2))
     with q:
         q.step()
-    q.step()
-    q.step()
-    assert q.step_num == 3 and not _C.active()
-    with q:
-        with cprof.range("again"):
-            pass
-        q.step()
-    assert "again" in {e.name for e in q.events()}
+    with pytest.raises(cprof.WindowStateError):
+        q.step()  # step 2: the cycle (steps 2-3) is still ahead
+    s = cprof.profile(activities=CPU, schedule=cprof.schedule(wait=1, warmup=0, active=1,
+                                                              repeat=1, skip_first_wait=1))
+    with s:
+        pass
+    s.step()  # step 1: skip_first_wait made the one cycle step 0 alone
+    assert s.step_num == 1
 
 
 def test_a_window_that_fails_to_open_leaves_no_registration(monkeypatch):
