@@ -43,3 +43,6 @@ echo "== bench_end_to_end: enter/exit/export, key_averages, import: cprof vs tor
 echo
 echo "== bench_memory: CPU time per sample of profile_memory's memory track =="
 "$PY" benchmarks/bench_memory.py $(json_args bench_memory) 2> >(grep -v '^USDT:' >&2)
+
+echo "== bench_holder_self: with_stack's self time in the frame holding the with =="
+"$PY" benchmarks/bench_holder_self.py $(json_args bench_holder_self) 2> >(grep -v '^USDT:' >&2)
