@@ -675,9 +675,14 @@ class Profiler:
         """The device a step syncs and times: the thread's current one, but on a thread other
         than begin_run's, the device current at begin_run. torch's current device is per
         thread, and a worker thread that never set it has device 0: its step would sync (and
-        create a context on) device 0 while the run's work is on another GPU (gpurev2 F4)."""
+        create a context on) device 0 while the run's work is on another GPU (gpurev2 F4). A
+        worker whose current device is not that default set it (one thread per GPU): its own
+        device is where its work runs, so it keeps it."""
         thread, device = self._run_device
         if device is None or thread == threading.get_ident():
+            return None
+        here = _current_device()
+        if here is None or here != 0:
             return None
         return device
 

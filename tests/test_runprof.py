@@ -1223,6 +1223,49 @@ def test_strict_sync_on_another_thread_syncs_the_runs_device(tmp_path, monkeypat
     assert calls == [None] * 4
 
 
+def test_strict_sync_on_a_worker_that_set_its_device_syncs_that_device(tmp_path, monkeypatch):
+    """Decision 165 gave every step on a thread other than begin_run's the device current at
+    begin_run. A worker that set its own device (one thread per GPU, one Profiler, begin_run
+    on the main thread at device 0) then synced device 0 instead of its own, so its steps no
+    longer waited for their own GPU work. A worker whose device is not torch's default (0) set
+    it: its steps keep its current device; one still at 0 syncs the run's device (F4)."""
+    torch = pytest.importorskip("torch")
+    from cprof import runprof
+    devices = {threading.get_ident(): 0}
+    calls = []
+    monkeypatch.setattr(runprof, "_cuda_ready", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device",
+                        lambda: devices.get(threading.get_ident(), 0))
+    monkeypatch.setattr(torch.cuda, "synchronize",
+                        lambda device=None: calls.append(
+                            devices.get(threading.get_ident(), 0) if device is None
+                            else device))
+    prof = make(tmp_path, warmup_runs=0, engine_profiling=True, strict_sync=True)
+    prof.begin_run()
+
+    def step(dev):
+        if dev is not None:
+            devices[threading.get_ident()] = dev  # torch.cuda.set_device(dev) on the worker
+        with prof.step_timing_ctx():
+            with cprof.cpu_bucket_timer("engine.sampling"):
+                pass
+        devices.pop(threading.get_ident(), None)  # idents are reused by later threads
+
+    t = threading.Thread(target=step, args=(2,))
+    t.start()
+    t.join()
+    assert calls == [2, 2, 2, 2]  # its own device, not the run's device 0
+    calls.clear()
+    devices[threading.get_ident()] = 1  # begin_run's thread moves on: a run at device 1
+    prof.end_run()
+    prof.begin_run()
+    t = threading.Thread(target=step, args=(None,))  # a worker that never set its device
+    t.start()
+    t.join()
+    prof.end_run()
+    assert calls == [1, 1, 1, 1]  # the run's device (gpurev2 F4), not device 0
+
+
 def test_bsz_and_label_of_any_kind_keep_summary_json_valid(tmp_path):
     """begin_run(bsz=np.int64(8)) made save_all fail after the runs were collected (and
     bsz=nan, a torch scalar, label=3 too): numbers become numbers, NaN null, labels text."""
