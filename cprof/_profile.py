@@ -248,11 +248,36 @@ class StepOutsideWindowError(_C.WindowStateError, AssertionError):
     stopping trace")."""
 
 
-def _schedule_finished(schedule, step):
-    """Whether a cprof.schedule records nothing from step on: repeat > 0 and its cycles run.
-    Other callables cannot say (None for the profile's default: always RECORD)."""
+_SCHEDULE_PARAMS = ("wait", "warmup", "active", "repeat", "skip_first")
+
+
+def _schedule_params(schedule):
+    """A cprof.schedule's params, or a torch.profiler.schedule's read from its closure (usage.md
+    says torch's works too, and Megatron-LM passes torch's); None for any other callable."""
     p = getattr(schedule, "params", None)
-    if not isinstance(p, dict) or not p.get("repeat"):
+    if isinstance(p, dict):
+        return p
+    code, cells = getattr(schedule, "__code__", None), getattr(schedule, "__closure__", None)
+    if (code is None or not cells or getattr(schedule, "__qualname__", "")
+            != "schedule.<locals>.schedule_fn"
+            or not getattr(schedule, "__module__", "").startswith("torch.profiler")):
+        return None
+    try:
+        p = {n: c.cell_contents for n, c in zip(code.co_freevars, cells)}
+    except ValueError:  # an empty cell
+        return None
+    p.setdefault("skip_first_wait", 0)  # torch before 2.5 has no skip_first_wait
+    if not all(isinstance(p.get(n), int) for n in (*_SCHEDULE_PARAMS, "skip_first_wait")):
+        return None
+    return p
+
+
+def _schedule_finished(schedule, step):
+    """Whether a cprof.schedule (or torch.profiler.schedule) records nothing from step on:
+    repeat > 0 and its cycles run. Other callables cannot say (None for the profile's default:
+    always RECORD)."""
+    p = _schedule_params(schedule)
+    if p is None or not p.get("repeat"):
         return False
     cycle = p["wait"] + p["warmup"] + p["active"]
     end = p["skip_first"] + p["repeat"] * cycle - (p["wait"] if p["skip_first_wait"] else 0)

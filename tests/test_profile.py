@@ -504,6 +504,41 @@ def test_step_after_stop_counts_once_the_schedule_has_finished(tmp_path):
     assert s.step_num == 1
 
 
+def test_step_after_stop_counts_with_torchs_schedule_too():
+    """Megatron-LM's own code passes torch.profiler.schedule(..., repeat=1), and usage.md says
+    a torch.profiler.schedule works with cprof.profile: swapping only the profile class, its
+    loop still died at the first step() after stop() (decision 169 read only cprof.schedule's
+    params). torch's schedule's end is read from its parameters too; a cycling one (repeat=0)
+    keeps the error."""
+    torch = pytest.importorskip("torch")
+    start, end = 3, 5  # Megatron's --profile-step-start / --profile-step-end
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sched = torch.profiler.schedule(wait=max(start - 1, 0), warmup=1,
+                                        active=end - start, repeat=1)
+    p = cprof.profile(activities=CPU, schedule=sched)
+    p.start()
+    for it in range(10):
+        if it == end:
+            p.stop()
+        p.step()
+    assert p.step_num == 10 and not _C.active()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cycling = torch.profiler.schedule(wait=0, warmup=1, active=1)
+    q = cprof.profile(activities=CPU, schedule=cycling)
+    with q:
+        q.step()
+    with pytest.raises(cprof.WindowStateError, match="step\\(\\) outside"):
+        q.step()
+    # a torch schedule stopped before its end: the error, as with cprof's
+    r = cprof.profile(activities=CPU, schedule=sched)
+    with r:
+        pass
+    with pytest.raises(cprof.WindowStateError, match="step\\(\\) outside"):
+        r.step()
+
+
 def test_a_window_that_fails_to_open_leaves_no_registration(monkeypatch):
     """start() registers the profile with the process lifecycle before its window opens
     (decision 168); a window that then fails to open is unregistered again, so the exit and
