@@ -590,11 +590,13 @@ int cprof_cupti_start(const cprof_gpu_config *cfg, uint64_t start_ns) {
      * threads than pool buffers lost those threads' records whole, reported as a pool that
      * "filled up". Set before the callbacks are registered, as CUPTI asks; a CUPTI without the
      * attribute has shared buffers anyway. CPROF_CUPTI_PER_THREAD_BUFFERS=1 keeps CUPTI's
-     * default (diagnostics: A/B of the contention it saves). */
+     * default, set explicitly (diagnostics: A/B of the contention it saves; set, not left
+     * alone, so that the A/B means the same where a CUPTI's default differs, or after a
+     * window of the other mode in the process). */
     const char *pt_env = getenv("CPROF_CUPTI_PER_THREAD_BUFFERS");
     uint8_t per_thread = pt_env && !strcmp(pt_env, "1");
     size_t per_thread_size = sizeof per_thread;
-    if (api->cuptiActivitySetAttribute && !per_thread)
+    if (api->cuptiActivitySetAttribute)
         (void)api->cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER,
                                              &per_thread_size, &per_thread);
     r = api->cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);

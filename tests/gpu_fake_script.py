@@ -472,6 +472,7 @@ with warnings.catch_warnings(record=True) as caught:
                 time.sleep(0.001 + n * 1e-6)
         result["warnings"] = [str(x.message) for x in w]
         result["trace"] = str(p.trace_path)
+        result["per_thread_attr"] = fake.fake_cupti_per_thread_attr()
     elif scenario == "occupancy":  # kernels of known launch configurations (OCC_KERNELS)
         u64, u32, i32 = ctypes.c_uint64, ctypes.c_uint32, ctypes.c_int32
         fake.fake_cupti_add_kernel_ex.argtypes = [ctypes.c_char_p, u64, u64, u32, u32, u32, u32,

@@ -623,6 +623,21 @@ def test_records_of_more_threads_than_pool_buffers_are_all_kept(tmp_path, fake_s
     assert sorted(e["name"] for e in events(t, "kernel")) == ["k0", "k1", "k2", "k3"]
     assert t["cprof"]["dropped"]["gpu_buffers_refused"] == 0
     assert not [w for w in res["warnings"] if "filled up" in w], res["warnings"]
+    assert res["per_thread_attr"] == 0
+
+
+def test_per_thread_buffers_diagnostic_sets_cuptis_default_explicitly(tmp_path, fake_so):
+    """CPROF_CUPTI_PER_THREAD_BUFFERS=1 (the A/B mode of bench_cupti_modes.py) only left the
+    attribute alone (review9): where a CUPTI's default is shared buffers, or after a window
+    of the other mode, the "per-thread" measurement measured shared buffers. It sets 1: and
+    with per-thread buffers, the fake's four threads outnumber the two-buffer pool again,
+    which the trace reports, never silently."""
+    res = run("pool_threads", tmp_path, fake_so, THREADS="4", CPROF_CUPTI_PER_THREAD_BUFFERS="1",
+              FAKE_CUPTI_PER_THREAD_DEFAULT="0")
+    assert res["per_thread_attr"] == 1
+    t = load_trace(res["trace"])
+    kept = len(events(t, "kernel"))
+    assert kept < 4 and t["cprof"]["dropped"]["gpu_buffers_refused"] > 0
 
 
 def test_gpu_buffer_mb_is_checked():

@@ -189,6 +189,13 @@ static size_t g_qhead, g_qlen, g_qcap;
 #define FAKE_ATTR_PER_THREAD 9
 #define FAKE_THREAD_BUFS 64 /* threads beyond it share buffers */
 static uint8_t g_per_thread = 1;
+/* the attribute's default: 1 as CUPTI 13's; FAKE_CUPTI_PER_THREAD_DEFAULT=0 models a CUPTI
+ * whose default is shared buffers (12.x) */
+static uint8_t per_thread_default(void) {
+    const char *e = getenv("FAKE_CUPTI_PER_THREAD_DEFAULT");
+    return !(e && !strcmp(e, "0"));
+}
+__attribute__((constructor)) static void per_thread_init(void) { g_per_thread = per_thread_default(); }
 static int g_next_slot;
 static _Thread_local int tls_slot = -1;
 static fake_buffer g_bufs[FAKE_THREAD_BUFS]; /* the client's buffers being filled, per slot */
@@ -916,7 +923,7 @@ static void clear_activity_state(void) {
     memset(g_ext_depth, 0, sizeof g_ext_depth);
     g_qhead = g_qlen = 0;
     memset(g_bufs, 0, sizeof g_bufs); /* the client's buffers: forgotten, not freed */
-    g_per_thread = 1;
+    g_per_thread = per_thread_default();
     g_thread_id_type = 0;
 }
 
