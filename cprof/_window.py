@@ -697,10 +697,14 @@ def _sync_cuda():
     CUDA through torch. Not the current device alone: work still running on another one at
     stop (a model split across GPUs, DataParallel) would reach CUPTI's forced flush without an
     end and be dropped as incomplete. A device without a primary context ran nothing, and
-    synchronizing it would create one (hundreds of MiB of GPU memory)."""
+    synchronizing it would create one (hundreds of MiB of GPU memory). Not while this
+    thread's stream captures a CUDA graph: a synchronize would fail and invalidate the
+    user's capture (the work in flight is then counted incomplete, as without a sync)."""
     torch = sys.modules.get("torch")
     try:
         if torch is None or not torch.cuda.is_initialized():
+            return
+        if _capturing(torch):
             return
         has_ctx = getattr(torch._C, "_cuda_hasPrimaryContext", None)
         if has_ctx is None:
@@ -714,6 +718,15 @@ def _sync_cuda():
             torch.cuda.synchronize(i)
         except Exception:  # noqa: BLE001 - its kernels are counted incomplete, not lost quietly
             pass
+
+
+def _capturing(torch):
+    """Whether this thread's current CUDA stream is capturing a graph (False where torch
+    cannot say)."""
+    try:
+        return bool(torch.cuda.is_current_stream_capturing())
+    except Exception:
+        return False
 
 
 def _set_nvtx_injection():

@@ -22,7 +22,7 @@ from typing import List, Optional
 from . import _C
 from ._glue import create_temp
 from ._dist import rank_info
-from ._window import check_output_dir, flag
+from ._window import _capturing, check_output_dir, flag
 
 MODEL_BUCKET_ORDER = [
     "embed",
@@ -275,9 +275,26 @@ def _current_stream(device=None):
 
 
 def _sync(device=None):
-    """Waits for device (None: the thread's current device)."""
-    if _cuda_ready():
-        _torch().cuda.synchronize(device)
+    """Waits for device (None: the thread's current device). Not while this thread's stream
+    is capturing a CUDA graph: a synchronize there fails and invalidates the user's capture
+    (vLLM-style engines capture their graphs inside profiled warmup steps); skipped, said
+    once."""
+    if not _cuda_ready():
+        return
+    torch = _torch()
+    if _capturing(torch):
+        global _capture_warned
+        if not _capture_warned:
+            _capture_warned = True
+            warnings.warn("cprof: strict_sync skipped synchronising CUDA while this thread's "
+                          "stream captures a CUDA graph (a synchronize there would fail and "
+                          "invalidate the capture); times of steps and CPU timers around the "
+                          "capture do not wait for the GPU", RuntimeWarning, stacklevel=3)
+        return
+    torch.cuda.synchronize(device)
+
+
+_capture_warned = False  # warned once per process about a sync skipped during graph capture
 
 
 def _current_device():

@@ -1002,6 +1002,12 @@ def test_stop_synchronizes_every_device_the_program_used(monkeypatch):
     synced.clear()
     _window._sync_cuda()
     assert synced == [None]
+    # never while this thread's stream captures a CUDA graph: the synchronize would fail and
+    # invalidate the user's capture
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    synced.clear()
+    _window._sync_cuda()
+    assert synced == []
 
 
 def test_a_peer_copy_names_its_source_and_destination_devices(tmp_path, fake_so):

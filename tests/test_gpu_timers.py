@@ -145,3 +145,36 @@ def test_bucket_timers_on_a_fresh_thread_and_a_side_stream(tmp_path):
     ref = statistics.fmean(theirs)
     print(f"cprof side-stream bucket avg {ours:.4f} ms, torch.cuda.Event {ref:.4f} ms")
     assert abs(ours - ref) <= 0.05 * ref
+
+
+def test_strict_sync_step_around_a_cuda_graph_capture(tmp_path):
+    """An engine capturing its CUDA graphs inside a profiled step under strict_sync (seed
+    003's default): a device synchronize while the stream captures fails and invalidates the
+    capture. cprof skips its syncs there (one warning); the graph captures and replays, and
+    the steps after it are measured."""
+    torch.ones(1, device="cuda")
+    a = torch.randn(1024, 1024, device="cuda")
+    prof = cprof.Profiler(cprof.ProfilerConfig(output_dir=str(tmp_path), run_name="graph",
+                                               warmup_runs=0, model_profiling=True,
+                                               engine_profiling=True, print_per_run=False,
+                                               strict_sync=True))
+    g = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        a @ a  # warm-up on the capture stream, as torch's docs ask
+    torch.cuda.current_stream().wait_stream(side)
+    prof.begin_run(label="capture")
+    with pytest.warns(RuntimeWarning, match="captures a CUDA graph"):
+        with prof.step_timing_ctx():
+            with torch.cuda.graph(g):
+                with cprof.cpu_bucket_timer("engine.capture"):
+                    out = a @ a
+    for _ in range(5):
+        with prof.step_timing_ctx():
+            g.replay()
+    prof.end_run()
+    torch.cuda.synchronize()
+    assert torch.allclose(out, a @ a, rtol=1e-3, atol=1e-3)
+    st = prof.summary()["stats"]
+    assert st["steps"] == 6 and st["mean_ms"] > 0

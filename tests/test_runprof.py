@@ -1266,6 +1266,33 @@ def test_strict_sync_on_a_worker_that_set_its_device_syncs_that_device(tmp_path,
     assert calls == [1, 1, 1, 1]  # the run's device (gpurev2 F4), not device 0
 
 
+def test_strict_sync_never_synchronises_inside_a_cuda_graph_capture(tmp_path, monkeypatch):
+    """A device synchronize while the thread's stream captures a CUDA graph fails and
+    invalidates the user's capture (an inference engine capturing its graphs inside a
+    profiled warmup step). strict_sync's syncs (step boundaries, CPU timers) are skipped
+    there, with one warning; outside the capture they happen as before."""
+    torch = pytest.importorskip("torch")
+    from cprof import runprof
+    calls, capturing = [], [True]
+    monkeypatch.setattr(runprof, "_cuda_ready", lambda: True)
+    monkeypatch.setattr(runprof, "_capture_warned", False)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))
+    prof = make(tmp_path, warmup_runs=0, engine_profiling=True, strict_sync=True)
+    prof.begin_run()
+    with pytest.warns(RuntimeWarning, match="captures a CUDA graph") as w:
+        with prof.step_timing_ctx():
+            with cprof.cpu_bucket_timer("engine.sampling"):
+                pass
+    assert calls == [] and len(w) == 1
+    capturing[0] = False
+    with prof.step_timing_ctx():
+        with cprof.cpu_bucket_timer("engine.sampling"):
+            pass
+    prof.end_run()
+    assert len(calls) == 4
+
+
 def test_bsz_and_label_of_any_kind_keep_summary_json_valid(tmp_path):
     """begin_run(bsz=np.int64(8)) made save_all fail after the runs were collected (and
     bsz=nan, a torch scalar, label=3 too): numbers become numbers, NaN null, labels text."""
