@@ -526,7 +526,8 @@ class Profiler:
             self._timing_note = f"CUDA timers fall back to host timing: {reason}"
             if self.enabled and not getattr(Profiler, "_notice_given", False):
                 Profiler._notice_given = True
-                print(f"cprof: {self._timing_note}", file=sys.stderr)
+                who = f"rank {self.rank}: " if self.world_size > 1 else ""
+                print(f"cprof: {who}{self._timing_note}", file=sys.stderr)
 
     # -- runs --
     def begin_run(self, bsz=None, label=None, **meta):
@@ -582,7 +583,9 @@ class Profiler:
             tag = " (warmup, not aggregated)" if run.warmup else ""
             mean = s["mean_ms"] if s["mean_ms"] is not None else float("nan")
             tps = s["tok_per_s"] if s["tok_per_s"] is not None else float("nan")
-            print(f"cprof: run {run.index}{' ' + run.label if run.label else ''}{tag}: "
+            # every rank prints when all collect: say whose run it is (decision 171)
+            who = f"rank {self.rank}: " if self.world_size > 1 else ""
+            print(f"cprof: {who}run {run.index}{' ' + run.label if run.label else ''}{tag}: "
                   f"{s['steps']} steps, mean {mean:.3f} ms, p90 "
                   f"{(s['p90_ms'] or float('nan')):.3f} ms, {tps:.1f} tok/s, "
                   f"{s['tokens']} tokens")
