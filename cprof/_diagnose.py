@@ -402,23 +402,29 @@ def rank_table(reports):
                 "NAME names.", ranks=len(ranked), ranks_without_steps=len(bare)))
         return rows, diags
     typical = statistics.median(r["step_med_us"] for r in known)
+    # collective time per step where at least two ranks show some: a rank that spends more of
+    # its step in collectives than the ranks' median waits for the others there, so its
+    # longer step is not one they wait for (decision 172)
+    has_coll = sum(1 for r in known if r["collective_step_us"]) >= 2
+    typical_coll = (statistics.median(r["collective_step_us"] or 0.0 for r in known)
+                    if has_coll else None)
     for row in known:
         if typical and row["step_med_us"] / typical >= STRAGGLER_RATIO:
+            if has_coll and (row["collective_step_us"] or 0.0) > typical_coll:
+                continue
             row["straggler"] = True
     slow = [r for r in known if r["straggler"]]
     if slow:
         worst = max(slow, key=lambda r: r["step_med_us"])
-        least_coll = min(known, key=lambda r: r["collective_us"])
         diags.append(_d(
             "stragglers", "Straggler rank" + ("s" if len(slow) > 1 else ""), "high",
             f"Rank {worst['rank']}'s median step takes {_fmt_us(worst['step_med_us'])}, "
             f"{worst['step_med_us'] / typical:.2f}x the ranks' median ({_fmt_us(typical)})"
             + (f"; straggling ranks: {', '.join(str(r['rank']) for r in slow)}" if
                len(slow) > 1 else "")
-            + ". The others wait for it in their collectives"
-            + (f" (rank {least_coll['rank']} spends least time in collectives: "
-               f"{_fmt_us(least_coll['collective_us'])})" if
-               any(r["collective_us"] for r in known) else "")
+            + (f". It spends {_fmt_us(worst['collective_step_us'] or 0.0)} per step in "
+               f"collectives (the ranks' median {_fmt_us(typical_coll)}): it is not "
+               "waiting for the others" if has_coll else "")
             + ". Check its input pipeline, data sizes, host load and GPU clocks.",
             mode="step_time", straggler_ranks=",".join(str(r["rank"]) for r in slow),
             worst_rank=worst["rank"], worst_step_med_us=worst["step_med_us"],

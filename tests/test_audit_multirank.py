@@ -33,3 +33,49 @@ def test_per_run_line_unchanged_in_one_process(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "cprof: run 0 decode: 2 steps" in out
     assert "rank" not in out
+
+
+def _rank_trace(path, rank, step_us, coll_us):
+    import json
+    ev = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}}]
+    t = 1000.0
+    for i in range(4):
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1,
+                   "tid": 1, "ts": t, "dur": step_us})
+        ev.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1,
+                   "tid": 1, "ts": t + step_us - coll_us - 1, "dur": coll_us})
+        t += step_us
+    path.write_text(json.dumps({"schemaVersion": 1, "baseTimeNanoseconds": 0,
+                                "distributedInfo": {"backend": "gloo", "rank": rank,
+                                                    "world_size": 2},
+                                "traceEvents": ev}))
+    return str(path)
+
+
+def _report_json(paths):
+    import json
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "cprof", "report", *paths, "--format", "json"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+def test_rank_waiting_longest_in_collectives_is_no_straggler(tmp_path):
+    """Rank 1's steps are 1.3x rank 0's but it spends 4x as long in the all_reduce: it waits
+    for rank 0 (the phase of synchronised ranks), so no straggler (decision 172). Before, the
+    report flagged rank 1 and cited rank 0 as the one spending least time in collectives."""
+    a = _rank_trace(tmp_path / "r0.json", 0, 1000.0, 100.0)
+    b = _rank_trace(tmp_path / "r1.json", 1, 1300.0, 400.0)
+    out = _report_json([a, b])
+    assert '"stragglers"' not in out
+    assert "spends least time in collectives" not in out
+
+
+def test_slow_rank_that_does_not_wait_is_still_a_straggler(tmp_path):
+    a = _rank_trace(tmp_path / "r0.json", 0, 1000.0, 100.0)
+    b = _rank_trace(tmp_path / "r1.json", 1, 1300.0, 100.0)
+    out = _report_json([a, b])
+    assert '"stragglers"' in out
+    assert "it is not waiting for the others" in out
