@@ -24,7 +24,7 @@ from . import _lifecycle
 from . import _schedule as _schedule_mod
 from ._dist import rank_info
 from ._features import gpu_unavailable_reason
-from ._schedule import ProfilerAction, _always_record, as_action, same_member
+from ._schedule import ProfilerAction, _always_record, as_action, min_steps, same_member
 from ._window import (FALSE_WORDS, TRUE_WORDS, Window, check_buffer_size_mb,
                       check_gpu_buffer_mb, check_output_dir, clean_text, env_gpu_buffer_mb,
                       flag, is_settings, is_stream, module_ranges, write_target)
@@ -612,6 +612,26 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         finally:
             _lifecycle.leave_critical(depth, self)
             _lifecycle.leave_left_over(self)  # a step's, interrupted as it left (window closed)
+        if not self.traces_ready and self._window_exc is None and sys.exc_info()[1] is None:
+            self._say_no_trace()
+
+    def _say_no_trace(self):
+        """Stopped with a schedule that has not yet made a trace ready (a loop shorter than
+        the schedule: seed 002's 3 epochs for wait=1, warmup=1, active=3): torch.profiler
+        writes nothing and says nothing; this says how many steps the first trace needs."""
+        p = _schedule_params(self.schedule)
+        if p is not None:
+            need = min_steps(p["wait"], p["warmup"], p["active"], 1, p["skip_first"],
+                             p["skip_first_wait"])
+            why = (f"the schedule's first trace needs {need} prof.step() calls "
+                   f"(cprof.min_steps(wait={p['wait']}, warmup={p['warmup']}, "
+                   f"active={p['active']}, repeat=1, skip_first={p['skip_first']}"
+                   + (f", skip_first_wait={p['skip_first_wait']}" if p["skip_first_wait"]
+                      else "") + ")); run more steps or shorten wait / warmup / skip_first")
+        else:
+            why = "the schedule never reached RECORD_AND_SAVE (a trace is ready after it)"
+        _warn.warn(f"cprof.profile: stopped after {self.step_num} step(s) with no trace "
+                   f"recorded: {why}", UserWarning)
 
     # -- process lifecycle (_lifecycle.py) --
     def _in_other_process(self):

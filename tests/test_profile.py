@@ -1811,3 +1811,40 @@ def test_min_steps_with_skip_first_wait_is_what_the_schedule_needs():
         actions = [sched(i).name for i in range(n + 5)]
         assert actions.count("RECORD_AND_SAVE") == repeat
         assert actions[n - 1] == "RECORD_AND_SAVE" and "RECORD" not in actions[n:]
+
+
+def test_a_loop_shorter_than_the_schedule_says_how_many_steps_the_first_trace_needs(tmp_path):
+    """Seed 002 with too few epochs for its schedule: torch.profiler writes no trace and says
+    nothing. cprof says so at stop, with the step count the first trace needs (cprof's or
+    torch's schedule); a loop that made a trace, or ended by an exception, hears nothing."""
+    import warnings
+    handler = cprof.tensorboard_trace_handler(str(tmp_path / "tb"))
+    with pytest.warns(UserWarning, match=r"stopped after 2 step\(s\) with no trace recorded: "
+                      r"the schedule's first trace needs 6 prof.step\(\) calls"):
+        with cprof.profile(activities=CPU, on_trace_ready=handler,
+                           schedule=cprof.schedule(wait=1, warmup=1, active=3,
+                                                   skip_first=1)) as p:
+            for _ in range(2):
+                p.step()
+    assert not (tmp_path / "tb").exists() or not list((tmp_path / "tb").iterdir())
+    tp = pytest.importorskip("torch.profiler")
+    with pytest.warns(UserWarning, match="first trace needs 5 prof.step"):
+        with cprof.profile(activities=CPU, schedule=tp.schedule(wait=2, warmup=1,
+                                                                active=2)) as p:
+            p.step()
+    with pytest.warns(UserWarning, match="never reached RECORD_AND_SAVE"):
+        with cprof.profile(activities=CPU, schedule=lambda s: cprof.ProfilerAction.NONE):
+            pass
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        # stopped mid-active: a (partial) trace is ready, nothing to say
+        with cprof.profile(activities=CPU, schedule=cprof.schedule(wait=1, warmup=1,
+                                                                   active=3)) as p:
+            for _ in range(3):
+                p.step()
+        assert p.traces_ready == 1
+        # an exception ended the loop: the user hears about that one
+        with pytest.raises(KeyError):
+            with cprof.profile(activities=CPU, schedule=cprof.schedule(wait=5, warmup=1,
+                                                                       active=1)):
+                raise KeyError("x")
