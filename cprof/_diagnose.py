@@ -372,6 +372,33 @@ def rank_verdict(rows, diags):
             "no steps to compare across ranks: fewer than two ranks have steps")
 
 
+def _step_span(nums):
+    nums = sorted(nums)
+    return f"step {nums[0]}" if len(nums) == 1 else f"steps {nums[0]}-{nums[-1]}"
+
+
+def _different_steps(reports, known, diags):
+    """Ranks whose traces hold different steps (other schedules, a rank that stopped early):
+    their step times are compared all the same, but the verdict compares unlike things, so
+    it says so (the seed audit: steps 0-1 against 1-4 read as "no straggler")."""
+    nums = {}
+    for r in reports:
+        rank = r["trace"].get("rank")
+        if rank is not None:
+            nums.setdefault(rank, set()).update(
+                int(s["step"]) for s in r.get("steps", []) if s.get("step") is not None)
+    ranks = [r["rank"] for r in known if nums.get(r["rank"])]
+    if len(ranks) < 2 or len({frozenset(nums[k]) for k in ranks}) < 2:
+        return
+    spans = "; ".join(f"rank {k}: {_step_span(nums[k])}" for k in ranks)
+    diags.append(_d(
+        "different_steps", "Ranks profiled different steps", "medium",
+        f"The ranks' traces hold different steps ({spans}), so their step times compare "
+        "different iterations: a straggler verdict (or its absence) may reflect warm-up or "
+        "phase rather than a slow rank. Give every rank the same schedule and stop them at "
+        "the same step.", ranks=len(ranks)))
+
+
 def rank_table(reports):
     """Per-rank step times and GPU figures, stragglers flagged; plus cross-rank diagnoses.
 
@@ -401,6 +428,7 @@ def rank_table(reports):
                 "ranges (a profiler schedule with prof.step()), or the ranges --step-range "
                 "NAME names.", ranks=len(ranked), ranks_without_steps=len(bare)))
         return rows, diags
+    _different_steps(reports, known, diags)
     typical = statistics.median(r["step_med_us"] for r in known)
     # collective time per step where at least two ranks show some: a rank that spends more of
     # its step in collectives than the ranks' median waits for the others there, so its

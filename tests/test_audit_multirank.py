@@ -35,11 +35,11 @@ def test_per_run_line_unchanged_in_one_process(tmp_path, monkeypatch, capsys):
     assert "rank" not in out
 
 
-def _rank_trace(path, rank, step_us, coll_us):
+def _rank_trace(path, rank, step_us, coll_us, steps=range(4)):
     import json
     ev = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}}]
     t = 1000.0
-    for i in range(4):
+    for i in steps:
         ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1,
                    "tid": 1, "ts": t, "dur": step_us})
         ev.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1,
@@ -79,3 +79,18 @@ def test_slow_rank_that_does_not_wait_is_still_a_straggler(tmp_path):
     out = _report_json([a, b])
     assert '"stragglers"' in out
     assert "it is not waiting for the others" in out
+
+
+def test_ranks_that_profiled_different_steps_are_said_to(tmp_path):
+    """Ranks with different schedules (or one stopped early): rank 0 holds steps 0-1, rank 1
+    steps 1-4. The report compared their medians and said "no straggler" with no word that
+    the steps differ (seed audit); it now says so. Equal steps: nothing said."""
+    import json
+    a = _rank_trace(tmp_path / "r0.json", 0, 1000.0, 100.0, steps=range(0, 2))
+    b = _rank_trace(tmp_path / "r1.json", 1, 1000.0, 100.0, steps=range(1, 5))
+    rep = json.loads(_report_json([a, b]))
+    (d,) = [d for d in rep["diagnoses"] if d["id"] == "different_steps"]
+    assert "rank 0: steps 0-1; rank 1: steps 1-4" in d["summary"], d
+    c = _rank_trace(tmp_path / "r1b.json", 1, 1000.0, 100.0, steps=range(0, 2))
+    rep = json.loads(_report_json([a, c]))
+    assert not [d for d in rep["diagnoses"] if d["id"] == "different_steps"]
