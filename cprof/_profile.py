@@ -741,6 +741,10 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         a cprof.schedule with repeat > 0 has run all its cycles, a step counts and does nothing
         else (decision 169). Anywhere else (never started, no schedule, a schedule that cycles
         forever or that cprof cannot see the end of) it stays the error."""
+        if _lifecycle.ending is not None:
+            # another thread closed the window as the process ends (os._exit, exec) after this
+            # step looked: wait for the end, as a step that looked later does
+            _lifecycle.park_if_ending()
         if self._transitions and _schedule_finished(self.schedule, self.step_num + 1):
             self.step_num += 1
             self.current_action = ProfilerAction.NONE

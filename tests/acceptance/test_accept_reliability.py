@@ -224,7 +224,7 @@ def test_torchrun_two_ranks_gloo(tmp_path):
     env = dict(os.environ, PYTHONPATH=CLONE, OMP_NUM_THREADS="1")
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         env.pop(k, None)
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29533", str(script)],
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(script)],
                        env=env, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
     files = sorted(p.name for p in (tmp_path / "out").iterdir())
@@ -247,7 +247,7 @@ def test_torchrun_cprof_run(tmp_path):
     env = dict(os.environ, PYTHONPATH=CLONE, OMP_NUM_THREADS="1")
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         env.pop(k, None)
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29534",
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone",
                         "-m", "cprof", "run", "-o", str(tmp_path / "o"), "--activities", "CPU", str(script)],
                        env=env, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
