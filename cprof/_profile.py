@@ -279,9 +279,8 @@ def _schedule_finished(schedule, step):
     p = _schedule_params(schedule)
     if p is None or not p.get("repeat"):
         return False
-    cycle = p["wait"] + p["warmup"] + p["active"]
-    end = p["skip_first"] + p["repeat"] * cycle - (p["wait"] if p["skip_first_wait"] else 0)
-    return step >= end
+    return step >= min_steps(p["wait"], p["warmup"], p["active"], p["repeat"], p["skip_first"],
+                             p["skip_first_wait"])
 
 
 _KINETO_STEPS = ("torch's _KinetoProfile halves of start() / stop(); cprof.profile's start() "

@@ -526,8 +526,12 @@ class Profiler:
             self._timing_note = f"CUDA timers fall back to host timing: {reason}"
             if self.enabled and not getattr(Profiler, "_notice_given", False):
                 Profiler._notice_given = True
-                who = f"rank {self.rank}: " if self.world_size > 1 else ""
-                print(f"cprof: {who}{self._timing_note}", file=sys.stderr)
+                print(f"cprof: {self._rank_tag()}{self._timing_note}", file=sys.stderr)
+
+    def _rank_tag(self):
+        """"rank R: " in a multi-rank job, where every rank may print to one console (decision
+        171); "" in one process."""
+        return f"rank {self.rank}: " if self.world_size > 1 else ""
 
     # -- runs --
     def begin_run(self, bsz=None, label=None, **meta):
@@ -583,9 +587,7 @@ class Profiler:
             tag = " (warmup, not aggregated)" if run.warmup else ""
             mean = s["mean_ms"] if s["mean_ms"] is not None else float("nan")
             tps = s["tok_per_s"] if s["tok_per_s"] is not None else float("nan")
-            # every rank prints when all collect: say whose run it is (decision 171)
-            who = f"rank {self.rank}: " if self.world_size > 1 else ""
-            print(f"cprof: {who}run {run.index}{' ' + run.label if run.label else ''}{tag}: "
+            print(f"cprof: {self._rank_tag()}run {run.index}{' ' + run.label if run.label else ''}{tag}: "
                   f"{s['steps']} steps, mean {mean:.3f} ms, p90 "
                   f"{(s['p90_ms'] or float('nan')):.3f} ms, {tps:.1f} tok/s, "
                   f"{s['tokens']} tokens")
@@ -701,10 +703,7 @@ class Profiler:
         thread, device = self._run_device
         if device is None or thread == threading.get_ident():
             return None
-        here = _current_device()
-        if here is None or here != 0:
-            return None
-        return device
+        return device if _current_device() == 0 else None
 
     def _step_exit(self, ctx, exc_type):
         if ctx.step is None:
