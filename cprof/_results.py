@@ -97,7 +97,6 @@ class _TorchCompat:
     is_async = is_remote = is_legacy = False
     node_id = -1
     overload_name = ""
-    scope = 0
     use_device = "cuda"
     cuda_time_total = property(lambda self: self.device_time_total)
     self_cuda_time_total = property(lambda self: self.self_device_time_total)
@@ -233,6 +232,17 @@ class ProfilerEvent(_TorchCompat):
         None if self.name == "[memory]" else self.name))
     is_python_function = property(lambda self: self.category == "python_function")
     input_dtypes = property(lambda self: self.input_types)
+
+    @property
+    def scope(self):
+        """torch's at::RecordScope of the event, as FunctionEvent.scope gives it: 7
+        (USER_SCOPE) for record_function ranges, 1 (BACKWARD_FUNCTION) for an autograd node the
+        RecordFunction observer captured (it carries its forward op's thread), 0 (FUNCTION)
+        otherwise. Without the observer (ITT hooks) a node's scope is 0: its thread is not
+        passed."""
+        if self.category in ("user_annotation", "gpu_user_annotation"):
+            return _USER_SCOPE
+        return _BACKWARD_FUNCTION if self.fwd_thread else 0
 
     def __repr__(self):
         return (f"<ProfilerEvent {self.category} {self.name!r} {self.device_type} "
@@ -688,6 +698,11 @@ def _innermost(evs, starts, t):
 
 # ---- key averages ----
 
+# at::RecordScope values (torch's FunctionEvent.scope)
+_BACKWARD_FUNCTION = 1
+_USER_SCOPE = 7
+
+
 class _HostOnlyEvent(ProfilerEvent):
     """An event of a window that did not collect CUDA (use_device None, as torch's)."""
 
@@ -713,6 +728,8 @@ class FunctionEventAvg(_TorchCompat):
         self.cpu_memory_usage = self.self_cpu_memory_usage = 0
         self.device_memory_usage = self.self_device_memory_usage = 0
         self.flops = 0
+        # torch's: None until an event is added, then the last one's
+        self.scope = getattr(first, "scope", None)
         self.category = getattr(first, "category", None)
         self.use_device = getattr(first, "use_device", None)
         self.is_async = getattr(first, "is_async", False)
@@ -740,6 +757,7 @@ class FunctionEventAvg(_TorchCompat):
         elif other.key != self.key:
             raise ValueError(f"cprof: FunctionEventAvg.add: keys differ ({other.key!r} added "
                              f"to the average of {self.key!r})")
+        self.scope = other.scope
         self.count += other.count
         for attr in _SUMMED:
             # a [memory] event's flops are None, as torch's
@@ -900,6 +918,7 @@ class EventList(list):
         """One FunctionEventAvg summing every row (key "Total"), as torch's."""
         total = FunctionEventAvg("Total", "CPU", first=self[0] if self else None)
         total.cpu_parent, total.cpu_children, total.category = None, [], None
+        total.scope = self[-1].scope if self else None  # torch's: the last row's
         for r in self:
             total.count += r.count
             for attr in _SUMMED:

@@ -747,3 +747,30 @@ def test_torch_profile_members_cprof_lacks_say_so():
     assert not hasattr(p, "mem_tl")
     with pytest.raises(AttributeError, match="has no attribute 'no_such_member'"):
         p.no_such_member
+
+
+def test_event_scope_is_torchs_record_scope():
+    """FunctionEvent.scope: 7 (USER_SCOPE) for record_function ranges, 1 (BACKWARD_FUNCTION)
+    for autograd nodes, 0 for operators, in events() and key_averages() alike, as torch's
+    (code that picks backward work by `evt.scope == 1`, as torch's own
+    _set_backward_stacktraces does, finds it)."""
+    from cprof import _ops
+    mod, why = _ops.observer()
+    if mod is None:
+        pytest.skip(why)
+    m = torch.nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    results = {}
+    for mod in (torch.profiler, cprof):
+        with mod.profile() as p:
+            with torch.profiler.record_function("mine"):
+                m(x).sum().backward()
+        results[mod] = ({e.name: e.scope for e in p.events()},
+                        {a.key: a.scope for a in p.key_averages()})
+    ev, avg = results[cprof]
+    assert ev["mine"] == avg["mine"] == 7
+    assert ev["AddmmBackward0"] == avg["AddmmBackward0"] == 1
+    assert ev["aten::addmm"] == avg["aten::addmm"] == 0
+    torch_ev = results[torch.profiler][0]
+    for name in ("mine", "AddmmBackward0", "SumBackward0", "aten::addmm", "aten::mm"):
+        assert ev[name] == torch_ev[name], name
