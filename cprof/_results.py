@@ -18,11 +18,12 @@ _CPU_CATS = {0: "user_annotation", 1: "cpu_op", 2: "python_function", 3: "user_a
 _CAT_PYTHON = 2  # python_function (with_stack)
 _GPU_WORK = ("kernel", "memcpy", "memset")
 _LAUNCH = ("runtime", "driver")
+_ON_THREAD = _LAUNCH + ("marker",)  # GPU-collected records that are CPU events of a thread
 # events GPU work is not charged to: the trace links a launch to the innermost other range
 _NOT_OWNERS = ("python_function", "cuda_runtime", "cuda_driver")
 _GPU_CATS = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset",
              "runtime": "cuda_runtime", "driver": "cuda_driver", "sync": "cuda_sync",
-             "overhead": "overhead", "memory": "gpu_memory", "marker": "gpu_user_annotation"}
+             "overhead": "overhead", "memory": "gpu_memory", "marker": "user_annotation"}
 
 class _DeviceType(str):
     """An event's device type: the str "CPU" / "CUDA", also equal to torch.autograd's
@@ -388,9 +389,11 @@ def _build_now(window, first_id):
         by_thread.setdefault(tid, []).append(ev)
     # CUDA runtime / driver calls are CPU events of their thread, inside the range that made
     # them (torch.profiler's events() and tables have them: cudaLaunchKernel, a sync's wait)
+    # CUPTI's NVTX records (a program without torch's Python NVTX calls) are ranges of their
+    # thread too, user_annotation as the trace writes them
     calls = False
     for r in recs:
-        if r["kind"] in _LAUNCH and r["tid"] is not None:
+        if r["kind"] in _ON_THREAD and r["tid"] is not None:
             ev = ProfilerEvent(r["name"], _GPU_CATS[r["kind"]], "CPU", r["tid"],
                                (r["start_ns"] - t0) / 1000.0, (r["end_ns"] - t0) / 1000.0,
                                device=r["device"], correlation=r["correlation"])
@@ -421,17 +424,17 @@ def _build_now(window, first_id):
                 if owner is not None:
                     launch_owner[r["correlation"]] = owner
         for r in recs:
-            if r["kind"] in _LAUNCH and r["tid"] is not None:
+            if r["kind"] in _ON_THREAD and r["tid"] is not None:
                 continue  # a CPU event of its thread (above)
             if r["kind"] == "cuda_event":
                 continue  # a cudaEventRecord's record: what event waits wait on, not an event
             # a cuda_sync record is the device side of a wait (Kineto's CUDA_SYNC is a device
             # activity, drawn on the stream's track): a CUDA event of no thread, with no device
             # time of its own (the work waited for has it) and no row (decision 148)
-            on_device = r["kind"] in _GPU_WORK + ("marker", "sync")
+            on_device = r["kind"] in _GPU_WORK + ("sync",)
             ev = ProfilerEvent(r["name"], _GPU_CATS.get(r["kind"], r["kind"]),
                                "CUDA" if on_device else "CPU",
-                               r["tid"] if not on_device or r["kind"] == "marker" else None,
+                               r["tid"] if not on_device else None,
                                (r["start_ns"] - t0) / 1000.0, (r["end_ns"] - t0) / 1000.0,
                                stream=r["stream"], device=r["device"],
                                correlation=r["correlation"])
@@ -1138,7 +1141,7 @@ def average(cpu, gpu, group_by_input_shape=False, group_by_stack_n=0):
         add(ev, "CPU", ev.name, ev.duration_us, ev.self_cpu_time_total,
             ev.device_time_total, ev.self_device_time_total, ev.input_shapes, ev.stack)
     for ev in gpu:
-        if ev.device_type == "CUDA" and ev.category not in ("gpu_user_annotation", "cuda_sync"):
+        if ev.device_type == "CUDA" and ev.category != "cuda_sync":  # decision 148 (a)
             d = ev.device_time_total or ev.duration_us  # GPU work's: from its integer ns
             add(ev, "CUDA", ev.name, 0.0, 0.0, d, d)
     # in the order first seen, as torch's key_averages (table(sort_by=...) sorts, stably)

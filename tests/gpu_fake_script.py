@@ -247,6 +247,19 @@ with warnings.catch_warnings(record=True) as caught:
             fake.fake_cupti_add_marker(b"my nvtx range", b"my domain", 1, t0, t0 + 5000, tid)
             time.sleep(0.001)
         result["trace"] = str(p.trace_path)
+        # the same record in cprof.profile's results, inside a range of its thread
+        with cprof.profile(activities=["CPU", "CUDA"], record_ops=False) as prof:
+            with cprof.range("around"):
+                t0 = C.now_ns() + 1000
+                fake.fake_cupti_add_marker(b"my nvtx range", b"my domain", 1, t0, t0 + 5000,
+                                           tid)
+                time.sleep(0.001)
+        result["events"] = [[e.name, e.category, str(e.device_type), e.thread,
+                             e.cpu_parent.name if e.cpu_parent is not None else None]
+                            for e in prof.events() if e.name == "my nvtx range"]
+        result["rows"] = [[a.key, str(a.device_type), a.count]
+                          for a in prof.key_averages() if a.key == "my nvtx range"]
+        result["tid"] = tid
         result["nvtx_env"] = os.environ.get("NVTX_INJECTION64_PATH")
     elif scenario == "memory":  # MEMORY2 and MEMORY_POOL records with MEM
         with cprof.ProfilerContext(output_dir=out_dir, profile_name="mem", verbose=False,

@@ -516,6 +516,11 @@ def test_nvtx_ranges_and_injection_env(tmp_path, fake_so):
     (m,) = [e for e in events(t, "user_annotation") if e["args"].get("nvtx")]
     assert m["name"] == "my nvtx range" and m["args"]["domain"] == "my domain"
     assert abs(m["dur"] - 5.0) < 0.002
+    # events() / key_averages() give it as the trace does: a user_annotation range of its
+    # thread, nested in the range open there, with a CPU row (it was a CUDA
+    # "gpu_user_annotation" event of no row, unlike the trace)
+    assert res["events"] == [["my nvtx range", "user_annotation", "CPU", res["tid"], "around"]]
+    assert res["rows"] == [["my nvtx range", "CPU", 1]]
     # an External id as every user_annotation has (TRACE_FORMAT.md), unique in the trace
     ids = [e["args"]["External id"] for e in t["traceEvents"]
            if e.get("ph") == "X" and e.get("cat") in ("user_annotation", "cpu_op",
