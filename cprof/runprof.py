@@ -132,9 +132,10 @@ class ProfilerConfig:
             raise bad_bins
         bins = list(self.kv_bins)
         try:
-            # numpy / torch integers stay integers (labels "[0, 512)", not "[0.0, 512.0)")
+            # numpy / torch integers, and argparse's strings of integers ("512", from
+            # nargs="+" without type=int), stay integers (labels "[0, 512)", not "[0.0, 512.0)")
             bins = [b if isinstance(b, (int, float)) else
-                    int(operator.index(b)) if hasattr(b, "__index__") else float(b)
+                    int(operator.index(b)) if hasattr(b, "__index__") else _bin_edge(b)
                     for b in bins]
         except (TypeError, ValueError):
             raise bad_bins from None
@@ -325,6 +326,17 @@ def _as_length(v):
 def _is_numpy_bool(v):
     t = type(v)
     return t.__module__ == "numpy" and t.__name__ in ("bool_", "bool")
+
+
+def _bin_edge(b):
+    """A kv_bins edge that is neither an int nor a float: a string of an integer ("512", as
+    argparse hands over without type=int) is that int, other text or objects a float."""
+    if isinstance(b, (str, bytes)):
+        try:
+            return int(b)
+        except ValueError:
+            pass
+    return float(b)
 
 
 def _whole(n, what, hint, digits_ok=True):
