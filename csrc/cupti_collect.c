@@ -49,6 +49,7 @@ static uint64_t enable_cost_ns;
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint8_t **pool_all;         /* every buffer we own (mmap'ed: zero until written) */
 static uint8_t *pool_dirty;        /* handed to CUPTI since it was last zeroed */
+static uint8_t *pool_out;          /* handed to CUPTI and not given back (completed) yet */
 static size_t pool_n;
 static uint64_t pool_buffer_bytes;
 static size_t *pool_free;          /* indices into pool_all */
@@ -88,6 +89,7 @@ static void buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records
         size_t i = pool_free[--pool_free_n];
         b = pool_all[i];
         pool_dirty[i] = 1;
+        pool_out[i] = 1;
     }
     pthread_mutex_unlock(&pool_lock);
     *max_records = 0;
@@ -116,6 +118,11 @@ static void buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, si
     }
     if (!buffer) return;
     pthread_mutex_lock(&pool_lock);
+    for (size_t i = 0; i < pool_n; i++) /* CUPTI gives it back: ours again (cuptiActivity.h) */
+        if (pool_all[i] == buffer) {
+            pool_out[i] = 0;
+            break;
+        }
     if (pool_done_n < pool_n) pool_done[pool_done_n++] = (completed_buf){buffer, valid};
     pthread_mutex_unlock(&pool_lock);
 }
@@ -199,14 +206,19 @@ void cprof_cupti_teardown_info(int *state, uint64_t *finalized, int *last_result
 
 /* ---- the pool ---- */
 
+/* A buffer CUPTI still holds (handed out, never completed: a flush at stop that failed) stays
+ * mapped, left to CUPTI: unmapping it would have CUPTI write into freed memory. */
 static void pool_free_all(void) {
-    for (size_t i = 0; i < pool_n; i++) munmap(pool_all[i], pool_buffer_bytes);
+    for (size_t i = 0; i < pool_n; i++)
+        if (!pool_out || !pool_out[i]) munmap(pool_all[i], pool_buffer_bytes);
     free(pool_all);
     free(pool_dirty);
+    free(pool_out);
     free(pool_free);
     free(pool_done);
     pool_all = NULL;
     pool_dirty = NULL;
+    pool_out = NULL;
     pool_free = NULL;
     pool_done = NULL;
     pool_n = pool_free_n = pool_done_n = 0;
@@ -230,6 +242,11 @@ static int pool_setup(uint64_t buffer_bytes, uint64_t cap) {
         pthread_mutex_lock(&pool_lock);
         pool_free_n = 0;
         for (size_t i = pool_n; i-- > 0;) {
+            /* CUPTI holds it still (the last stop's flush failed): writing into it, zeroing it
+             * or handing it out again would corrupt the records CUPTI goes on adding to it.
+             * It stays out of the free list until CUPTI completes it (then decoded as usual:
+             * the older window's records in it fall outside this one) */
+            if (pool_out[i]) continue;
             if (pool_dirty[i] && prezeroed) {
                 memset(pool_all[i], 0, buffer_bytes);
                 pool_dirty[i] = 0; /* else CUPTI zeroes it and it stays dirty for us */
@@ -244,10 +261,11 @@ static int pool_setup(uint64_t buffer_bytes, uint64_t cap) {
     pool_free_all();
     pool_all = calloc(n, sizeof *pool_all);
     pool_dirty = calloc(n, 1);
+    pool_out = calloc(n, 1);
     pool_free = calloc(n, sizeof *pool_free);
     pool_done = calloc(n, sizeof *pool_done);
     pool_buffer_bytes = buffer_bytes;
-    if (!pool_all || !pool_dirty || !pool_free || !pool_done) goto oom;
+    if (!pool_all || !pool_dirty || !pool_out || !pool_free || !pool_done) goto oom;
     for (size_t i = 0; i < n; i++) {
         /* page-aligned (CUPTI needs 8 bytes) and zero-filled by the kernel */
         void *m = mmap(NULL, buffer_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,

@@ -305,6 +305,21 @@ with warnings.catch_warnings(record=True) as caught:
         traces.append(str(scene("td3").trace_path))  # after the detach: a new subscriber
         result["after_third_stop"] = state()
         result["traces"] = traces
+    elif scenario == "flush_refused_then_clean":  # a stop whose flushes CUPTI refuses
+        fake.fake_cupti_set_async(0)
+        tid = threading.get_native_id()
+        with cprof.ProfilerContext(output_dir=out_dir, profile_name="refused", verbose=False,
+                                   with_stack=False) as p:
+            fake.fake_cupti_script_basic(C.now_ns() + 1000, tid)
+            fake.fake_cupti_deliver()  # into the buffer CUPTI holds, as it makes them
+            time.sleep(0.002)
+            fake.fake_cupti_set_error(b"cuptiActivityFlushAll", 999)
+        fake.fake_cupti_set_error(b"cuptiActivityFlushAll", 0)
+        result["refused"] = str(p.trace_path)
+        # the next window: CUPTI still holds the buffer, with the last window's records
+        result["clean"] = str(scene("clean").trace_path)
+        fake.fake_cupti_buffers_misused.restype = ctypes.c_uint64
+        result["misused"] = fake.fake_cupti_buffers_misused()
     elif scenario == "unrecovered":  # what a stop cannot get out of CUPTI is never silent
         fake.fake_cupti_set_error_once.argtypes = [ctypes.c_char_p, ctypes.c_int]
         tid = threading.get_native_id()

@@ -715,6 +715,21 @@ def test_what_a_stop_cannot_recover_is_counted_and_warned(tmp_path, fake_so):
     assert len(w) == 1 and "3 GPU activity record(s)" in w[0] and "1 NVTX range(s)" in w[0]
 
 
+def test_a_buffer_cupti_still_holds_after_a_refused_flush_is_left_to_it(tmp_path, fake_so):
+    """A stop whose flushes CUPTI refuses leaves the buffer it was filling with CUPTI (it is
+    CUPTI's until bufferCompleted gives it back). The next window zeroed it and handed it out
+    again, so CUPTI's records landed after zeros and the whole buffer, that window's kernels
+    included, could not be read. Now it stays CUPTI's: the next window gets all its kernels,
+    the older records in that buffer are counted outside the window."""
+    res = run("flush_refused_then_clean", tmp_path, fake_so)
+    assert load_trace(res["refused"])["cprof"]["dropped"]["gpu_flush_error"] == 999
+    t = load_trace(res["clean"])
+    assert len(events(t, "kernel")) == 7
+    assert t["cprof"]["gpu"]["unrecovered"]["buffers_undecoded"] == 0
+    assert t["cprof"]["gpu"]["dropped"]["outside_window"] > 0  # the refused window's records
+    assert res["misused"] == 0  # no buffer touched while CUPTI held it
+
+
 def test_a_clean_window_reports_nothing_unrecovered(basic):
     res, t = basic
     assert t["cprof"]["gpu"]["unrecovered"] == {"flush_error": 0, "buffers_undecoded": 0,

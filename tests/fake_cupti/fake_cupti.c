@@ -18,6 +18,10 @@
  *  - each thread that makes records fills a buffer of its own (CUPTI 13's default,
  *    CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER = 1), unless the client set that attribute
  *    to 0; a flush completes the partly filled buffers in no chronological order;
+ *  - a buffer the client handed over is CUPTI's until it comes back through bufferCompleted
+ *    (cupti_activity.h: "After this call CUPTI relinquished ownership of the buffer"): one
+ *    handed out again while held, or whose records changed under CUPTI (zeroed by the client),
+ *    is counted (fake_cupti_buffers_misused);
  *  - cuptiActivityGetNextRecord walks a buffer and ends with CUPTI_ERROR_MAX_LIMIT_REACHED;
  *  - timestamps are whatever the test gave (tests pass cprof-clock ns), used verbatim while a
  *    timestamp callback is registered (CUPTI then stamps with it); with none they are moved
@@ -141,6 +145,7 @@ typedef struct fake_error {
 typedef struct fake_buffer {
     uint8_t *buf;
     size_t size, used, max_records, nrecords;
+    uint8_t first[8]; /* the first record's first bytes, to see the client write into it */
 } fake_buffer;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;         /* all state below */
@@ -168,6 +173,7 @@ static uint8_t g_runtime_api[FAKE_API_BITS / 8], g_driver_api[FAKE_API_BITS / 8]
 static int g_thread_id_type;
 static uint8_t g_zeroed_attr;    /* CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER */
 static uint64_t g_dirty_buffers; /* buffers handed out not zeroed although the client said so */
+static uint64_t g_misused_buffers; /* held buffers handed out again, or written by the client */
 static uint64_t g_zeroed_requests; /* buffers handed out while the attribute was on */
 /* "CUPTI maintains a stack of external correlation IDs per CPU thread" (CUPTI docs, External
  * Correlation): a push on one thread names only that thread's API records */
@@ -474,6 +480,7 @@ static void complete_buffer(fake_buffer *cur) {
     fake_buffer b = *cur;
     memset(cur, 0, sizeof *cur);
     pthread_mutex_lock(&g_lock);
+    if (b.used && memcmp(b.buf, b.first, sizeof b.first)) g_misused_buffers++;
     CUpti_BuffersCallbackCompleteFunc comp = g_comp;
     g_completed_buffers++;
     g_delivered_records += b.nrecords;
@@ -492,6 +499,10 @@ static int request_buffer(fake_buffer *cur, size_t need) {
     req(&buf, &size, &max_records);
     /* CUPTI wants 8-byte aligned buffers; anything else is as good as no buffer */
     if (!buf || size < need || ((uintptr_t)buf & 7)) return 0;
+    pthread_mutex_lock(&g_lock);
+    for (int i = 0; i < FAKE_THREAD_BUFS; i++)
+        if (g_bufs[i].buf == buf) g_misused_buffers++; /* still ours: two writers from now on */
+    pthread_mutex_unlock(&g_lock);
     /* CUPTI zeroes the buffer on this (the application's) thread unless the client promised
      * zero-filled buffers; a promise broken would leave stale bytes among new records */
     int zeroed;
@@ -560,6 +571,7 @@ static void deliver(int flush_all) {
         }
         memset(cur->buf + cur->used, 0, need);
         memcpy(cur->buf + cur->used, rec, size);
+        if (!cur->used) memcpy(cur->first, rec, sizeof cur->first);
         cur->used += need;
         cur->nrecords++;
         if (cur->used == cur->size || (cur->max_records && cur->nrecords >= cur->max_records))
@@ -1371,6 +1383,7 @@ FAKE_EXPORT void fake_cupti_reset(void) {
     g_zeroed_attr = 0;
     g_own_clock = 1;
     g_dirty_buffers = 0;
+    g_misused_buffers = 0;
     g_zeroed_requests = 0;
     g_next_grid_id = 1;
     g_enable_fail_nth = 0;
@@ -1441,6 +1454,10 @@ FAKE_EXPORT void fake_cupti_set_async(int on) {
     }
     pthread_mutex_unlock(&g_lock);
 }
+
+/* Moves the records made so far into the client's buffers now, on this thread (as CUPTI
+ * writes a record into the buffer it holds when it is made), completing only full ones. */
+FAKE_EXPORT void fake_cupti_deliver(void) { deliver(0); }
 
 /* Sets the count cuptiActivityGetNumDroppedRecords reports next (reading resets it). */
 FAKE_EXPORT void fake_cupti_set_dropped(uint64_t n) {
@@ -1545,6 +1562,9 @@ FAKE_LOCKED_GETTER(uint64_t, fake_cupti_discarded, g_discarded)
 FAKE_LOCKED_GETTER(uint64_t, fake_cupti_dirty_buffers, g_dirty_buffers)
 
 FAKE_LOCKED_GETTER(uint64_t, fake_cupti_zeroed_requests, g_zeroed_requests)
+
+/* Buffers the client touched while CUPTI held them (handed out again, or written into). */
+FAKE_LOCKED_GETTER(uint64_t, fake_cupti_buffers_misused, g_misused_buffers)
 
 FAKE_LOCKED_GETTER(int, fake_cupti_zeroed_attr, g_zeroed_attr)
 
