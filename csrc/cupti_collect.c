@@ -682,11 +682,13 @@ int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot
      * behind to leak into the next one */
     int had_shared = shared, had_events = kinds_enabled[CUPTI_ACTIVITY_KIND_CUDA_EVENT];
     disable_error = unsubscribe_error = 0;
-    CUptiResult flush1 = api->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    (void)api->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); /* see flush2 */
     disable_all();
     CUptiResult flush2 = api->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    /* the second flush catches what the first left; only both failing leaves records behind */
-    int flush_error = flush2 != CUPTI_SUCCESS && flush1 != CUPTI_SUCCESS ? (int)flush2 : 0;
+    /* the second flush catches what the first left (a failed first flush loses nothing when
+     * it goes through); a failed second one leaves behind what came between the two, work
+     * that finished while the kinds were being switched off, however the first went */
+    int flush_error = flush2 != CUPTI_SUCCESS ? (int)flush2 : 0;
     zeroed_attr_off();
     /* with CPROF_CUPTI_TEARDOWN=1 the subscriber is kept until the buffers are decoded (any
      * thread's next CUDA call would detach CUPTI), then armed for the teardown */

@@ -324,7 +324,10 @@ with warnings.catch_warnings(record=True) as caught:
         fake.fake_cupti_set_error_once.argtypes = [ctypes.c_char_p, ctypes.c_int]
         tid = threading.get_native_id()
         caught_at = {}
+        fake.fake_cupti_set_error_after.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
         for name, fn, once in (("flush", b"cuptiActivityFlushAll", False),
+                               # the stop's first flush goes through, its second is refused
+                               ("flush2", b"cuptiActivityFlushAll", "after"),
                                ("nextrecord", b"cuptiActivityGetNextRecord", True),
                                ("dropcount", b"cuptiActivityGetNumDroppedRecords", False)):
             before = len(caught)
@@ -332,7 +335,11 @@ with warnings.catch_warnings(record=True) as caught:
                                        with_stack=False) as p:
                 fake.fake_cupti_script_basic(C.now_ns() + 1000, tid)
                 time.sleep(0.002)
-                (fake.fake_cupti_set_error_once if once else fake.fake_cupti_set_error)(fn, 999)
+                if once == "after":
+                    fake.fake_cupti_set_error_after(fn, 1, 999)
+                else:
+                    (fake.fake_cupti_set_error_once if once else fake.fake_cupti_set_error)(
+                        fn, 999)
             fake.fake_cupti_set_error(fn, 0)
             result[name] = str(p.trace_path)
             caught_at[name] = [str(w.message) for w in caught[before:]]

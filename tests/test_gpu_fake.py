@@ -692,6 +692,11 @@ def test_what_a_stop_cannot_recover_is_counted_and_warned(tmp_path, fake_so):
     t = load_trace(res["flush"])
     assert t["cprof"]["dropped"]["gpu_flush_error"] == 999
     assert [w for w in warned["flush"] if "could not flush" in w and "999" in w]
+    # the second flush refused after the first went through: what came between them (work
+    # finishing while collection was switched off) is left with CUPTI, said as well
+    t = load_trace(res["flush2"])
+    assert t["cprof"]["dropped"]["gpu_flush_error"] == 999
+    assert [w for w in warned["flush2"] if "could not flush" in w and "999" in w]
     t = load_trace(res["nextrecord"])
     assert t["cprof"]["dropped"]["gpu_buffers_undecoded"] == 1
     assert t["cprof"]["gpu"]["unrecovered"]["undecoded_error"] == 999

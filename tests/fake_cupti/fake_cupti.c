@@ -139,6 +139,7 @@ typedef struct fake_error {
     int fn;
     int result;
     int once;
+    int skip; /* calls that still succeed before the error begins */
 } fake_error;
 
 /* The client's buffer being filled; persists between deliveries like CUPTI's own. */
@@ -265,6 +266,10 @@ static int fake_enter(int fn) {
     g_calls[fn]++;
     for (int i = 0; i < g_nerrors; i++) {
         if (g_errors[i].fn != fn) continue;
+        if (g_errors[i].skip > 0) {
+            g_errors[i].skip--;
+            break;
+        }
         result = g_errors[i].result;
         if (g_errors[i].once) g_errors[i] = g_errors[--g_nerrors];
         break;
@@ -1394,7 +1399,7 @@ FAKE_EXPORT void fake_cupti_reset(void) {
     pthread_mutex_unlock(&g_deliver_lock);
 }
 
-static int add_error(const char *function_name, int result, int once) {
+static int add_error(const char *function_name, int result, int once, int skip) {
     int fn = fn_index(function_name);
     if (fn < 0) return -1;
     pthread_mutex_lock(&g_lock);
@@ -1407,6 +1412,7 @@ static int add_error(const char *function_name, int result, int once) {
         g_errors[i].fn = fn;
         g_errors[i].result = result;
         g_errors[i].once = once;
+        g_errors[i].skip = skip;
     }
     pthread_mutex_unlock(&g_lock);
     return 0;
@@ -1415,12 +1421,18 @@ static int add_error(const char *function_name, int result, int once) {
 /* Every later call of function_name (a CUPTI or driver entry point) returns result, until reset
  * or set again with result 0. Returns 0, or -1 for a name the fake does not export. */
 FAKE_EXPORT int fake_cupti_set_error(const char *function_name, int result) {
-    return add_error(function_name, result, 0);
+    return add_error(function_name, result, 0, 0);
 }
 
 /* Only the next call of function_name returns result. */
 FAKE_EXPORT int fake_cupti_set_error_once(const char *function_name, int result) {
-    return add_error(function_name, result, 1);
+    return add_error(function_name, result, 1, 0);
+}
+
+/* The next `skip` calls of function_name succeed, every later one returns result (a stop's
+ * second flush refused after its first went through). */
+FAKE_EXPORT int fake_cupti_set_error_after(const char *function_name, int skip, int result) {
+    return add_error(function_name, result, 0, skip);
 }
 
 /* Pretends another tool (name, e.g. "CUPTI for Nsight Systems") holds CUPTI: subscribing fails
