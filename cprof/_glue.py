@@ -608,9 +608,26 @@ def memory_begin(prof):
     _cuda_history_start(prof, torch)
 
 
-def _cuda_history_start(prof, torch):
+def _history_enabled(torch):
+    """Whether torch's CUDA caching allocator records memory history now (the program's own
+    _record_memory_history, or inductor's); None where torch cannot say."""
+    enabled = getattr(torch._C, "_cuda_isHistoryEnabled", None)
     try:
-        torch.cuda.memory._record_memory_history(max_entries=100000)
+        return None if enabled is None else bool(enabled())
+    except Exception:
+        return None
+
+
+def _cuda_history_start(prof, torch):
+    """Starts CUDA memory history for the window, unless the program records it already: then
+    its settings (max_entries, stacks) and its history are left as they are, and the window's
+    snapshot is taken from them (the end turns off only what the start turned on: turning the
+    history off clears it, which would lose what the program recorded for its own
+    _dump_snapshot)."""
+    try:
+        prof._memory_history_own = not _history_enabled(torch)
+        if prof._memory_history_own:
+            torch.cuda.memory._record_memory_history(max_entries=100000)
         torch.cuda.reset_peak_memory_stats()
         prof._memory_recording = True
     except Exception as err:
@@ -670,6 +687,11 @@ def memory_end(prof):
         return out
     prof._memory_recording = False
     torch = sys.modules["torch"]
+    own = getattr(prof, "_memory_history_own", True)
+    if not own:
+        summary["cuda_history"] = ("the program's own: it recorded CUDA memory history before "
+                                   "the window, so the snapshot holds its settings and its "
+                                   "history from before the window too; left on")
     try:
         out["snapshot"] = torch.cuda.memory._snapshot()
         summary["cuda_peak_allocated_bytes"] = int(torch.cuda.max_memory_allocated())
@@ -680,7 +702,8 @@ def memory_end(prof):
         _warn.warn(f"cprof: the CUDA memory snapshot failed: {err}")
     finally:
         try:
-            torch.cuda.memory._record_memory_history(enabled=None)
+            if own:  # the program's own recording stays on, with its history
+                torch.cuda.memory._record_memory_history(enabled=None)
         except Exception:
             pass
     return out

@@ -158,6 +158,37 @@ def test_memory_snapshot_for_memory_viz(tmp_path):
     assert any(e.get("ph") == "C" or e.get("cat") == "gpu_memory" for e in t["traceEvents"])
 
 
+def test_programs_own_memory_history_survives_a_mem_window(tmp_path):
+    """Decision 180 on the real allocator: history the program turned on before a MEM window
+    stays on after it, with what it recorded before the window (turning it off would have
+    cleared it), and the window's snapshot holds the window's allocation too. The same with
+    torch's behaviour modelled: tests/test_torch_cuda_paths.py."""
+    import torch
+
+    import cprof
+    torch.cuda.memory._record_memory_history(max_entries=10000, stacks="python")
+    try:
+        before = torch.empty(1 << 18, device="cuda")  # 1 MiB, the program's own
+        ctx = cprof.ProfilerContext(activities=["CPU", "GPU", "MEM"], output_dir=tmp_path,
+                                    profile_name="own", verbose=False)
+        with ctx:
+            during = torch.empty(3 << 18, device="cuda")  # 3 MiB
+            del during
+        assert torch._C._cuda_isHistoryEnabled()
+        assert "the program's own" in ctx.memory_summary["cuda_history"]
+
+        def allocs(snap):
+            return {ev["size"] for tr in snap["device_traces"] for ev in tr
+                    if ev["action"] == "alloc"}
+        with open(ctx.memory_paths[0], "rb") as f:
+            window = allocs(pickle.load(f))
+        assert {1 << 20, 3 << 20} <= window, sorted(window)
+        assert 1 << 20 in allocs(torch.cuda.memory._snapshot())  # kept after the window
+        del before
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+
+
 def test_operator_observer_is_built_for_this_torch():
     """cprof._torch_ops (operators with shapes, profile_memory's allocation reports) is built
     by setup.py against the torch it finds, and a failed build is optional: cprof then runs

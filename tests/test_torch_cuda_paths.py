@@ -1,0 +1,119 @@
+"""cprof's Python branches that run only where torch has CUDA, exercised on a CPU build.
+
+torch's own Python code runs wherever it can; what needs CUDA is replaced by stand-ins that
+behave as torch 2.11's C++ does (each says where that behaviour is from), and every call cprof
+makes is bound to the installed torch's signature, so a keyword torch does not take fails here
+and not first on the GPU machine. The same paths on a real GPU: tests/test_gpu_profile.py."""
+import inspect
+import pickle
+
+import pytest
+
+import cprof
+
+torch = pytest.importorskip("torch")
+
+
+class FakeHistory:
+    """The CUDA caching allocator's memory history (c10/cuda/CUDACachingAllocator.cpp,
+    recordHistory): on while `enabled` is not None; turning it off clears what was recorded,
+    turning it on keeps it (unless clear_history). `_cuda_isHistoryEnabled` says whether it
+    is on (torch/csrc/cuda/Module.cpp). calls: the keyword arguments of every
+    _record_memory_history call, bound to torch's signature."""
+
+    def __init__(self, monkeypatch):
+        self.enabled = None
+        self.settings = None
+        self.entries = []
+        self.calls = []
+        real = torch.cuda.memory._record_memory_history
+        sig = inspect.signature(real)
+
+        def record(*args, **kwargs):
+            bound = sig.bind(*args, **kwargs)  # a keyword torch does not take raises here
+            bound.apply_defaults()
+            a = dict(bound.arguments)
+            self.calls.append({k: v for k, v in kwargs.items()})
+            assert a["enabled"] in (None, "state", "all"), a
+            assert a["stacks"] in ("python", "all") and a["context"] in (None, "state",
+                                                                           "alloc", "all")
+            self.enabled = a["enabled"]
+            if a["enabled"] is None or a["clear_history"]:
+                self.entries = []
+            self.settings = None if a["enabled"] is None else (a["context"], a["stacks"],
+                                                               a["max_entries"])
+
+        def checked(name, result):
+            real_fn = getattr(torch.cuda.memory, name)
+            sig_fn = inspect.signature(real_fn)
+
+            def fn(*args, **kwargs):
+                sig_fn.bind(*args, **kwargs)
+                return result()
+            return fn
+
+        def snapshot():
+            return {"segments": [], "device_traces": [list(self.entries)]}
+
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch._C, "_cuda_isHistoryEnabled",
+                            lambda: self.enabled is not None, raising=False)
+        monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", record)
+        monkeypatch.setattr(torch.cuda.memory, "_snapshot", checked("_snapshot", snapshot))
+        for name, value in (("reset_peak_memory_stats", None), ("max_memory_allocated", 4096),
+                            ("max_memory_reserved", 8192), ("memory_summary", "fake summary")):
+            fn = checked(name, lambda v=value: v)
+            monkeypatch.setattr(torch.cuda, name, fn)
+            monkeypatch.setattr(torch.cuda.memory, name, fn)
+        import cprof._profile
+        monkeypatch.setattr(cprof._profile, "gpu_unavailable_reason", lambda: "test: CPU only")
+
+    def alloc(self, size):
+        if self.enabled is not None:
+            self.entries.append({"action": "alloc", "size": size})
+
+
+def mem_window(tmp_path, history, name="m"):
+    ctx = cprof.ProfilerContext(activities=["CPU", "MEM"], output_dir=tmp_path,
+                                profile_name=name, with_stack=False, verbose=False)
+    with ctx:
+        history.alloc(512)
+        during = (history.enabled, history.settings)
+    (path,) = ctx.memory_paths
+    with open(path, "rb") as f:
+        return ctx, during, pickle.load(f)
+
+
+def test_cuda_memory_history_is_the_windows_and_ends_with_it(tmp_path, monkeypatch):
+    """A program that records no memory history itself: the window turns it on (torch's
+    keywords, max_entries 100000) and off at its end; the snapshot holds the window's
+    allocations, the peaks come from torch."""
+    history = FakeHistory(monkeypatch)
+    ctx, during, snap = mem_window(tmp_path, history)
+    assert during == ("all", ("all", "all", 100000))
+    assert history.calls == [{"max_entries": 100000}, {"enabled": None}]
+    assert history.enabled is None and history.entries == []
+    assert snap["device_traces"] == [[{"action": "alloc", "size": 512}]]
+    s = ctx.memory_summary
+    assert (s["cuda_peak_allocated_bytes"], s["cuda_peak_reserved_bytes"]) == (4096, 8192)
+    assert "cuda_history" not in s
+    ctx2, during2, snap2 = mem_window(tmp_path, history, "again")  # a second window: its own
+    assert snap2["device_traces"] == [[{"action": "alloc", "size": 512}]]
+
+
+def test_programs_own_cuda_memory_history_survives_a_mem_window(tmp_path, monkeypatch):
+    """A program recording CUDA memory history itself (to _dump_snapshot on an OOM, say): a
+    MEM window turned it off at its end, which clears what the allocator had recorded, and
+    replaced the program's settings with its own. The window now leaves it alone: the
+    snapshot is taken from it, it stays on with the program's settings and its history."""
+    history = FakeHistory(monkeypatch)
+    torch.cuda.memory._record_memory_history(context="alloc", stacks="python", max_entries=500)
+    history.alloc(64)  # the program's, before the window
+    history.calls.clear()
+    ctx, during, snap = mem_window(tmp_path, history)
+    assert history.calls == []
+    assert during == ("all", ("alloc", "python", 500))
+    assert (history.enabled, history.settings) == ("all", ("alloc", "python", 500))
+    assert history.entries == [{"action": "alloc", "size": 64}, {"action": "alloc", "size": 512}]
+    assert snap["device_traces"] == [history.entries]
+    assert "the program's own" in ctx.memory_summary["cuda_history"]
