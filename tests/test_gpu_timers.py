@@ -178,3 +178,22 @@ def test_strict_sync_step_around_a_cuda_graph_capture(tmp_path):
     assert torch.allclose(out, a @ a, rtol=1e-3, atol=1e-3)
     st = prof.summary()["stats"]
     assert st["steps"] == 6 and st["mean_ms"] > 0
+
+
+def test_kv_lengths_as_cuda_tensors(tmp_path):
+    """set_step_seq_len with CUDA tensors (reduced on the device, copied once at end_run) bins
+    the steps as the same lengths given as lists do; the CPU-side logic is in
+    tests/test_torch_cuda_paths.py (a tensor that says it is on CUDA)."""
+    lengths = [[100, 300, 200], [10, 30, 20, 40], [600, 900]]
+    got = {}
+    for kind in ("list", "cuda"):
+        prof = cprof.Profiler(cprof.ProfilerConfig(
+            output_dir=str(tmp_path), run_name=f"kv-{kind}", warmup_runs=0, print_per_run=False,
+            kv_len_reduce="p90", kv_bins=[0, 100, 250, 500, 1000]))
+        prof.begin_run(bsz=1)
+        for kv in lengths:
+            with prof.step_timing_ctx():
+                prof.set_step_seq_len(torch.tensor(kv, device="cuda") if kind == "cuda" else kv)
+        prof.end_run()
+        got[kind] = [b["steps"] for b in prof.summary()["runs"][0]["decode_length_buckets"]]
+    assert got["cuda"] == got["list"] and sum(got["list"]) == 3, got

@@ -117,3 +117,50 @@ def test_programs_own_cuda_memory_history_survives_a_mem_window(tmp_path, monkey
     assert history.entries == [{"action": "alloc", "size": 64}, {"action": "alloc", "size": 512}]
     assert snap["device_traces"] == [history.entries]
     assert "the program's own" in ctx.memory_summary["cuda_history"]
+
+
+class OnCuda(torch.Tensor):
+    """A CPU tensor that says it is on cuda:0 (its arithmetic runs on the CPU, results stay
+    OnCuda): what decides the branch in Profiler.set_step_seq_len is `.device.type`."""
+
+    @property
+    def device(self):
+        return torch.device("cuda", 0)
+
+
+def test_kv_lengths_given_as_cuda_tensors_are_resolved_at_end_run(tmp_path):
+    """set_step_seq_len with a CUDA tensor reduces it on the device and copies the lengths once
+    per run (Profiler._reduce / _resolve_kv), a path no CPU test ran: each reduction gives the
+    same KV length as the same lengths as a list, set before the step or inside it; a negative
+    length leaves that step without one, warned at end_run."""
+    import json
+    lengths = [[100, 300, 200], [10, 30, 20, 40], [600, 900]]
+    for how in ("mean", "max", "sum", "p50", "p90"):
+        got = {}
+        for kind in ("list", "cuda"):
+            prof = cprof.Profiler(cprof.ProfilerConfig(
+                output_dir=str(tmp_path), run_name=f"{how}-{kind}", warmup_runs=0,
+                print_per_run=False, kv_len_reduce=how, kv_bins=[0, 100, 250, 500, 1000]),
+                timing="host")
+            prof.begin_run(bsz=1)
+            for i, kv in enumerate(lengths):
+                x = torch.tensor(kv).as_subclass(OnCuda) if kind == "cuda" else kv
+                if i == 0:
+                    prof.set_step_seq_len(x)  # before the step: the next step's
+                with prof.step_timing_ctx():
+                    if i:
+                        prof.set_step_seq_len(x)
+            prof.end_run()
+            got[kind] = [b["steps"] for b in prof.summary()["runs"][0]["decode_length_buckets"]]
+        assert got["cuda"] == got["list"] and sum(got["list"]) == 3, (how, got)
+    prof = cprof.Profiler(cprof.ProfilerConfig(output_dir=str(tmp_path), run_name="neg",
+                                               warmup_runs=0, print_per_run=False),
+                          timing="host")
+    prof.begin_run(bsz=1)
+    for kv in ([5, -1], [7, 9]):
+        with prof.step_timing_ctx():
+            prof.set_step_seq_len(torch.tensor(kv).as_subclass(OnCuda))
+    with pytest.warns(RuntimeWarning, match="1 step.* negative"):
+        prof.end_run()
+    buckets = prof.summary()["runs"][0]["decode_length_buckets"]
+    assert sum(b["steps"] for b in buckets) == 1, json.dumps(buckets)
