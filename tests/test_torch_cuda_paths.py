@@ -164,3 +164,50 @@ def test_kv_lengths_given_as_cuda_tensors_are_resolved_at_end_run(tmp_path):
         prof.end_run()
     buckets = prof.summary()["runs"][0]["decode_length_buckets"]
     assert sum(b["steps"] for b in buckets) == 1, json.dumps(buckets)
+
+
+def test_capture_range_cuda_profiler_api_calls_torchs_with_cuda(monkeypatch):
+    """cprof run --capture-range cudaProfilerApi with CUDA: torch.cuda.profiler.start() opens
+    the window and then runs torch's own start (cudaProfilerStart, for other tools listening);
+    stop() closes it and runs torch's stop; profile() goes through both. On CPU torch the CUDA
+    call is skipped (tests/test_cli_run.py); here torch's real start / stop / profile run with
+    only the CUDA runtime (cudart) standing in, returning cudaSuccess."""
+    from cprof import _cli_run
+    prof = torch.cuda.profiler
+    for name in ("start", "stop"):
+        monkeypatch.setattr(prof, name, getattr(prof, name))  # put back after the test
+    monkeypatch.setattr(prof, "_cprof_run_patched", False, raising=False)
+    order = []
+
+    class Cudart:
+        class cudaError:
+            success = 0
+
+        @staticmethod
+        def cudaProfilerStart():
+            order.append("cudaProfilerStart")
+            return 0
+
+        @staticmethod
+        def cudaProfilerStop():
+            order.append("cudaProfilerStop")
+            return 0
+
+    class Session:
+        def open(self, why, trigger=None):
+            order.append(f"open: {why}")
+
+        def close(self, why, exc_type=None):
+            order.append(f"close: {why}")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "_cudart", Cudart, raising=False)  # check_error's
+    monkeypatch.setattr(prof, "cudart", lambda: Cudart)
+    _cli_run._install_cuda_profiler_api(Session(), torch)
+    assert torch.cuda.profiler.start() is None
+    torch.cuda.profiler.stop()
+    with torch.cuda.profiler.profile():
+        order.append("body")
+    opened = ["open: torch.cuda.profiler.start()", "cudaProfilerStart"]
+    closed = ["close: torch.cuda.profiler.stop()", "cudaProfilerStop"]
+    assert order == opened + closed + opened + ["body"] + closed
