@@ -41,7 +41,9 @@ Options
                                          torch.cuda.profiler.profile() context manager).
                                          cprof acts first, then calls torch's function only
                                          if torch has CUDA (without it torch's call raises;
-                                         under cprof run the program goes on). Calls of
+                                         under cprof run the program goes on). So do
+                                         torch.cuda.cudart().cudaProfilerStart() / Stop()
+                                         (Megatron-LM's way) on builds with CUDA. Calls of
                                          cudaProfilerStart from C/C++ are not seen.
                         range:NAME       opened when the first range named NAME begins, closed
                                          when that range ends; the range itself and what it
@@ -874,8 +876,10 @@ def _install_cuda_profiler_api(session, torch):
     torch has CUDA: without CUDA torch's call raises (AssertionError on CPU builds, a CUDA
     error without a GPU), and the program would have failed for a reason that is not its own
     under a profiler. With CUDA, torch's call runs as before, so other tools listening to
-    cudaProfilerStart/Stop see it. cudaProfilerStart called from C/C++ (not through
-    torch.cuda.profiler) is not seen."""
+    cudaProfilerStart/Stop see it. The CUDA runtime module's own cudaProfilerStart / Stop
+    (`torch.cuda.cudart().cudaProfilerStart()`, as Megatron-LM and NeMo call it) open / close
+    it too, on builds with CUDA; called from C/C++ it is not seen."""
+    _install_cudart_profiler_api(session, torch)
     prof = torch.cuda.profiler
     if getattr(prof, "_cprof_run_patched", False):
         return
@@ -903,6 +907,33 @@ def _install_cuda_profiler_api(session, torch):
 
     prof.start, prof.stop = start, stop
     prof._cprof_run_patched = True
+
+
+def _install_cudart_profiler_api(session, torch):
+    """torch.cuda.cudart()'s cudaProfilerStart / cudaProfilerStop (torch._C._cudart, None on
+    CPU builds) open / close the window before the runtime's call. torch.cuda.profiler's
+    start / stop call them too, after opening / closing: the second open or close is a no-op."""
+    rt = getattr(torch.cuda, "_cudart", None)
+    if rt is None or getattr(rt, "_cprof_run_patched", False):
+        return
+    prev_start = getattr(rt, "cudaProfilerStart", None)
+    prev_stop = getattr(rt, "cudaProfilerStop", None)
+    if prev_start is None or prev_stop is None:
+        return
+
+    def cudaProfilerStart(*args, **kwargs):
+        session.open("cudaProfilerStart()")
+        return prev_start(*args, **kwargs)
+
+    def cudaProfilerStop(*args, **kwargs):
+        session.close("cudaProfilerStop()")
+        return prev_stop(*args, **kwargs)
+
+    try:
+        rt.cudaProfilerStart, rt.cudaProfilerStop = cudaProfilerStart, cudaProfilerStop
+        rt._cprof_run_patched = True
+    except (AttributeError, TypeError):  # a runtime module that takes no attributes
+        rt.cudaProfilerStart, rt.cudaProfilerStop = prev_start, prev_stop
 
 
 class _OnTorchImport(importlib.abc.MetaPathFinder):

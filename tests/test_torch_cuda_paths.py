@@ -193,21 +193,38 @@ def test_capture_range_cuda_profiler_api_calls_torchs_with_cuda(monkeypatch):
             order.append("cudaProfilerStop")
             return 0
 
-    class Session:
+    class Session:  # as cprof run's: a second open / close of the window does nothing
+        state = "waiting"
+
         def open(self, why, trigger=None):
-            order.append(f"open: {why}")
+            if self.state != "open":
+                order.append(f"open: {why}")
+                self.state = "open"
 
         def close(self, why, exc_type=None):
-            order.append(f"close: {why}")
+            if self.state == "open":
+                order.append(f"close: {why}")
+                self.state = "closed"
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "_cudart", Cudart, raising=False)  # check_error's
     monkeypatch.setattr(prof, "cudart", lambda: Cudart)
-    _cli_run._install_cuda_profiler_api(Session(), torch)
+    session = Session()
+    _cli_run._install_cuda_profiler_api(session, torch)
     assert torch.cuda.profiler.start() is None
     torch.cuda.profiler.stop()
+    session.state = "waiting"
     with torch.cuda.profiler.profile():
         order.append("body")
     opened = ["open: torch.cuda.profiler.start()", "cudaProfilerStart"]
     closed = ["close: torch.cuda.profiler.stop()", "cudaProfilerStop"]
     assert order == opened + closed + opened + ["body"] + closed
+    # the runtime module's own calls, as Megatron-LM makes them
+    # (torch.cuda.cudart().cudaProfilerStart()), open and close the window as well
+    del order[:]
+    session.state = "waiting"
+    assert torch.cuda._cudart.cudaProfilerStart() == 0
+    order.append("body")
+    assert torch.cuda._cudart.cudaProfilerStop() == 0
+    assert order == ["open: cudaProfilerStart()", "cudaProfilerStart", "body",
+                     "close: cudaProfilerStop()", "cudaProfilerStop"]
