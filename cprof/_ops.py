@@ -196,7 +196,9 @@ def _patch_torch_profiler(torch):
     """torch allows one profiler per thread: torch.profiler / emit_nvtx started inside a cprof
     window would fail with "Profiler is already enabled on this thread". The patched entry
     points suspend cprof's operator capture while torch's own profiler runs (its operators are
-    then in torch's trace, not cprof's) and resume it after."""
+    then in torch's trace, not cprof's) and resume it after. They also say when torch.profiler
+    takes CUPTI from a cprof window collecting GPU activity (_window.torch_profiler_starts).
+    Once per process; a window with GPU collection installs them too (patch_torch_profiler)."""
     if _state["patched"]:
         return
     ap = torch.autograd.profiler
@@ -207,8 +209,20 @@ def _patch_torch_profiler(torch):
         except ImportError:
             legacy = None
 
+    def gpu_check(args, kwargs):
+        # Kineto taking CUPTI from a cprof window that collects GPU activity: said, not silent
+        from . import _window
+        _window.torch_profiler_starts(args[1] if len(args) > 1 else kwargs.get("activities"))
+
+    def wrap_prepare(orig):
+        def _prepare_profiler(*args, **kwargs):
+            gpu_check(args, kwargs)  # Kineto enables its CUPTI activities here
+            return orig(*args, **kwargs)
+        return _prepare_profiler
+
     def wrap_enable(orig):
         def _enable_profiler(*args, **kwargs):
+            gpu_check(args, kwargs)
             if _state["owner"] == threading.get_ident() and not _state["suspended"]:
                 _state["capture"].off()
                 _state["suspended"] = True
@@ -237,11 +251,24 @@ def _patch_torch_profiler(torch):
 
     ap._enable_profiler = wrap_enable(ap._enable_profiler)
     ap._disable_profiler = wrap_disable(ap._disable_profiler)
+    if hasattr(ap, "_prepare_profiler"):
+        ap._prepare_profiler = wrap_prepare(ap._prepare_profiler)
     if legacy is not None and hasattr(legacy, "_enable_profiler_legacy"):
-        # torch.autograd.profiler_legacy.profile: the same one-state-per-thread rule
+        # torch.autograd.profiler_legacy.profile: the same one-state-per-thread rule (its
+        # config is its only argument: no CUDA activity to check)
         legacy._enable_profiler_legacy = wrap_enable(legacy._enable_profiler_legacy)
         legacy._disable_profiler_legacy = wrap_disable(legacy._disable_profiler_legacy)
     _state["patched"] = True
+
+
+def patch_torch_profiler():
+    """_patch_torch_profiler for the torch loaded, if any (a GPU window's start)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            _patch_torch_profiler(torch)
+        except (ImportError, AttributeError):  # a torch without these entry points
+            pass
 
 
 class _Ops:

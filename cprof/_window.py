@@ -249,6 +249,9 @@ def clean_text(obj):
         return [clean_text(v) for v in obj]
     return obj
 
+_open = None  # the Window open in this process (one at a time), for torch_profiler_starts
+
+
 class Window:
     """Start, stop, write. One window at a time per process (the C store enforces it)."""
 
@@ -307,9 +310,11 @@ class Window:
         _ops.release_env()
         _C.set_buffer_cap(int(self.buffer_mb * (1 << 20)))  # this window's (decision 137)
         self.names_refused_at_start = _C.names_refused()
+        global _open
         try:
             _C.start(cpu_on=not self.cpu_off)  # (a Ctrl-C may be raised as it returns)
             self._set_up()
+            _open = self
         except BaseException:
             # whatever raised (a Ctrl-C included): the window this start opened is closed, so
             # a later one can open; it holds nothing of value yet
@@ -344,6 +349,7 @@ class Window:
                 raise MemoryError(f"{err}; ask for a smaller CUPTI buffer pool (gpu_buffer_mb "
                                   "or CPROF_GPU_BUFFER_MB; default 128)") from None
             else:
+                _ops.patch_torch_profiler()  # says when torch.profiler takes CUPTI from it
                 if self.nvtx:
                     _set_nvtx_injection()
                 # the window's span starts once CUPTI collects (enabling it takes ms), not
@@ -482,6 +488,9 @@ class Window:
         "exit"), if any. Returns the snapshot (None in a forked child: nothing is closed)."""
         if self.foreign("stop"):
             return None
+        global _open
+        if _open is self:
+            _open = None
         user_end = 0
         if self.gpu and _C.gpu_active():
             user_end = _C.now_ns()  # the sync below is cprof's, not the program's
@@ -676,6 +685,36 @@ class Window:
         if self.gpu_snapshot is not None:
             self.gpu_snapshot.close()
             self.gpu_snapshot = None
+
+
+def torch_profiler_starts(activities):
+    """torch.profiler (Kineto) is setting up CUDA collection (torch's _prepare_profiler /
+    _enable_profiler with ProfilerActivity.CUDA) while a cprof window collects GPU activity.
+    CUPTI serves one set of buffer callbacks per process: Kineto registers its own, so the
+    cprof window's GPU records go to Kineto from here on, and Kineto's stop switches the
+    activity kinds off. Not silent: a warning and the trace's metadata
+    (gpu_taken_by_torch_profiler, seconds from the window's start) say where the GPU side
+    ends."""
+    w = _open
+    if w is None or not w.gpu or "gpu_taken_by_torch_profiler" in w.notes:
+        return
+    try:
+        if not _C.gpu_active() or not any("CUDA" in str(a) for a in activities or ()):
+            return
+    except TypeError:  # activities not iterable: not torch's call as cprof knows it
+        return
+    w.notes["gpu_taken_by_torch_profiler"] = {
+        "since_s": round(time.time() - w.start_time, 6) if w.start_time else None,
+        "why": "torch.profiler started CUDA collection inside this window: CUPTI delivers to "
+               "one client's buffers, so GPU records from then on went to torch.profiler"}
+    _warn.warn(
+        "cprof: torch.profiler started CUDA collection inside a cprof window that collects "
+        "GPU activity. CUPTI serves one profiler at a time: from here on this window's GPU "
+        "records go to torch.profiler (and its stop switches GPU collection off), so this "
+        "window's trace lacks the GPU work from now on; its CPU ranges are complete, and the "
+        "metadata says when (gpu_taken_by_torch_profiler). Profile the GPU with one tool at a "
+        "time: close the cprof window first, or use cprof.profile, a drop-in for "
+        "torch.profiler.profile.")
 
 
 def _kineto_idle():

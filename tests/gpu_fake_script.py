@@ -240,6 +240,29 @@ with warnings.catch_warnings(record=True) as caught:
         result["min_start_us"] = min(e.start_us for e in prof.events())
         result["trace"] = os.path.join(out_dir, "threads.json")
         prof.export_chrome_trace(result["trace"])
+    elif scenario == "torch_profiler_inside":  # torch.profiler started in a GPU window
+        import torch
+        from torch.profiler import ProfilerActivity
+        # torch.profiler asks Kineto for CUDA activity only where torch has CUDA and Kineto
+        # CUPTI: said so here (this CPU build's Kineto then records CPU activity alone)
+        torch.cuda.is_available = lambda: True
+        torch.cuda.synchronize = lambda device=None: None  # torch.profiler's at its stop
+        torch.autograd.profiler._supported_activities = lambda: {ProfilerActivity.CPU,
+                                                                 ProfilerActivity.CUDA}
+        tid = threading.get_native_id()
+        traces = {}
+        for name, acts in (("cpu_only", [ProfilerActivity.CPU]),
+                           ("cuda", [ProfilerActivity.CPU, ProfilerActivity.CUDA])):
+            before = len(caught)
+            with cprof.ProfilerContext(output_dir=out_dir, profile_name=name, verbose=False,
+                                       with_stack=False) as p:
+                fake.fake_cupti_script_basic(C.now_ns() + 1000, tid)
+                with torch.profiler.profile(activities=acts):
+                    torch.ones(4) + 1
+                time.sleep(0.002)
+            traces[name] = str(p.trace_path)
+            result["warned_" + name] = [str(w.message) for w in caught[before:]]
+        result["traces"] = traces
     elif scenario == "nvtx":
         with cprof.ProfilerContext(output_dir=out_dir, profile_name="nvtx", verbose=False) as p:
             t0 = C.now_ns() + 1000

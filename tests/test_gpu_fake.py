@@ -1094,3 +1094,18 @@ def test_other_threads_recording_around_cprofs_set_up_stay_out_of_the_window(tmp
     lo = min([s0] + [k["ts"] for k in kernels])
     hi = max([s1] + [k["ts"] + k["dur"] for k in kernels])
     assert win["start_us"] == pytest.approx(lo, abs=1) and win["end_us"] == pytest.approx(hi, abs=1)
+
+
+def test_torch_profiler_taking_cupti_inside_a_window_is_said(tmp_path, fake_so):
+    """torch.profiler started with CUDA inside a cprof window that collects GPU activity takes
+    CUPTI's buffer callbacks (one client per process) and switches the kinds off at its stop:
+    the window's GPU records end there. A warning and the trace's metadata say so; a
+    CPU-only torch.profiler inside a window takes nothing and nothing is said."""
+    pytest.importorskip("torch")
+    res = run("torch_profiler_inside", tmp_path, fake_so)
+    assert not [w for w in res["warned_cpu_only"] if "torch.profiler" in w]
+    assert "gpu_taken_by_torch_profiler" not in load_trace(res["traces"]["cpu_only"])["cprof"]
+    (w,) = [w for w in res["warned_cuda"] if "torch.profiler started CUDA collection" in w]
+    assert "gpu_taken_by_torch_profiler" in w and "one tool at a time" in w
+    meta = load_trace(res["traces"]["cuda"])["cprof"]["gpu_taken_by_torch_profiler"]
+    assert meta["since_s"] >= 0 and "torch.profiler" in meta["why"]
