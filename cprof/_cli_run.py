@@ -304,6 +304,12 @@ def _check_program(kind, target):
                 raise _Usage(f"no such file: {target}; --activities takes one comma-separated "
                              f"list (--activities CPU,{target.strip().upper()}), not several "
                              "words")
+            if os.path.basename(os.path.normpath(target)) in ("torchrun", "torchrun.py"):
+                # `cprof run torchrun ...` as `nsys profile torchrun ...` is written: a script
+                # is a path (as for python), and the launcher's ranks would be unprofiled anyway
+                raise _Usage(f"no such file: {target}; torchrun is torch's launcher and its "
+                             "ranks are other processes: to profile each rank run `torchrun "
+                             "[its options] -m cprof run [cprof's options] prog.py [args]`")
             raise _Usage(f"no such file: {target}")
         if os.path.isdir(target) and not os.path.isfile(os.path.join(target, "__main__.py")):
             raise _Usage(f"{target} is a directory without __main__.py; pass the script to run")

@@ -775,3 +775,16 @@ def test_mem_starts_cuda_memory_history_at_the_programs_first_cuda_use(tmp_path,
     else:
         assert "history started 0" in ran.stdout and not pickles
         assert "CUDA memory not tracked" in ran.stderr
+
+
+def test_bare_torchrun_says_where_cprof_run_goes(tmp_path):
+    """Docs audit: usage.md said `cprof run torchrun ...` profiles the launcher only and says
+    so; a bare `torchrun` is no file (scripts are paths, as for python), so it got a plain
+    "no such file: torchrun". It is still refused (exit 2), now with the way to profile the
+    ranks."""
+    ran = cprof_run("-o", tmp_path, "torchrun", "--nproc_per_node=2", "train.py", timeout=60)
+    assert ran.returncode == 2, ran.stderr
+    assert "no such file: torchrun" in ran.stderr
+    assert "torchrun [its options] -m cprof run" in ran.stderr
+    other = cprof_run("-o", tmp_path, "nosuch.py", timeout=60)
+    assert other.returncode == 2 and "torchrun" not in other.stderr
