@@ -385,6 +385,8 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
             env_gpu_buffer_mb()  # a typo in a job script fails here, not on the GPU nodes' window
         self.record_shapes = bool(record_shapes)
         self.profile_memory = "MEM" in self.activities
+        if self.profile_memory:  # a bad CPROF_MEMORY_INTERVAL_US: here, not out of step()
+            _glue.memory_interval_us()
         self.with_stack = flag(with_stack, who, "with_stack")
         self.with_modules = flag(with_modules, who, "with_modules")
         self.min_duration_us = min_duration_us

@@ -700,9 +700,10 @@ p.stop()
 with cprof.profile(activities=["CPU"], profile_memory=True) as m:
     torch.ones(1000)
 res["memory_after_thread"] = m._last.notes["memory"]["allocation_events"]
-os.environ["CPROF_MEMORY_INTERVAL_US"] = "bogus"
+bad = cprof.profile(activities=["CPU"], profile_memory=True)
+os.environ["CPROF_MEMORY_INTERVAL_US"] = "bogus"  # after it was made: start() refuses it
 try:
-    with cprof.profile(activities=["CPU"], profile_memory=True):
+    with bad:
         pass
 except ValueError:
     res["bad_interval_raised"] = True

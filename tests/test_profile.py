@@ -1461,12 +1461,35 @@ def test_memory_track_keeps_a_long_window_in_bounded_samples(tmp_path, monkeypat
 
 @pytest.mark.parametrize("bad", ["0", "5", "fast", "-1", "1e9"])
 def test_bad_memory_interval_is_refused_before_the_window_opens(bad, monkeypatch):
-    monkeypatch.setenv("CPROF_MEMORY_INTERVAL_US", bad)
     p = cprof.profile(activities=CPU, profile_memory=True)
+    monkeypatch.setenv("CPROF_MEMORY_INTERVAL_US", bad)  # set after the profiler was made
     with pytest.raises(ValueError, match="CPROF_MEMORY_INTERVAL_US"):
         p.start()
     assert not _C.mem_sampler_running()
     assert not _C.active()
+
+
+@pytest.mark.parametrize("api", ["profile", "from_config", "ProfilerContext"])
+def test_bad_memory_interval_is_refused_when_the_profiler_is_made(api, monkeypatch, tmp_path):
+    """Docs audit: a bad CPROF_MEMORY_INTERVAL_US was found only when the window opened, so
+    under a schedule it came out of step() in the middle of the loop, after the wait steps
+    (CPROF_GPU_BUFFER_MB and CPROF_OPS_CAPTURE are checked when the profiler is made). Now it
+    is a ValueError there too; without MEM the variable is not read."""
+    monkeypatch.setenv("CPROF_MEMORY_INTERVAL_US", "5")
+    make = {
+        "profile": lambda **kw: cprof.profile(schedule=cprof.schedule(wait=1, warmup=0,
+                                                                      active=1), **kw),
+        "from_config": lambda **kw: cprof.profile.from_config(
+            {"wait": 1, "warmup": 1, "active": 1}, tmp_path, **kw),
+        "ProfilerContext": lambda **kw: cprof.ProfilerContext(output_dir=tmp_path,
+                                                              verbose=False, **kw),
+    }[api]
+    mem = ["CPU", "MEM"]
+    with pytest.raises(ValueError, match="CPROF_MEMORY_INTERVAL_US='5'"):
+        make(activities=mem)
+    assert not _C.active()
+    if api != "from_config":  # (seed 002's profile_memory default adds MEM there)
+        make(activities=["CPU"])  # no MEM: the variable is not read
 
 
 def test_memory_sampler_is_not_inherited_by_a_forked_child(tmp_path):
