@@ -119,8 +119,9 @@ Bad input exits 2 before the program starts: no script, no such file, no such mo
 package without __main__), an unknown activity, a --capture-range other than cudaProfilerApi /
 range:NAME, a negative or non-finite --delay, a --duration that is not positive, a --delay or
 --duration past threading.TIMEOUT_MAX (about 292 years), --delay with --capture-range, an
-output directory that cannot be created or written, a --name containing '/'. A program with
-a syntax error: Python's message, exit 1.
+output directory that cannot be created or written, a --name containing '/', a bad
+CPROF_GPU_BUFFER_MB, CPROF_MEMORY_INTERVAL_US (with MEM) or CPROF_OPS_CAPTURE (with
+--record-ops). A program with a syntax error: Python's message, exit 1.
 """
 import argparse
 import functools
@@ -1468,6 +1469,16 @@ def _configure(argv):
         opts.output_dir = os.path.abspath(opts.output_dir or default_output_dir())
         # now, not after an hour of the program
         check_output_dir(opts.output_dir, "pass another --output-dir or set CPROF_PROFILER_DIR")
+        # the variables cprof.profile checks when it is made: a typo in one is bad input too,
+        # said as such (it was a traceback from inside ProfilerContext)
+        from ._window import env_gpu_buffer_mb
+        env_gpu_buffer_mb()
+        if "MEM" in opts.activities:
+            from ._glue import memory_interval_us
+            memory_interval_us()
+        if opts.record_ops:
+            from ._ops import capture_choice
+            capture_choice()
     except (_Usage, ValueError, OSError) as err:
         parser.error(_strip_prefix(err))
     return opts, kind, target, prog_args

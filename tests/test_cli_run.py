@@ -788,3 +788,21 @@ def test_bare_torchrun_says_where_cprof_run_goes(tmp_path):
     assert "torchrun [its options] -m cprof run" in ran.stderr
     other = cprof_run("-o", tmp_path, "nosuch.py", timeout=60)
     assert other.returncode == 2 and "torchrun" not in other.stderr
+
+
+@pytest.mark.parametrize("var, value, extra", [
+    ("CPROF_GPU_BUFFER_MB", "abc", []),
+    ("CPROF_MEMORY_INTERVAL_US", "5", ["--activities", "CPU,MEM"]),
+    ("CPROF_OPS_CAPTURE", "bogus", ["--record-ops"]),
+])
+def test_a_bad_cprof_variable_is_a_usage_error(var, value, extra, tmp_path):
+    """Docs audit: `CPROF_GPU_BUFFER_MB=abc cprof run prog.py` ended in a Python traceback from
+    inside ProfilerContext (exit 1), where usage.md says bad input exits 2 with a "cprof run:
+    error:" line before the program starts. The program does not run."""
+    script = tmp_path / "prog.py"
+    script.write_text("print('ran')\n")
+    ran = subprocess.run(_cmd("-o", tmp_path, *extra, script), env=dict(_env(), **{var: value}),
+                         capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 2, ran.stderr
+    assert f"cprof run: error: {var}" in ran.stderr and "Traceback" not in ran.stderr
+    assert ran.stdout == ""
