@@ -46,7 +46,8 @@ if { [ "${CPROF_FUZZ:-}" = 1 ] || [ -n "${CI:-}" ]; }; then
 fi
 
 pip_install() { $PY -m pip install -q --disable-pip-version-check "$@"; }
-# torch: the CPU build the machine offers (a local file); never a multi-GB CUDA download
+# torch: from pip's configured index (this project's machines: the CPU wheel, a local file);
+# from PyPI on Linux that is the CUDA build (see README.md)
 $PY -c "import torch" 2>/dev/null || pip_install torch==2.13.0
 $PY -c "import setuptools, wheel" 2>/dev/null || pip_install setuptools wheel
 if [ "${1:-}" = "--test" ]; then
