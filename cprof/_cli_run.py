@@ -612,6 +612,17 @@ class _Session:
             out.info("the trace is partial: the program ended with "
                      f"{getattr(exc_type, '__name__', exc_type)} while the window was open")
 
+    def hand_over(self):
+        """The program opens a cprof window of its own (ProfilerContext, cprof.profile) while
+        this one is open, from any thread: this one closes and its trace is written, so that the
+        program's window opens and the program runs as it would without cprof run, rather
+        than failing with WindowStateError (decision 178). Nothing reopens it afterwards."""
+        if self.state != "open" or os.getpid() != self.pid:
+            return
+        self.out.info("the program opens a cprof window of its own: cprof run's window closes "
+                      "here and its trace is written; the program's window records from now on")
+        self.close("the program opened its own cprof window")
+
     def _lifecycle_end(self, reason):
         """The program called os._exit or exec (or the interpreter is exiting) with the
         window open (cprof/_lifecycle.py): closed and written now, partial, end reason."""
@@ -1228,6 +1239,8 @@ class _Run:
             for sig in OTHER_ENDING_SIGNALS:  # left alone where the program set them up
                 if signal.getsignal(sig) is signal.SIG_DFL and _C.signal_default(sig):
                     signal.signal(sig, session.on_ending_signal)
+        from . import _window
+        _window.yield_to_program = session.hand_over
         session.t0 = time.monotonic()  # --delay counts from here: the program starts next
         session.start_timer()  # before the window opens, so the tracer never sees its thread
         _install_torch_hooks(session, opts.capture)

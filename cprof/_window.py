@@ -250,6 +250,10 @@ def clean_text(obj):
     return obj
 
 _open = None  # the Window open in this process (one at a time), for torch_profiler_starts
+# Set by `cprof run` (cprof/_cli_run.py) while it profiles a program: called when a window is
+# about to open while one is open, so that cprof run's own window gives way to the program's
+# ProfilerContext / cprof.profile instead of failing the program (decision 178).
+yield_to_program = None
 
 
 class Window:
@@ -301,6 +305,8 @@ class Window:
         return True
 
     def start(self):
+        if _C.active() and yield_to_program is not None:
+            yield_to_program()  # cprof run's window closes, if it is the open one
         if _C.active():
             raise _C.WindowStateError(
                 "a cprof window is already open in this process; close it (exit its "
