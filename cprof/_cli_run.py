@@ -1089,6 +1089,10 @@ def _catch_up_ops(glue, record_ops, record_shapes=False):
         glue.parts.remove(p)
         p.remove()
     glue.parts.append(part)
+    # as _glue.install says it when torch came first: a trace without cprof's region capture
+    # says why, so no region is never read as no graph break (docs/usage.md)
+    glue.regions_how = {"mode": "torch operators",
+                        "reason": "torch's own region ranges come with its operators"}
 
 
 def _install_torch_hooks(session, capture):
