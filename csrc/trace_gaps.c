@@ -114,30 +114,15 @@ static int64_t corr_get(const corr_map *m, int64_t corr) {
     return slot < 0 ? -1 : (int64_t)m->event[slot];
 }
 
-/* The part of [s, e) the CPU spent waiting (sync intervals sorted by start, pmax = prefix max
- * of ends): *ws .. *we, from the first wait's start to the last one's end within [s, e).
- * 0: no wait overlaps it. */
-static int sync_part(const span *sy, const int64_t *pmax, size_t n, int64_t s, int64_t e,
-                     int64_t *ws, int64_t *we) {
-    size_t lo = 0, hi = n; /* first index with start >= e */
+/* The first of the n sync intervals (sorted by start) that starts at or after t. */
+static size_t first_start_from(const span *sy, size_t n, int64_t t) {
+    size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (sy[mid].s < e) lo = mid + 1;
+        if (sy[mid].s < t) lo = mid + 1;
         else hi = mid;
     }
-    if (lo == 0 || pmax[lo - 1] <= s) return 0;
-    /* pmax never decreases: the first wait ending after s is where it first passes s (one
-     * binary search a gap: a long wait overlapping many gaps must not be walked to from each) */
-    size_t a = 0, b = lo - 1;
-    while (a < b) {
-        size_t mid = (a + b) / 2;
-        if (pmax[mid] > s) b = mid;
-        else a = mid + 1;
-    }
-    int64_t first = sy[a].s, last = pmax[lo - 1];
-    *ws = first > s ? first : s;
-    *we = last < e ? last : e;
-    return *we > *ws;
+    return lo;
 }
 
 static cJSON *add_obj(cJSON *arr) {
@@ -307,18 +292,40 @@ static void idle_piece(gap_state *st, int64_t s, int64_t e, int64_t prev_last, i
     keep_largest(st->top, st->ntop, st->cap, &g);
 }
 
-/* The idle gap [s, e) between prev_last and first (-1: none): the part the CPU spent waiting
- * (a sync) is idle after syncs; what lies before and after it has its own cause (the GPU idle
- * while the CPU loads data after a `.item()` is the host's, not the sync's). */
+/* The idle gap [s, e) between prev_last and first (-1: none): the parts the CPU spent waiting
+ * (syncs) are idle after syncs; each stretch before, between and after them has its own cause
+ * (the GPU idle while the CPU loads data after a `.item()` is the host's, not the sync's,
+ * also when the next step's wait begins before the gap ends). The waits begun before s are
+ * one stretch from s to the latest of their ends (pmax, prefix max of ends: one binary
+ * search, so a long wait spanning many gaps is not walked to from each); those begun inside
+ * the gap are walked, each once per device, as the gaps of one device do not overlap. */
 static void idle_gap(gap_state *st, int64_t s, int64_t e, int64_t prev_last, int64_t first) {
-    int64_t ws, we;
-    if (!sync_part(st->sy, st->pmax, st->nsync, s, e, &ws, &we)) {
-        idle_piece(st, s, e, prev_last, first, 0);
-        return;
+    size_t lo = first_start_from(st->sy, st->nsync, s);
+    size_t hi = first_start_from(st->sy, st->nsync, e);
+    int64_t p = s; /* classified up to p */
+    int open = lo > 0 && st->pmax[lo - 1] > s;
+    int64_t ws = s, we = open ? st->pmax[lo - 1] : s; /* the wait stretch being gathered */
+    for (size_t i = lo; i < hi; i++) {
+        const span *w = &st->sy[i];
+        if (open && w->s <= we) { /* overlaps or touches the stretch: one wait */
+            if (w->e > we) we = w->e;
+            continue;
+        }
+        if (open) {
+            idle_piece(st, p, ws, prev_last, first, 0);
+            idle_piece(st, ws, we < e ? we : e, prev_last, first, 1);
+            p = we < e ? we : e;
+        }
+        ws = w->s;
+        we = w->e;
+        open = 1;
     }
-    idle_piece(st, s, ws, prev_last, first, 0);
-    idle_piece(st, ws, we, prev_last, first, 1);
-    idle_piece(st, we, e, prev_last, first, 0);
+    if (open) {
+        idle_piece(st, p, ws, prev_last, first, 0);
+        idle_piece(st, ws, we < e ? we : e, prev_last, first, 1);
+        p = we < e ? we : e;
+    }
+    idle_piece(st, p, e, prev_last, first, 0);
 }
 
 int cprof_gaps_report(const cprof_trace *t, const cprof_report_opts *o, int64_t win0,
