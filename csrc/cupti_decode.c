@@ -237,19 +237,34 @@ void cprof_cupti_decode_one(cprof_cupti_decoder *d, const CUpti_Activity *a) {
     case CUPTI_ACTIVITY_KIND_OVERHEAD: {
         const cprof_cupti_overhead_t *o = (const void *)a;
         uint64_t st = to_cprof(d, o->start), en = to_cprof(d, o->end);
-        if (en >= st) s->overhead_ns += en - st; /* CUPTI's whole cost, in the window or not */
-        if (!(r = timed_record(d, o->start, o->end, 0))) return;
+        /* CUPTI reports the driver's costs (JIT compiling, lazy loading, a full command
+         * buffer) in the same kind as its own: only its own count as CUPTI's cost */
         const char *what = "CUPTI overhead";
+        int cuptis_own = 1;
         switch ((unsigned)o->overheadKind) {
-        case CUPTI_ACTIVITY_OVERHEAD_DRIVER_COMPILER: what = "Driver compiler"; break;
+        case CUPTI_ACTIVITY_OVERHEAD_DRIVER_COMPILER:
+            what = "Driver compiler", cuptis_own = 0;
+            break;
         case CUPTI_ACTIVITY_OVERHEAD_CUPTI_BUFFER_FLUSH: what = "CUPTI buffer flush"; break;
         case CUPTI_ACTIVITY_OVERHEAD_CUPTI_INSTRUMENTATION: what = "CUPTI instrumentation"; break;
         case CUPTI_ACTIVITY_OVERHEAD_CUPTI_RESOURCE: what = "CUPTI resource"; break;
-        case CUPTI_ACTIVITY_OVERHEAD_LAZY_FUNCTION_LOADING: what = "Lazy function loading"; break;
-        case CUPTI_ACTIVITY_OVERHEAD_COMMAND_BUFFER_FULL: what = "Command buffer full"; break;
+        case CUPTI_ACTIVITY_OVERHEAD_RUNTIME_TRIGGERED_MODULE_LOADING:
+            what = "Module loading", cuptis_own = 0;
+            break;
+        case CUPTI_ACTIVITY_OVERHEAD_LAZY_FUNCTION_LOADING:
+            what = "Lazy function loading", cuptis_own = 0;
+            break;
+        case CUPTI_ACTIVITY_OVERHEAD_COMMAND_BUFFER_FULL:
+            what = "Command buffer full", cuptis_own = 0;
+            break;
         case CUPTI_ACTIVITY_OVERHEAD_ACTIVITY_BUFFER_REQUEST: what = "CUPTI buffer request"; break;
+        case CUPTI_ACTIVITY_OVERHEAD_UVM_ACTIVITY_INIT: what = "CUPTI UVM activity init"; break;
         default: break;
         }
+        /* CUPTI's whole cost, in the window or not */
+        if (cuptis_own && en >= st) s->overhead_ns += en - st;
+        if (!(r = timed_record(d, o->start, o->end, 0))) return;
+        r->sub = (uint8_t)cuptis_own;
         r->kind = CPROF_GPU_OVERHEAD;
         r->name_id = intern(what);
         r->correlation = o->correlationId;

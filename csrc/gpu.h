@@ -30,7 +30,8 @@ typedef struct cprof_gpu_record {
     uint8_t kind;               /* enum cprof_gpu_kind */
     uint8_t sub;                /* memcpy: CUpti_ActivityMemcpyKind; sync: type; api: cprof_api_cat;
                                    memory: 1 alloc / 2 release, pool 3 created / 4
-                                   destroyed / 5 trimmed; overhead: kind index */
+                                   destroyed / 5 trimmed; overhead: 1 CUPTI's own
+                                   cost, 0 the driver's (compiler, lazy loading) */
     uint8_t src_kind, dst_kind; /* memcpy: CUpti_ActivityMemoryKind of each side */
     uint32_t correlation;
     uint32_t device, context, stream;
@@ -117,7 +118,7 @@ typedef struct cprof_gpu_snapshot {
     uint64_t buffers_refused;   /* CUPTI's requests for a buffer refused (pool full): records
                                    were lost from then on, in numbers CUPTI may not report */
     uint64_t pool_cap_bytes;    /* the pool's cap in this window */
-    uint64_t overhead_ns;       /* sum of CUPTI overhead records */
+    uint64_t overhead_ns;       /* sum of the overhead records of CUPTI's own cost */
     uint64_t buffers;           /* CUPTI buffers used */
     int cupti_shared;           /* collected without the subscriber (another client held it) */
     char cupti_holder[64];      /* the holder CUPTI named then ("" if it named none) */

@@ -881,7 +881,8 @@ static void gpu_section(writer *w, const cprof_trace_meta *m, const cprof_snapsh
         }
         case CPROF_GPU_OVERHEAD:
             event_head(w, "overhead", NULL, r->name_id, m->pid, r->tid, ts, dur);
-            cprof_buf_puts(b, "\"cprof\":\"CUPTI's own cost\"");
+            cprof_buf_puts(b, r->sub ? "\"cprof\":\"CUPTI's own cost\""
+                                     : "\"cprof\":\"the driver's cost, reported by CUPTI\"");
             event_tail(w);
             break;
         case CPROF_GPU_MARKER:

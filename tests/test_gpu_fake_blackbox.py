@@ -469,6 +469,32 @@ def test_schedule_writes_one_trace_per_cycle_with_its_own_records(fake_lib, tmp_
     assert sorted(got) == [["step1"], ["step3"], ["step5"]], got
 
 
+def test_overhead_counts_cuptis_own_cost_only(fake_lib, tmp_path):
+    """OVERHEAD records are written (cat "overhead", on their thread); the metadata's
+    cupti_overhead_ns is CUPTI's own cost: the driver's JIT compiling that CUPTI reports in the
+    same kind is shown but neither counted in it nor labelled as CUPTI's."""
+    body = r'''
+    with window() as p:
+        t = now()
+        RESULT["created"] = [
+            fake.fake_cupti_add_overhead(1 << 16, t + 10 * US, t + 13 * US, TID),  # buffer flush
+            fake.fake_cupti_add_overhead(1, t + 20 * US, t + 21 * US, TID)]  # driver compiler
+        settle(t + 30 * US)
+    RESULT["trace"] = str(p.trace_path)
+    RESULT["tid"] = TID
+    '''
+    res, _ = run_scenario(tmp_path, body)
+    assert res["created"] == [1, 1], "OVERHEAD kind not enabled"
+    tr = load(res["trace"])
+    ov = {e["name"]: e for e in events(tr, "overhead")}
+    assert set(ov) == {"CUPTI buffer flush", "Driver compiler"}
+    assert all(e["tid"] == res["tid"] for e in ov.values())
+    assert ov["CUPTI buffer flush"]["dur"] == pytest.approx(3.0, abs=1e-3)
+    assert "CUPTI's own" in ov["CUPTI buffer flush"]["args"]["cprof"]
+    assert "CUPTI's own" not in ov["Driver compiler"]["args"]["cprof"]
+    assert tr["cprof"]["gpu"]["cupti_overhead_ns"] == 3000
+
+
 # ------------------------------------------------------------------------------ failure modes
 
 
