@@ -686,6 +686,8 @@ def memory_end(prof):
                            else "not tracked: torch has no CUDA here or it is not in use")
         return out
     prof._memory_recording = False
+    # the program's window ended here: the snapshot below is cprof's (Window.stop's end_ns)
+    out["end_ns"] = _C.now_ns()
     torch = sys.modules["torch"]
     own = getattr(prof, "_memory_history_own", True)
     if not own:

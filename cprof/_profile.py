@@ -956,7 +956,10 @@ class profile:  # noqa: N801 -- the torch.profiler name, on purpose
         if w.snapshot is None:
             self.memory = _glue.memory_end(self)
             w.config["last_step"] = self.step_num
-            w.stop(self._window_exc)
+            # the window's span ends before the CUDA memory snapshot (seconds, with stacks to
+            # symbolise): that is cprof's work, not the program's
+            w.stop(self._window_exc,
+                   end_ns=self.memory.pop("end_ns", None) if self.memory else None)
         self._window_exc = None
         self._window = None
         if self.memory is not None:

@@ -489,17 +489,19 @@ class Window:
             "when that function is removed (cprof leaves it alone; Python 3.12+ runs both). "
             "The trace's cprof.with_stack_replaced says so")
 
-    def stop(self, exc_type=None):
+    def stop(self, exc_type=None, end_ns=None):
         """Closes the window. exc_type: the exception that ended it (or a str: "SIGTERM",
-        "exit"), if any. Returns the snapshot (None in a forked child: nothing is closed)."""
+        "exit"), if any. end_ns: where the program's window ended, when cprof's own work at
+        the stop came before this call (the memory snapshot); default: now. Returns the
+        snapshot (None in a forked child: nothing is closed)."""
         if self.foreign("stop"):
             return None
         global _open
         if _open is self:
             _open = None
-        user_end = 0
+        user_end = end_ns or 0
         if self.gpu and _C.gpu_active():
-            user_end = _C.now_ns()  # the sync below is cprof's, not the program's
+            user_end = end_ns or _C.now_ns()  # the sync below is cprof's, not the program's
             _sync_cuda()  # let launched work finish, so its records are complete
             try:
                 self.gpu_snapshot = _C.gpu_stop(host_stop_ns=user_end,

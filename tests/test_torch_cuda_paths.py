@@ -228,3 +228,36 @@ def test_capture_range_cuda_profiler_api_calls_torchs_with_cuda(monkeypatch):
     assert torch.cuda._cudart.cudaProfilerStop() == 0
     assert order == ["open: cudaProfilerStart()", "cudaProfilerStart", "body",
                      "close: cudaProfilerStop()", "cudaProfilerStop"]
+
+
+def test_cuda_memory_snapshot_time_is_not_in_the_windows_span(tmp_path, monkeypatch):
+    """The CUDA memory snapshot at a MEM window's end takes seconds where it symbolises
+    stacks; the window's span (the trace's "PyTorch Profiler (0)" span, what utilisation and
+    the report's window divide by) ends before it: that time is cprof's, not the program's."""
+    import json
+    import time as _time
+
+    from cprof import _C
+    FakeHistory(monkeypatch)
+    fake_snapshot = torch.cuda.memory._snapshot
+    began = []
+
+    def slow_snapshot(*args, **kwargs):
+        began.append((_C.now_ns() + _C.unix_offset_ns()) / 1000.0)
+        _time.sleep(0.05)
+        return fake_snapshot(*args, **kwargs)
+
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot", slow_snapshot)
+    ctx = cprof.ProfilerContext(activities=["CPU", "MEM"], output_dir=tmp_path,
+                                profile_name="span", with_stack=False, verbose=False)
+    with ctx:
+        with cprof.range("work"):
+            pass
+    assert began, "the window took no CUDA memory snapshot"
+    import gzip
+    with gzip.open(ctx.trace_path, "rt") as f:
+        t = json.load(f)
+    (span,) = [e for e in t["traceEvents"] if e.get("name") == "PyTorch Profiler (0)"]
+    # the trace's ts count from baseTimeNanoseconds; 1 us: their rounding
+    end_us = t["baseTimeNanoseconds"] / 1000.0 + span["ts"] + span["dur"]
+    assert end_us <= began[0] + 1, (end_us, began[0])
