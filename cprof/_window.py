@@ -305,33 +305,60 @@ class Window:
         return True
 
     def start(self):
-        if _C.active() and yield_to_program is not None:
-            yield_to_program()  # cprof run's window closes, if it is the open one
-        if _C.active():
-            raise _C.WindowStateError(
-                "a cprof window is already open in this process; close it (exit its "
-                "ProfilerContext / call stop()) before opening another; if nothing can close "
-                "it (a Ctrl-C landed on its with block's exit), cprof.end_open_window() ends it "
-                "and writes its trace, marked partial")
-        _ops.release_env()
-        _C.set_buffer_cap(int(self.buffer_mb * (1 << 20)))  # this window's (decision 137)
-        self.names_refused_at_start = _C.names_refused()
+        # twice at most: another thread's window may open between the check and _C.start
+        # (cprof run's --delay timer or a capture hook as the program opens its own): then
+        # cprof run's gives way as it would have at the check (decision 178)
+        for attempt in (0, 1):
+            if _C.active() and yield_to_program is not None:
+                yield_to_program()  # cprof run's window closes, if it is the open one
+            if _C.active():
+                raise self._already_open()
+            _ops.release_env()
+            try:
+                _C.set_buffer_cap(int(self.buffer_mb * (1 << 20)))  # this window's (decision 137)
+                self.names_refused_at_start = _C.names_refused()
+                try:
+                    _C.start(cpu_on=not self.cpu_off)  # (a Ctrl-C may be raised as it returns)
+                except _C.WindowStateError:
+                    raise
+                except BaseException:
+                    self._close_failed_start()
+                    raise
+            except _C.WindowStateError:
+                # another thread's window opened since the check: the store is that window's,
+                # not this start's to close (closing it lost that window's data, and its own
+                # stop then raised "no cprof window is open")
+                if attempt or yield_to_program is None:
+                    raise self._already_open() from None
+                continue
+            break
         global _open
         try:
-            _C.start(cpu_on=not self.cpu_off)  # (a Ctrl-C may be raised as it returns)
             self._set_up()
             _open = self
         except BaseException:
-            # whatever raised (a Ctrl-C included): the window this start opened is closed, so
-            # a later one can open; it holds nothing of value yet
-            if _C.gpu_active():
-                try:
-                    _C.gpu_stop(host_stop_ns=_C.now_ns(), toggled_off=[])
-                except _C.CprofError:
-                    pass
-            if _C.active():
-                _C.stop().close()
+            self._close_failed_start()
             raise
+
+    @staticmethod
+    def _already_open():
+        return _C.WindowStateError(
+            "a cprof window is already open in this process; close it (exit its "
+            "ProfilerContext / call stop()) before opening another; if nothing can close "
+            "it (a Ctrl-C landed on its with block's exit), cprof.end_open_window() ends it "
+            "and writes its trace, marked partial")
+
+    @staticmethod
+    def _close_failed_start():
+        """Whatever raised once this start opened the store (a Ctrl-C included): the window
+        it opened is closed, so a later one can open; it holds nothing of value yet."""
+        if _C.gpu_active():
+            try:
+                _C.gpu_stop(host_stop_ns=_C.now_ns(), toggled_off=[])
+            except _C.CprofError:
+                pass
+        if _C.active():
+            _C.stop().close()
 
     def _set_up(self):
         self.pid = os.getpid()
