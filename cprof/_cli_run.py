@@ -617,11 +617,22 @@ class _Session:
         this one is open, from any thread: this one closes and its trace is written, so that the
         program's window opens and the program runs as it would without cprof run, rather
         than failing with WindowStateError (decision 178). Nothing reopens it afterwards."""
-        if self.state != "open" or os.getpid() != self.pid:
+        if os.getpid() != self.pid:
             return
-        self.out.info("the program opens a cprof window of its own: cprof run's window closes "
-                      "here and its trace is written; the program's window records from now on")
-        self.close("the program opened its own cprof window")
+        # the lock first, whatever the state says: an open another thread has begun (--delay's
+        # timer, a capture hook; CUPTI's enabling takes ms) holds it with the C window open and
+        # the state still "waiting", a close with the state "closed" already and the C window
+        # still open; the program's window would have been refused either way
+        self._enter_critical()
+        try:
+            if self.state != "open":
+                return
+            self.out.info("the program opens a cprof window of its own: cprof run's window "
+                          "closes here and its trace is written; the program's window records "
+                          "from now on")
+            self._close("the program opened its own cprof window", None)
+        finally:
+            self._leave_critical()
 
     def _lifecycle_end(self, reason):
         """The program called os._exit or exec (or the interpreter is exiting) with the

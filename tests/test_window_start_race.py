@@ -70,3 +70,69 @@ def test_under_cprof_run_a_program_window_that_loses_the_race_still_gets_the_han
             outer.__exit__(None, None, None)
     assert outer.trace_path is not None and load_trace(outer.trace_path)
 
+
+def test_a_program_window_opened_while_cprof_runs_timer_opens_its_own_waits_for_it(
+        tmp_path, monkeypatch):
+    """cprof run --delay: the timer thread's open holds the session's lock with the C window
+    already open and the session's state still "waiting" (CUPTI's enabling takes ms). A
+    program window opened then found nothing to hand over and died with WindowStateError;
+    now the hand-over waits for the open, then closes cprof run's window (decision 178)."""
+    import threading
+    from cprof._cli_run import _Session
+
+    msgs = []
+    opts = types.SimpleNamespace(delay=1.0, duration=None, capture=None, capture_range=None)
+    out = types.SimpleNamespace(info=msgs.append, error=msgs.append)
+    ctx = cprof.ProfilerContext(output_dir=tmp_path, profile_name="run", verbose=False,
+                                with_stack=False, activities=["CPU"])
+    session = _Session(ctx, opts, out)
+    opened, go, reached = threading.Event(), threading.Event(), threading.Event()
+    real_enter = ctx.__enter__
+
+    def slow_enter():  # the C window is open; the rest of the open has yet to come
+        r = real_enter()
+        opened.set()
+        go.wait()
+        return r
+
+    ctx.__enter__ = slow_enter
+    timer = threading.Thread(target=session.open, args=("delay",))
+    timer.start()
+    result = {}
+    prog = None
+    try:
+        opened.wait()
+
+        def hand_over():
+            reached.set()
+            session.hand_over()
+
+        monkeypatch.setattr(_window, "yield_to_program", hand_over)
+
+        def program():
+            try:
+                with cprof.ProfilerContext(output_dir=tmp_path, profile_name="program",
+                                           verbose=False, with_stack=False,
+                                           activities=["CPU"]) as p:
+                    with cprof.range("in_program"):
+                        pass
+                result["path"] = p.trace_path
+            except BaseException as err:  # noqa: BLE001 -- the test reports it
+                result["err"] = err
+
+        prog = threading.Thread(target=program)
+        prog.start()
+        reached.wait()
+        go.set()
+        timer.join()
+        prog.join()
+    finally:
+        go.set()
+        timer.join()
+        if prog is not None:
+            prog.join()
+        if ctx.result is None and _C.active():
+            ctx.__exit__(None, None, None)
+    assert "err" not in result, result.get("err")
+    assert session.state == "closed" and session.closed_by == "the program opened its own cprof window"
+    assert [e["name"] for e in ranges_of(load_trace(result["path"]))] == ["in_program"]
