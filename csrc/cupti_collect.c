@@ -58,6 +58,8 @@ static int prezeroed;              /* CUPTI told our buffers come zeroed (it ski
 static uint64_t zero_cost_ns;
 static completed_buf *pool_done;
 static size_t pool_done_n;
+static size_t pool_done_cap;       /* pool_n, and the buffers of earlier pools CUPTI held */
+static size_t pool_stray;          /* buffers of earlier pools CUPTI held when those were freed */
 static _Atomic uint64_t dropped_cupti;
 static _Atomic uint64_t drop_count_errors; /* buffers whose drop count CUPTI would not give */
 static _Atomic uint64_t no_buffer_requests;
@@ -118,12 +120,14 @@ static void buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, si
     }
     if (!buffer) return;
     pthread_mutex_lock(&pool_lock);
-    for (size_t i = 0; i < pool_n; i++) /* CUPTI gives it back: ours again (cuptiActivity.h) */
+    size_t i = 0;
+    for (; i < pool_n; i++) /* CUPTI gives it back: ours again (cuptiActivity.h) */
         if (pool_all[i] == buffer) {
             pool_out[i] = 0;
             break;
         }
-    if (pool_done_n < pool_n) pool_done[pool_done_n++] = (completed_buf){buffer, valid};
+    if (i == pool_n && pool_stray) pool_stray--; /* one an earlier pool left to CUPTI */
+    if (pool_done_n < pool_done_cap) pool_done[pool_done_n++] = (completed_buf){buffer, valid};
     pthread_mutex_unlock(&pool_lock);
 }
 
@@ -209,8 +213,10 @@ void cprof_cupti_teardown_info(int *state, uint64_t *finalized, int *last_result
 /* A buffer CUPTI still holds (handed out, never completed: a flush at stop that failed) stays
  * mapped, left to CUPTI: unmapping it would have CUPTI write into freed memory. */
 static void pool_free_all(void) {
-    for (size_t i = 0; i < pool_n; i++)
+    for (size_t i = 0; i < pool_n; i++) {
         if (!pool_out || !pool_out[i]) munmap(pool_all[i], pool_buffer_bytes);
+        else pool_stray++; /* completed later: a place in pool_done is kept for it */
+    }
     free(pool_all);
     free(pool_dirty);
     free(pool_out);
@@ -221,7 +227,7 @@ static void pool_free_all(void) {
     pool_out = NULL;
     pool_free = NULL;
     pool_done = NULL;
-    pool_n = pool_free_n = pool_done_n = 0;
+    pool_n = pool_free_n = pool_done_n = pool_done_cap = 0;
 }
 
 /* Allocates the whole pool up front (mmap'ed pages cost nothing until CUPTI writes them, and
@@ -258,12 +264,18 @@ static int pool_setup(uint64_t buffer_bytes, uint64_t cap) {
         zero_cost_ns = cprof_clock_now_ns() - t0;
         return CPROF_OK;
     }
+    /* under the lock: a buffer of the old pool CUPTI still held may be completed on CUPTI's
+     * thread meanwhile, and buffer_completed reads these arrays */
+    pthread_mutex_lock(&pool_lock);
     pool_free_all();
     pool_all = calloc(n, sizeof *pool_all);
     pool_dirty = calloc(n, 1);
     pool_out = calloc(n, 1);
     pool_free = calloc(n, sizeof *pool_free);
-    pool_done = calloc(n, sizeof *pool_done);
+    /* room for every completion of a window: this pool's buffers and those CUPTI still holds
+     * of earlier ones (it fills them first); one more would have been dropped in silence */
+    pool_done = calloc(n + pool_stray, sizeof *pool_done);
+    pool_done_cap = n + pool_stray;
     pool_buffer_bytes = buffer_bytes;
     if (!pool_all || !pool_dirty || !pool_out || !pool_free || !pool_done) goto oom;
     for (size_t i = 0; i < n; i++) {
@@ -276,10 +288,12 @@ static int pool_setup(uint64_t buffer_bytes, uint64_t cap) {
     }
     for (size_t i = n; i-- > 0;) pool_free[pool_free_n++] = i; /* lowest index handed out first */
     pool_done_n = 0;
+    pthread_mutex_unlock(&pool_lock);
     zero_cost_ns = 0;
     return CPROF_OK;
 oom:
     pool_free_all();
+    pthread_mutex_unlock(&pool_lock);
     set_error("cannot allocate %zu CUPTI buffers of %llu bytes", n,
               (unsigned long long)buffer_bytes);
     return CPROF_E_NOMEM;

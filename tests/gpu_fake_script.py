@@ -343,6 +343,36 @@ with warnings.catch_warnings(record=True) as caught:
         result["clean"] = str(scene("clean").trace_path)
         fake.fake_cupti_buffers_misused.restype = ctypes.c_uint64
         result["misused"] = fake.fake_cupti_buffers_misused()
+    elif scenario == "flush_refused_then_resized":  # the held buffer, and a smaller pool next
+        fake.fake_cupti_set_async(0)
+        fake.fake_cupti_buffers_completed.restype = ctypes.c_uint64
+        tid = threading.get_native_id()
+        with cprof.ProfilerContext(output_dir=out_dir, profile_name="refused", verbose=False,
+                                   with_stack=False):
+            fake.fake_cupti_script_basic(C.now_ns() + 1000, tid)
+            fake.fake_cupti_deliver()  # into the buffer CUPTI holds, as it makes them
+            time.sleep(0.002)
+            fake.fake_cupti_set_error(b"cuptiActivityFlushAll", 999)
+        fake.fake_cupti_set_error(b"cuptiActivityFlushAll", 0)
+        # a pool of two 128 KiB buffers: CUPTI fills the buffer it still holds first, then
+        # both new ones; three completions in a window whose pool has two buffers
+        with cprof.ProfilerContext(output_dir=out_dir, profile_name="resized", verbose=False,
+                                   with_stack=False, gpu_buffer_mb=0.25) as p:
+            done0 = fake.fake_cupti_buffers_completed()
+            t = C.now_ns() + 1000
+            n = 0
+            while fake.fake_cupti_buffers_completed() < done0 + 2 and n < 200000:
+                for _ in range(100):
+                    fake.fake_cupti_add_kernel(b"fill", t + n, t + n + 1, 7, 0)
+                    n += 1
+                fake.fake_cupti_deliver()
+            for _ in range(100):  # into the second new buffer, completed by the stop's flush
+                fake.fake_cupti_add_kernel(b"fill", t + n, t + n + 1, 7, 0)
+                n += 1
+            time.sleep(0.002)
+        result["made"] = n
+        result["completed_in_window"] = fake.fake_cupti_buffers_completed() - done0
+        result["resized"] = str(p.trace_path)
     elif scenario == "unrecovered":  # what a stop cannot get out of CUPTI is never silent
         fake.fake_cupti_set_error_once.argtypes = [ctypes.c_char_p, ctypes.c_int]
         tid = threading.get_native_id()

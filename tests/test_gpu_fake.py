@@ -735,6 +735,18 @@ def test_a_buffer_cupti_still_holds_after_a_refused_flush_is_left_to_it(tmp_path
     assert res["misused"] == 0  # no buffer touched while CUPTI held it
 
 
+def test_a_held_buffer_and_a_resized_pool_lose_no_completed_buffer(tmp_path, fake_so):
+    """A buffer CUPTI still holds when the next window's pool is made anew (another size) is
+    left mapped and completed in that window, beside the new pool's buffers: the list of
+    completed buffers had room for the new pool's only, so the last one completed (the
+    stop's flush) was dropped in silence, its kernels missing with no drop counted."""
+    res = run("flush_refused_then_resized", tmp_path, fake_so)
+    assert res["completed_in_window"] == 3  # the held buffer and both new ones
+    t = load_trace(res["resized"])
+    assert len([e for e in events(t, "kernel") if e["name"] == "fill"]) == res["made"]
+    assert t["cprof"]["gpu"]["unrecovered"]["buffers_undecoded"] == 0
+
+
 def test_a_clean_window_reports_nothing_unrecovered(basic):
     res, t = basic
     assert t["cprof"]["gpu"]["unrecovered"] == {"flush_error": 0, "buffers_undecoded": 0,
