@@ -262,6 +262,19 @@ with warnings.catch_warnings(record=True) as caught:
                 time.sleep(0.002)
             traces[name] = str(p.trace_path)
             result["warned_" + name] = [str(w.message) for w in caught[before:]]
+        # warnings as errors (-W error, pytest's filterwarnings): torch.profiler still starts
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with cprof.ProfilerContext(output_dir=out_dir, profile_name="werror", verbose=False,
+                                       with_stack=False) as p:
+                try:
+                    with torch.profiler.profile(activities=[ProfilerActivity.CPU,
+                                                            ProfilerActivity.CUDA]):
+                        torch.ones(4) + 1
+                    result["werror_raised"] = None
+                except Exception as err:  # noqa: BLE001 - what the test checks
+                    result["werror_raised"] = repr(err)
+        traces["werror"] = str(p.trace_path)
         result["traces"] = traces
     elif scenario == "nvtx":
         with cprof.ProfilerContext(output_dir=out_dir, profile_name="nvtx", verbose=False) as p:

@@ -1121,3 +1121,7 @@ def test_torch_profiler_taking_cupti_inside_a_window_is_said(tmp_path, fake_so):
     assert "gpu_taken_by_torch_profiler" in w and "one tool at a time" in w
     meta = load_trace(res["traces"]["cuda"])["cprof"]["gpu_taken_by_torch_profiler"]
     assert meta["since_s"] >= 0 and "torch.profiler" in meta["why"]
+    # with warnings as errors the warning never raises into torch.profiler's start; the
+    # metadata still says
+    assert res["werror_raised"] is None, res["werror_raised"]
+    assert "gpu_taken_by_torch_profiler" in load_trace(res["traces"]["werror"])["cprof"]
