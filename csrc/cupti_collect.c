@@ -703,6 +703,16 @@ int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot
      * it goes through); a failed second one leaves behind what came between the two, work
      * that finished while the kinds were being switched off, however the first went */
     int flush_error = flush2 != CUPTI_SUCCESS ? (int)flush2 : 0;
+    /* CUPTI's drop count is read (and reset) with each completed buffer; records it dropped
+     * once no buffer could be had (the pool run dry) complete none, so they went uncounted:
+     * read it once more now that the last buffer is in. Every record goes to the global
+     * queue (the context argument is NULL for every buffer since CUDA 6). */
+    if (api->cuptiActivityGetNumDroppedRecords) {
+        size_t late = 0;
+        CUptiResult dr = api->cuptiActivityGetNumDroppedRecords(NULL, 0, &late);
+        if (dr != CUPTI_SUCCESS) atomic_fetch_add(&drop_count_errors, 1);
+        else if (late) atomic_fetch_add(&dropped_cupti, late);
+    }
     zeroed_attr_off();
     /* with CPROF_CUPTI_TEARDOWN=1 the subscriber is kept until the buffers are decoded (any
      * thread's next CUDA call would detach CUPTI), then armed for the teardown */

@@ -609,6 +609,11 @@ def test_full_cupti_buffer_pool_is_counted_warned_and_in_the_metadata(tmp_path, 
     assert kept * 200 <= (mb << 20)  # a kernel record takes ~216 bytes: the cap held
     warned = [w for w in res["warnings"] if "filled up" in w]
     assert len(warned) == 1 and "gpu_buffer_mb" in warned[0] and f"{mb} MiB" in warned[0]
+    # and how many records CUPTI dropped for want of a buffer: read once more at the stop
+    # (no buffer completes once the pool is dry, and the count was read only with one)
+    dropped = t["cprof"]["dropped"]["gpu_cupti"]
+    assert kept + dropped == res["kernels_added"], (kept, dropped)
+    assert f"({dropped} counted by CUPTI)" in warned[0]
     # the report flags it
     r = subprocess.run([sys.executable, "-m", "cprof", "report", res["trace"], "--format",
                         "json"], capture_output=True, text=True, timeout=120,
