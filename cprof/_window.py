@@ -423,6 +423,10 @@ class Window:
                 _C.gpu_stop().close()
             except _C.CprofError:
                 pass
+        elif self.gpu_snapshot is not None:  # ended when torch.profiler took CUPTI: warmup's
+            self.gpu_snapshot.close()
+            self.gpu_snapshot = None
+            self.notes.pop("gpu", None)
         _C.stop().close()
         _C.start(cpu_on=not self.cpu_off)
         self.start_time = time.time()
@@ -723,13 +727,14 @@ class Window:
 
 
 def torch_profiler_starts(activities):
-    """torch.profiler (Kineto) is setting up CUDA collection (torch's _prepare_profiler /
+    """torch.profiler (Kineto) is about to set up CUDA collection (torch's _prepare_profiler /
     _enable_profiler with ProfilerActivity.CUDA) while a cprof window collects GPU activity.
-    CUPTI serves one set of buffer callbacks per process: Kineto registers its own, so the
-    cprof window's GPU records go to Kineto from here on, and Kineto's stop switches the
-    activity kinds off. Not silent: a warning and the trace's metadata
-    (gpu_taken_by_torch_profiler, seconds from the window's start) say where the GPU side
-    ends."""
+    CUPTI serves one client at a time: Kineto registers its own buffer callbacks, so cprof's
+    records from then on, and those still in a buffer CUPTI was filling, would go to Kineto,
+    and Kineto's stop switches the activity kinds off. So the window's GPU collection ends
+    here, before Kineto's setup: flushed and decoded as at a stop (the records up to now are
+    kept), CUPTI released for torch.profiler; the window goes on with its CPU ranges. A
+    warning and the trace's metadata (gpu_taken_by_torch_profiler) say when (decision 177)."""
     w = _open
     if w is None or not w.gpu or "gpu_taken_by_torch_profiler" in w.notes:
         return
@@ -738,18 +743,27 @@ def torch_profiler_starts(activities):
             return
     except TypeError:  # activities not iterable: not torch's call as cprof knows it
         return
+    end = _C.now_ns()
     w.notes["gpu_taken_by_torch_profiler"] = {
         "since_s": round(time.time() - w.start_time, 6) if w.start_time else None,
-        "why": "torch.profiler started CUDA collection inside this window: CUPTI delivers to "
-               "one client's buffers, so GPU records from then on went to torch.profiler"}
+        "why": "torch.profiler started CUDA collection inside this window: CUPTI serves one "
+               "profiler at a time, so this window's GPU collection ended there (its records "
+               "up to then are kept; torch.profiler's trace has the GPU work after)"}
+    _sync_cuda()  # as at a stop: work in flight gets its end
+    try:
+        w.gpu_snapshot = _C.gpu_stop(host_stop_ns=end, toggled_off=w._cuda_off_intervals())
+    except _C.CprofError as err:
+        w.notes["gpu_error"] = str(err)
+        _warn.warn(f"cprof: GPU records of this window are lost: {err}")
+    else:
+        w._check_gpu_drops()
     _warn.warn(
         "cprof: torch.profiler started CUDA collection inside a cprof window that collects "
-        "GPU activity. CUPTI serves one profiler at a time: from here on this window's GPU "
-        "records go to torch.profiler (and its stop switches GPU collection off), so this "
-        "window's trace lacks the GPU work from now on; its CPU ranges are complete, and the "
-        "metadata says when (gpu_taken_by_torch_profiler). Profile the GPU with one tool at a "
-        "time: close the cprof window first, or use cprof.profile, a drop-in for "
-        "torch.profiler.profile.")
+        "GPU activity. CUPTI serves one profiler at a time, so this window's GPU collection "
+        "ended here, before torch.profiler's: its GPU records up to now are kept, the GPU "
+        "work after is in torch.profiler's trace, and its CPU ranges go on; the metadata says "
+        "when (gpu_taken_by_torch_profiler). To have both in one trace, profile with one tool: "
+        "cprof.profile is a drop-in for torch.profiler.profile.")
 
 
 def _kineto_idle():

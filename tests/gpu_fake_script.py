@@ -257,7 +257,11 @@ with warnings.catch_warnings(record=True) as caught:
             with cprof.ProfilerContext(output_dir=out_dir, profile_name=name, verbose=False,
                                        with_stack=False) as p:
                 fake.fake_cupti_script_basic(C.now_ns() + 1000, tid)
+                time.sleep(0.002)
                 with torch.profiler.profile(activities=acts):
+                    result["gpu_active_" + name] = C.gpu_active()
+                    t1 = C.now_ns() + 1000
+                    fake.fake_cupti_add_kernel(b"under_torch", t1, t1 + 500, 7, 0)
                     torch.ones(4) + 1
                 time.sleep(0.002)
             traces[name] = str(p.trace_path)

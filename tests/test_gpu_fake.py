@@ -1114,18 +1114,29 @@ def test_other_threads_recording_around_cprofs_set_up_stay_out_of_the_window(tmp
 
 
 def test_torch_profiler_taking_cupti_inside_a_window_is_said(tmp_path, fake_so):
-    """torch.profiler started with CUDA inside a cprof window that collects GPU activity takes
-    CUPTI's buffer callbacks (one client per process) and switches the kinds off at its stop:
-    the window's GPU records end there. A warning and the trace's metadata say so; a
-    CPU-only torch.profiler inside a window takes nothing and nothing is said."""
+    """torch.profiler started with CUDA inside a cprof window that collects GPU activity would
+    take CUPTI's buffer callbacks (one client per process), with the records still in a
+    buffer, and switch the kinds off at its stop: the window's GPU side was lost without a
+    word. The window's GPU collection now ends just before torch's setup, as at a stop (its
+    records so far kept, CUPTI released); a warning and the metadata say so. A CPU-only
+    torch.profiler inside a window takes nothing and nothing is said."""
     pytest.importorskip("torch")
     res = run("torch_profiler_inside", tmp_path, fake_so)
     assert not [w for w in res["warned_cpu_only"] if "torch.profiler" in w]
-    assert "gpu_taken_by_torch_profiler" not in load_trace(res["traces"]["cpu_only"])["cprof"]
+    cpu_only = load_trace(res["traces"]["cpu_only"])
+    assert "gpu_taken_by_torch_profiler" not in cpu_only["cprof"]
+    assert res["gpu_active_cpu_only"] is True
+    assert "under_torch" in {e["name"] for e in events(cpu_only, "kernel")}
     (w,) = [w for w in res["warned_cuda"] if "torch.profiler started CUDA collection" in w]
-    assert "gpu_taken_by_torch_profiler" in w and "one tool at a time" in w
-    meta = load_trace(res["traces"]["cuda"])["cprof"]["gpu_taken_by_torch_profiler"]
+    assert "gpu_taken_by_torch_profiler" in w and "one tool" in w
+    t = load_trace(res["traces"]["cuda"])
+    meta = t["cprof"]["gpu_taken_by_torch_profiler"]
     assert meta["since_s"] >= 0 and "torch.profiler" in meta["why"]
+    # CUPTI was released before torch's setup; the records made before it are in the trace,
+    # the one made under torch.profiler is not (on a GPU it is in torch.profiler's trace)
+    assert res["gpu_active_cuda"] is False
+    names = {e["name"] for e in events(t, "kernel")}
+    assert any("gemm" in n for n in names) and "under_torch" not in names, names
     # with warnings as errors the warning never raises into torch.profiler's start; the
     # metadata still says
     assert res["werror_raised"] is None, res["werror_raised"]

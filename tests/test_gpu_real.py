@@ -637,6 +637,27 @@ def test_cprof_then_torch_profiler_then_cprof_in_one_process(tmp_path):
     assert all(t["cprof"]["gpu"]["cupti_subscriber"].startswith("shared") for t in ours[1:])
 
 
+def test_torch_profiler_started_inside_a_window_gets_cupti_and_the_window_keeps_its_own(
+        tmp_path):
+    """Decision 177 on the real CUPTI: torch.profiler started inside a cprof GPU window. The
+    window's GPU collection ends just before Kineto's setup: its kernels so far are all in its
+    trace (3 add kernels in 'before', none lost to Kineto's buffers), torch.profiler records
+    its own 4 mul kernels, the window says when it ended, and its CPU ranges go on ('after')."""
+    res = run_worker("torch_inside", tmp_path)
+    t = load_trace(res["trace"])
+    ks = kernels(t)
+    theirs = kernels(load_trace(res["torch_trace"]))
+    print(f"\ncprof window kernels {len(ks)}, torch.profiler's {len(theirs)}; warnings "
+          f"{[w[:80] for w in res['warnings']]}")
+    assert len(ks) == 3 and all(links_into(t, k, "before") for k in ks), [k["name"] for k in ks]
+    assert len(theirs) == 4, [k["name"] for k in theirs]
+    assert res["gpu_active_after_torch"] is False
+    assert "gpu_taken_by_torch_profiler" in t["cprof"]
+    assert any("torch.profiler started CUDA collection" in w for w in res["warnings"])
+    assert [e["name"] for e in events(t, "user_annotation")
+            if e["name"] in ("before", "after")] == ["before", "after"]
+
+
 # -------------------------------------------------------------------------------------------------
 # 4. long sessions (issue 7) and torch.compile regions on the GPU (issue 5)
 # -------------------------------------------------------------------------------------------------
@@ -821,6 +842,30 @@ def _worker(scenario, out_dir):
                 res["cprof"].append(str(p.trace_path))
             except Exception as exc:  # noqa: BLE001 - reported to the test
                 res["errors"].append(f"window {i}: {type(exc).__name__}: {exc}")
+    elif scenario == "torch_inside":
+        # decision 177: torch.profiler started inside a cprof GPU window
+        x = torch.zeros(1 << 16, device="cuda")
+        x.add_(1.0)
+        torch.cuda.synchronize()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with window("outer") as p:
+                with cprof.range("before"):
+                    for _ in range(3):
+                        x.add_(1.0)  # launched, maybe not finished: still cprof's
+                with _torch_session(torch) as prof:
+                    for _ in range(4):
+                        x.mul_(1.0)
+                    torch.cuda.synchronize()
+                res["gpu_active_after_torch"] = cprof._C.gpu_active()
+                with cprof.range("after"):
+                    x.add_(1.0)
+                torch.cuda.synchronize()
+        res["warnings"] = [str(w.message) for w in caught]
+        res["trace"] = str(p.trace_path)
+        path = os.path.join(out_dir, "inside_torch.pt.trace.json")
+        prof.export_chrome_trace(path)
+        res["torch_trace"] = path
     else:
         raise SystemExit(f"unknown scenario {scenario!r}")
     print("RESULT " + json.dumps(res), flush=True)
