@@ -18,6 +18,23 @@ def cpu_model():
     return platform.processor()
 
 
+def import_torch(who, cuda=False):
+    """torch, or None after one line saying why `who` measures nothing: torch is not installed
+    (the benchmarks need it; CI's 3.10 / 3.12 jobs have none), or, with cuda, no CUDA GPU is
+    visible. The caller then exits 0, as without a GPU: nothing measured, no JSON written."""
+    try:
+        import torch
+    except ImportError as exc:
+        print(f"{who}: torch is not importable ({exc}); install torch to run it. "
+              "Nothing measured.")
+        return None
+    if cuda and not torch.cuda.is_available():
+        print(f"{who}: no CUDA GPU here (torch.cuda.is_available() is False); it needs one. "
+              "Nothing measured.")
+        return None
+    return torch
+
+
 def machine_info(torch, cprof):
     """CPU model, cores, kernel, versions, torch's intra-op threads and the cprof package
     measured (an editable install elsewhere can shadow the checkout), for the results table."""

@@ -49,7 +49,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import paired_ratios, write_results  # noqa: E402
+from _common import import_torch, paired_ratios, write_results  # noqa: E402
 MODES = {
     "default": {},
     "kinds": {"CPROF_CUPTI_API_RECORDS": "kinds"},
@@ -187,8 +187,16 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.worker:
         return worker(args.rounds, args.steps)
+    modes = [m for m in args.modes.split(",") if m]
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        ap.error(f"--modes: unknown {', '.join(bad) or 'empty list'}; modes are "
+                 f"{', '.join(MODES)}")
+    # every mode is a worker process on the GPU: say once why nothing runs without one
+    if import_torch("bench_cupti_modes", cuda=True) is None:
+        return 0
     out = {}
-    modes = args.modes.split(",")
+    failed = []
     tmp = tempfile.mkdtemp()
     so = build_bare(tmp) if any(m.startswith("bare") for m in modes) else None
     print(f"{'mode':<13} {'none ms':>9} {'prof ms':>9} {'ratio':>7} {'q1-q3':>13} {'linked':>6}"
@@ -196,6 +204,7 @@ def main(argv=None):
     for rep in range(args.repeat):
         for mode in (modes if rep % 2 == 0 else modes[::-1]):
             if mode.startswith("bare") and so is None:
+                failed.append(mode)
                 continue
             env = dict(os.environ, **MODES[mode])
             if so:
@@ -206,6 +215,7 @@ def main(argv=None):
             lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
             if r.returncode or not lines:
                 print(f"{mode:<12} failed: {r.stderr[-500:]}")
+                failed.append(mode)
                 continue
             res = json.loads(lines[-1][7:])
             out.setdefault(mode, []).append(res)
@@ -224,6 +234,9 @@ def main(argv=None):
                       f"{max(rs):>6.3f}x")
     if args.json:
         write_results(args.json, out)
+    if failed:
+        print(f"bench_cupti_modes: {len(failed)} run(s) failed: {', '.join(failed)}")
+        return 1
     return 0
 
 

@@ -158,6 +158,10 @@ def main():
                                   "blocks": args.blocks, "steps": args.steps,
                                   "torch": torch.__version__, "cprof": cprof.__version__,
                                   "gpu": torch.cuda.get_device_name(0), "results": table})
+    failed = sum(v is None for vs in results.values() for v in vs)
+    if failed:
+        print(f"bench_cupti_residual: {failed} process(es) failed (above)")
+        return 1
     return 0
 
 

@@ -202,14 +202,13 @@ def main(argv=None):
     ap.add_argument("--ops-twins", action=argparse.BooleanOptionalAction, default=True,
                     help="the cprof rows stack+ops, shapes+ops, defaults+ops (default: on)")
     ap.add_argument("--json", default=None)
-    from _common import add_threads_arg, machine_info, paired_ratios, set_threads
+    from _common import add_threads_arg, import_torch, machine_info, paired_ratios, set_threads
     add_threads_arg(ap)
     a = ap.parse_args(argv)
     import cprof  # before torch: cprof records torch's operators only when imported first
-    import torch
-
-    if a.device == "cuda" and not torch.cuda.is_available():
-        print("bench_options: no CUDA GPU here; run with --device cpu")
+    torch = import_torch("bench_options" + (" (or run with --device cpu)" if a.device == "cuda"
+                                            else ""), cuda=a.device == "cuda")
+    if torch is None:
         return 0
     set_threads(torch, a.threads, a.device)
     rows = [o for o in OPTIONS if a.ops_twins or o not in OPS_TWINS]

@@ -36,13 +36,13 @@ def main(argv=None):
     ap.add_argument("--config", choices=CONFIGS, default="defaults")
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    from _common import add_threads_arg, set_threads
+    from _common import add_threads_arg, import_torch, set_threads
     add_threads_arg(ap)
     a = ap.parse_args(argv)
     import cprof
-    import torch
-    if a.device == "cuda" and not torch.cuda.is_available():
-        print("perf_step: no CUDA GPU here; use --device cpu")
+    torch = import_torch("perf_step" + (" (or use --device cpu)" if a.device == "cuda" else ""),
+                         cuda=a.device == "cuda")
+    if torch is None:
         return 0
     threads = set_threads(torch, a.threads, a.device)
     layers = []
