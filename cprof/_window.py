@@ -533,15 +533,7 @@ class Window:
         user_end = end_ns or 0
         if self.gpu and _C.gpu_active():
             user_end = end_ns or _C.now_ns()  # the sync below is cprof's, not the program's
-            _sync_cuda()  # let launched work finish, so its records are complete
-            try:
-                self.gpu_snapshot = _C.gpu_stop(host_stop_ns=user_end,
-                                                toggled_off=self._cuda_off_intervals())
-            except _C.CprofError as err:
-                self.notes["gpu_error"] = str(err)
-                _warn.warn(f"cprof: GPU records of this window are lost: {err}")
-            else:
-                self._check_gpu_drops()
+            self._end_gpu(user_end)
         # the span ends where the program's window did, not after cprof's sync and CUPTI flush
         snap = _C.stop(span_stop_ns=user_end)
         _glue.nvtx_window_end()  # NVTX ranges still open were closed by the stop
@@ -575,6 +567,20 @@ class Window:
                 f"because the window's range buffer cap ({self.buffer_mb} MiB) was reached; "
                 "the trace says so in its metadata. Raise buffer_size_mb to keep them.")
         return snap
+
+    def _end_gpu(self, host_stop_ns):
+        """Ends GPU collection (at the stop, or when torch.profiler takes CUPTI): launched
+        work finishes first, so its records are complete; then flushed and decoded into
+        gpu_snapshot, losses said."""
+        _sync_cuda()
+        try:
+            self.gpu_snapshot = _C.gpu_stop(host_stop_ns=host_stop_ns,
+                                            toggled_off=self._cuda_off_intervals())
+        except _C.CprofError as err:
+            self.notes["gpu_error"] = str(err)
+            _warn.warn(f"cprof: GPU records of this window are lost: {err}")
+        else:
+            self._check_gpu_drops()
 
     def _check_gpu_drops(self):
         counts = self.gpu_snapshot.counts()
@@ -749,14 +755,7 @@ def torch_profiler_starts(activities):
         "why": "torch.profiler started CUDA collection inside this window: CUPTI serves one "
                "profiler at a time, so this window's GPU collection ended there (its records "
                "up to then are kept; torch.profiler's trace has the GPU work after)"}
-    _sync_cuda()  # as at a stop: work in flight gets its end
-    try:
-        w.gpu_snapshot = _C.gpu_stop(host_stop_ns=end, toggled_off=w._cuda_off_intervals())
-    except _C.CprofError as err:
-        w.notes["gpu_error"] = str(err)
-        _warn.warn(f"cprof: GPU records of this window are lost: {err}")
-    else:
-        w._check_gpu_drops()
+    w._end_gpu(end)  # as at a stop
     _warn.warn(
         "cprof: torch.profiler started CUDA collection inside a cprof window that collects "
         "GPU activity. CUPTI serves one profiler at a time, so this window's GPU collection "

@@ -299,6 +299,16 @@ static void idle_piece(gap_state *st, int64_t s, int64_t e, int64_t prev_last, i
  * one stretch from s to the latest of their ends (pmax, prefix max of ends: one binary
  * search, so a long wait spanning many gaps is not walked to from each); those begun inside
  * the gap are walked, each once per device, as the gaps of one device do not overlap. */
+/* Classifies [p, ws) by its own cause and the wait stretch [ws, min(we, e)) as after syncs;
+ * returns where classification has reached. */
+static int64_t wait_stretch(gap_state *st, int64_t p, int64_t ws, int64_t we, int64_t e,
+                            int64_t prev_last, int64_t first) {
+    int64_t end = we < e ? we : e;
+    idle_piece(st, p, ws, prev_last, first, 0);
+    idle_piece(st, ws, end, prev_last, first, 1);
+    return end;
+}
+
 static void idle_gap(gap_state *st, int64_t s, int64_t e, int64_t prev_last, int64_t first) {
     size_t lo = first_start_from(st->sy, st->nsync, s);
     size_t hi = first_start_from(st->sy, st->nsync, e);
@@ -311,20 +321,12 @@ static void idle_gap(gap_state *st, int64_t s, int64_t e, int64_t prev_last, int
             if (w->e > we) we = w->e;
             continue;
         }
-        if (open) {
-            idle_piece(st, p, ws, prev_last, first, 0);
-            idle_piece(st, ws, we < e ? we : e, prev_last, first, 1);
-            p = we < e ? we : e;
-        }
+        if (open) p = wait_stretch(st, p, ws, we, e, prev_last, first);
         ws = w->s;
         we = w->e;
         open = 1;
     }
-    if (open) {
-        idle_piece(st, p, ws, prev_last, first, 0);
-        idle_piece(st, ws, we < e ? we : e, prev_last, first, 1);
-        p = we < e ? we : e;
-    }
+    if (open) p = wait_stretch(st, p, ws, we, e, prev_last, first);
     idle_piece(st, p, e, prev_last, first, 0);
 }
 
