@@ -1292,6 +1292,61 @@ def test_merged_file_with_several_windows_per_rank_reports_as_its_inputs(tmp_pat
     assert [x["kernels_total"]["instances"] for x in doc["reports"]] == [24, 24]
 
 
+def _gap_rank_trace(path, rank, sync):
+    """One rank: kernels [100, 150) and [500, 550) on GPU 0 stream 7, each launched 10 µs
+    before it (the GPU idle [150, 500) waiting on the host); with sync, the rank's thread
+    also waits in cudaStreamSynchronize [200, 450) with its CUPTI `Stream Sync` record, inside
+    that gap on the merged timeline (both ranks share one base time)."""
+    pid = 4242 + rank
+    ev = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "ts": 0,
+           "args": {"name": "python"}}]
+    for c, (lt, kt) in enumerate([(90, 100), (490, 500)], 1):
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": pid,
+                   "tid": pid, "ts": lt, "dur": 5, "args": {"correlation": c}})
+        ev.append({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": kt,
+                   "dur": 50, "args": {"correlation": c, "device": 0, "stream": 7}})
+    if sync:
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize",
+                   "pid": pid, "tid": pid, "ts": 200, "dur": 250, "args": {"correlation": 9}})
+        ev.append({"ph": "X", "cat": "cuda_sync", "name": "Stream Sync", "pid": 0, "tid": 7,
+                   "ts": 200, "dur": 250, "args": {"correlation": 9, "device": 0, "stream": 7}})
+    path.write_text(json.dumps({
+        "schemaVersion": 1, "distributedInfo": {"rank": rank, "world_size": 2},
+        "baseTimeNanoseconds": 1_700_000_000_000_000_000, "traceEvents": ev}))
+
+
+def test_a_ranks_gaps_are_judged_by_its_own_waits_only(tmp_path):
+    """Rank 1 waits in a sync while rank 0's GPU is idle for want of launches. Rank 0's gap
+    is "host", never "sync": each rank of a merged file (new merges, merges written before
+    first_event, a directory of rank files) is classified with its own waits alone, and
+    both ranks' GPU 0 stay apart. Rank 1's own gap is after syncs for the 250 µs waited."""
+    d = tmp_path / "job"
+    d.mkdir()
+    _gap_rank_trace(d / "job-rank0.trace.json", 0, sync=False)
+    _gap_rank_trace(d / "job-rank1.trace.json", 1, sync=True)
+    out = tmp_path / "merged.trace.json"
+    cprof("merge", d, "-o", out)
+    old = tmp_path / "old.trace.json"  # as a merge written before first_event reads
+    doc = json.loads(out.read_text())
+    for e in doc["cprof"]["merged"]:
+        del e["first_event"]
+    old.write_text(json.dumps(doc))
+    for src in (out, old, d):
+        rep = json.loads(cprof("report", src, "--format", "json").stdout)
+        by_rank = {r["trace"]["rank"]: r for r in rep["reports"]}
+        assert sorted(by_rank) == [0, 1], src
+        (dev0,) = by_rank[0]["devices"]
+        assert dev0["idle"]["sync_us"] == 0, src
+        # [150, 500) waiting on the host, plus the window's 10 µs before the first kernel
+        assert dev0["idle"]["host_us"] == pytest.approx(350 + 10), src
+        assert {g["kind"] for g in by_rank[0]["gaps"]} == {"host"}, src
+        assert "sync_stalls" not in {x["id"] for x in by_rank[0]["diagnoses"]}, src
+        (dev1,) = by_rank[1]["devices"]
+        assert dev1["idle"]["sync_us"] == pytest.approx(250), src
+        assert dev1["idle"]["host_us"] == pytest.approx(110), src
+        assert "sync" in {g["kind"] for g in by_rank[1]["gaps"]}, src
+
+
 def _copies_trace(path, kinds, nbytes=4096):
     ev = [{"ph": "X", "cat": "gpu_memcpy", "name": f"Memcpy {k} (Device -> Device)", "pid": 0,
            "tid": 7, "ts": 10 * i, "dur": 5, "args": {"device": 0, "stream": 7,
