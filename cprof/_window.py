@@ -275,6 +275,10 @@ class Window:
         self.mem_heap = False
         self.mem_events = None  # torch's allocation reports (profile_memory): mem_events_stop bytes
         self.notes = {}
+        # one GPU end / restart at a time (the window's thread, torch.profiler starting on
+        # another): a claim taken under _turn_lock, the C calls made outside it (decision 190)
+        self._turn_lock = threading.Lock()
+        self._gpu_busy = None  # threading.Event of the thread whose turn it is, if any
         self._stack_stopped = {}  # native id -> when the tracer stopped (stack_replaced)
         self.dropped_extra = {}  # losses counted in Python, added to the metadata's "dropped"
         self.snapshot = None
@@ -416,6 +420,13 @@ class Window:
         collecting: the CPU store and CUPTI are closed and reopened."""
         if self.foreign("restart"):
             return
+        self._gpu_turn()
+        try:
+            self._restart()
+        finally:
+            self._gpu_turn_done()
+
+    def _restart(self):
         gpu_on = self.gpu and _C.gpu_active()
         if gpu_on:
             _sync_cuda()
@@ -531,9 +542,13 @@ class Window:
         if _open is self:
             _open = None
         user_end = end_ns or 0
-        if self.gpu and _C.gpu_active():
-            user_end = end_ns or _C.now_ns()  # the sync below is cprof's, not the program's
-            self._end_gpu(user_end)
+        self._gpu_turn()  # a takeover under way on another thread finishes first
+        try:
+            if self.gpu and _C.gpu_active():
+                user_end = end_ns or _C.now_ns()  # the sync below is cprof's, not the program's
+                self._end_gpu(user_end)
+        finally:
+            self._gpu_turn_done()
         # the span ends where the program's window did, not after cprof's sync and CUPTI flush
         snap = _C.stop(span_stop_ns=user_end)
         _glue.nvtx_window_end()  # NVTX ranges still open were closed by the stop
@@ -568,10 +583,31 @@ class Window:
                 "the trace says so in its metadata. Raise buffer_size_mb to keep them.")
         return snap
 
+    def _gpu_turn(self):
+        """Waits until no other thread is ending or restarting this window's GPU collection,
+        then takes the turn (give it back with _gpu_turn_done). The window's thread stops and
+        restarts it, and torch.profiler starting on any thread ends it (torch_profiler_starts):
+        two ends at once made the loser's gpu_stop fail ("GPU records ... lost" when none
+        were), and a stop could write the trace between the other's gpu_stop and its notes.
+        _turn_lock guards only the claim; the sync, flush and decode run outside it, and a
+        thread waiting its turn waits on the holder's Event (decision 190)."""
+        while True:
+            with self._turn_lock:
+                busy = self._gpu_busy
+                if busy is None:
+                    self._gpu_busy = threading.Event()
+                    return
+            busy.wait()
+
+    def _gpu_turn_done(self):
+        with self._turn_lock:
+            busy, self._gpu_busy = self._gpu_busy, None
+        busy.set()
+
     def _end_gpu(self, host_stop_ns):
         """Ends GPU collection (at the stop, or when torch.profiler takes CUPTI): launched
         work finishes first, so its records are complete; then flushed and decoded into
-        gpu_snapshot, losses said."""
+        gpu_snapshot, losses said. The caller holds the GPU turn (_gpu_turn)."""
         _sync_cuda()
         try:
             self.gpu_snapshot = _C.gpu_stop(host_stop_ns=host_stop_ns,
@@ -742,7 +778,7 @@ def torch_profiler_starts(activities):
     kept), CUPTI released for torch.profiler; the window goes on with its CPU ranges. A
     warning and the trace's metadata (gpu_taken_by_torch_profiler) say when (decision 177)."""
     w = _open
-    if w is None or not w.gpu or "gpu_taken_by_torch_profiler" in w.notes:
+    if w is None or not w.gpu or w.pid != os.getpid() or "gpu_taken_by_torch_profiler" in w.notes:
         return
     try:
         if not _C.gpu_active() or not any("CUDA" in str(a) for a in activities or ()):
@@ -750,12 +786,20 @@ def torch_profiler_starts(activities):
     except TypeError:  # activities not iterable: not torch's call as cprof knows it
         return
     end = _C.now_ns()
-    w.notes["gpu_taken_by_torch_profiler"] = {
-        "since_s": round(time.time() - w.start_time, 6) if w.start_time else None,
-        "why": "torch.profiler started CUDA collection inside this window: CUPTI serves one "
-               "profiler at a time, so this window's GPU collection ended there (its records "
-               "up to then are kept; torch.profiler's trace has the GPU work after)"}
-    w._end_gpu(end)  # as at a stop
+    # torch.profiler may start on any thread: the window's stop, a schedule's restart or
+    # another takeover may be ending its GPU collection now; after them, asked again
+    w._gpu_turn()
+    try:
+        if _open is not w or "gpu_taken_by_torch_profiler" in w.notes or not _C.gpu_active():
+            return  # the window stopped (or was taken) meanwhile: nothing to take
+        w.notes["gpu_taken_by_torch_profiler"] = {
+            "since_s": round(time.time() - w.start_time, 6) if w.start_time else None,
+            "why": "torch.profiler started CUDA collection inside this window: CUPTI serves "
+                   "one profiler at a time, so this window's GPU collection ended there (its "
+                   "records up to then are kept; torch.profiler's trace has the GPU work after)"}
+        w._end_gpu(end)  # as at a stop
+    finally:
+        w._gpu_turn_done()
     _warn.warn(
         "cprof: torch.profiler started CUDA collection inside a cprof window that collects "
         "GPU activity. CUPTI serves one profiler at a time, so this window's GPU collection "
