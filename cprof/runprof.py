@@ -675,8 +675,6 @@ class Profiler:
                     ctx.step)
         ctx.sync = bool(strict and measured and self.cfg.engine_profiling and _cuda_ready())
         _C.timers_gate(*ctx.gate)
-        _StepSync.engine = ctx.sync
-        _StepSync.device = ctx.device
         ctx.thread = threading.get_ident()
         ctx.overlapped = False
         for other in _open_steps:
@@ -685,6 +683,7 @@ class Profiler:
                 # both steps can be lost (decision 125); counted in both runs, never silent
                 other.overlapped = ctx.overlapped = True
         _open_steps.append(ctx)
+        _StepSync.engine = _StepSync.engine or ctx.sync
         try:
             if _C.active():
                 r = _C.range(f"step[{run.label}]" if run.label else "step")
@@ -1055,20 +1054,31 @@ def _close_gate(ctx):
     if _open_steps:
         top = _open_steps[-1]
         _C.timers_gate(*top.gate)
-        _StepSync.engine = top.sync
-        _StepSync.device = top.device
     else:
         _C.timers_gate(False, False, False, False, 0, 0)
-        _StepSync.engine = False
-        _StepSync.device = None
+    _StepSync.engine = any(s.sync for s in _open_steps)
 
 
 class _StepSync:
-    """Whether engine (CPU) timers synchronise the device in the step now open: seed 003's
-    strict_sync "synchronises CUDA at step boundaries (and for CPU timers)", and which device
-    (None: the thread's current one). Set per step."""
+    """Whether any open step's engine (CPU) timers synchronise the device (seed 003's
+    strict_sync "synchronises CUDA at step boundaries (and for CPU timers)"): the one check a
+    timer makes when none does. Which step, and so whether and which device (None: the
+    thread's current one), is the timer's own thread's (_timer_step): two Profilers stepping
+    on two threads (one per GPU) each sync their own device (decision 191)."""
     engine = False
-    device = None
+
+
+def _timer_step():
+    """The open step a CPU timer on this thread belongs to: the innermost one opened on this
+    thread, else (a helper thread of the stepping one) the innermost open step of any thread,
+    as before steps were told apart by thread. None outside every step."""
+    steps = _open_steps[:]  # other threads open and close theirs meanwhile
+    if len(steps) > 1:
+        me = threading.get_ident()
+        for ctx in reversed(steps):
+            if ctx.thread == me:
+                return ctx
+    return steps[-1] if steps else None
 
 
 def cpu_bucket_timer(bucket, sync=None):
@@ -1079,7 +1089,9 @@ def cpu_bucket_timer(bucket, sync=None):
         sync = flag(sync, "cprof: cpu_bucket_timer", "sync")  # "no" would count as true
     t = _C.engine_timer(bucket)
     if sync or (sync is None and _StepSync.engine):
-        return _SyncedTimer(t)
+        step = _timer_step()
+        if sync or (step is not None and step.sync):
+            return _SyncedTimer(t, step.device if step is not None else None)
     return t
 
 
@@ -1098,17 +1110,18 @@ def rope_compute_timer(stream=None):
 
 
 class _SyncedTimer:
-    __slots__ = ("t",)
+    __slots__ = ("t", "device")
 
-    def __init__(self, t):
+    def __init__(self, t, device):
         self.t = t
+        self.device = device  # its step's (None: the thread's current device)
 
     def __enter__(self):
-        _sync(_StepSync.device)
+        _sync(self.device)
         return self.t.__enter__()
 
     def __exit__(self, *exc):
-        _sync(_StepSync.device)
+        _sync(self.device)
         return self.t.__exit__(*exc)
 
 

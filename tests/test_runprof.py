@@ -1266,6 +1266,76 @@ def test_strict_sync_on_a_worker_that_set_its_device_syncs_that_device(tmp_path,
     assert calls == [1, 1, 1, 1]  # the run's device (gpurev2 F4), not device 0
 
 
+def test_two_profilers_stepping_at_once_each_sync_their_own_device(tmp_path, monkeypatch):
+    """One Profiler per GPU, each stepped on its own worker thread (begin_run on the main
+    thread, whose device was 1 for the first and 3 for the second; the workers never set
+    theirs: decision 165 gives their steps the run's device). The CPU timers' sync device and
+    whether they sync at all were one process-wide setting, the last opened step's: worker 1's
+    timer inside its step synced device 3 (the other GPU) while worker 2's step was open, and
+    with the second Profiler's engine profiling off it did not sync at all. Each timer now
+    follows the step open on its own thread. The steps interleave in a fixed order (events,
+    no timing): step 1 opens, step 2 opens, timer 1, timer 2, step 2 closes, step 1 closes."""
+    torch = pytest.importorskip("torch")
+    from cprof import runprof
+    main = threading.get_ident()
+    devices = {main: 1}
+    calls = []
+    monkeypatch.setattr(runprof, "_cuda_ready", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device",
+                        lambda: devices.get(threading.get_ident(), 0))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(
+        (threading.current_thread().name,
+         devices.get(threading.get_ident(), 0) if device is None else device)))
+
+    def run_pair(second_engine):
+        calls.clear()
+        devices[main] = 1
+        p1 = make(tmp_path / "p1", warmup_runs=0, engine_profiling=True, strict_sync=True)
+        p1.begin_run()
+        devices[main] = 3
+        p2 = make(tmp_path / "p2", warmup_runs=0, engine_profiling=second_engine,
+                  strict_sync=True)
+        p2.begin_run()
+        go = [threading.Event() for _ in range(6)]
+        errors = []
+
+        def worker(prof, mine, theirs):
+            try:
+                assert go[mine[0]].wait(60)
+                with prof.step_timing_ctx():
+                    go[theirs[0]].set()
+                    assert go[mine[1]].wait(60)
+                    with cprof.cpu_bucket_timer("engine.sampling"):
+                        pass
+                    go[theirs[1]].set()
+                    assert go[mine[2]].wait(60)
+                go[theirs[2]].set()
+            except BaseException as err:  # noqa: BLE001 - reported below
+                errors.append(repr(err))
+                for e in go:
+                    e.set()
+
+        # w1: open (0), timer (2), close (5); w2: open (1), timer (3), close (4)
+        w1 = threading.Thread(target=worker, args=(p1, (0, 2, 5), (1, 3, 5)), name="w1")
+        w2 = threading.Thread(target=worker, args=(p2, (1, 3, 4), (2, 4, 5)), name="w2")
+        w1.start()
+        w2.start()
+        go[0].set()
+        w1.join(60)
+        w2.join(60)
+        p1.end_run()
+        p2.end_run()
+        assert errors == []
+        return [c for c in calls if c[0] == "w1"], [c for c in calls if c[0] == "w2"]
+
+    w1, w2 = run_pair(second_engine=True)
+    assert w1 == [("w1", 1)] * 4  # step begin, timer enter / exit, step end: its own GPU
+    assert w2 == [("w2", 3)] * 4
+    w1, w2 = run_pair(second_engine=False)
+    assert w1 == [("w1", 1)] * 4  # its timer still syncs: its own Profiler says so
+    assert w2 == [("w2", 3)] * 2  # the steps' boundaries only: no engine profiling there
+
+
 def test_strict_sync_never_synchronises_inside_a_cuda_graph_capture(tmp_path, monkeypatch):
     """A device synchronize while the thread's stream captures a CUDA graph fails and
     invalidates the user's capture (an inference engine capturing its graphs inside a
