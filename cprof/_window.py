@@ -276,7 +276,7 @@ class Window:
         self.mem_events = None  # torch's allocation reports (profile_memory): mem_events_stop bytes
         self.notes = {}
         # one GPU end / restart at a time (the window's thread, torch.profiler starting on
-        # another): a claim taken under _turn_lock, the C calls made outside it (decision 190)
+        # another): a claim taken under _turn_lock, the C calls made outside it (decision 183)
         self._turn_lock = threading.Lock()
         self._gpu_busy = None  # threading.Event of the thread whose turn it is, if any
         self._stack_stopped = {}  # native id -> when the tracer stopped (stack_replaced)
@@ -590,7 +590,7 @@ class Window:
         two ends at once made the loser's gpu_stop fail ("GPU records ... lost" when none
         were), and a stop could write the trace between the other's gpu_stop and its notes.
         _turn_lock guards only the claim; the sync, flush and decode run outside it, and a
-        thread waiting its turn waits on the holder's Event (decision 190)."""
+        thread waiting its turn waits on the holder's Event (decision 183)."""
         while True:
             with self._turn_lock:
                 busy = self._gpu_busy

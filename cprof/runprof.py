@@ -1064,7 +1064,7 @@ class _StepSync:
     strict_sync "synchronises CUDA at step boundaries (and for CPU timers)"): the one check a
     timer makes when none does. Which step, and so whether and which device (None: the
     thread's current one), is the timer's own thread's (_timer_step): two Profilers stepping
-    on two threads (one per GPU) each sync their own device (decision 191)."""
+    on two threads (one per GPU) each sync their own device (decision 184)."""
     engine = False
 
 

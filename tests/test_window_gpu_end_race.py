@@ -4,7 +4,7 @@ window's own thread stops it. Both ended GPU collection: the loser's gpu_stop fa
 "GPU records of this window are lost" (notes.gpu_error) when none were, and a stop that came
 between the winner's gpu_stop and its notes read notes["gpu"] before it existed (KeyError in
 metadata). Now one GPU end at a time, the later one waiting and finding the work done
-(decision 190). Made deterministic without timing: a fake _C whose GPU stop is one flag, and a
+(decision 183). Made deterministic without timing: a fake _C whose GPU stop is one flag, and a
 _sync_cuda that holds the first thread inside the end until the test has the other one at the
 door."""
 import threading
