@@ -251,10 +251,16 @@ class ProfilerEvent(_TorchCompat):
                 f"dur_us={self.duration_us:.3f}>")
 
 
+def _time_order(ev):
+    """torch's order of function events: by start, an enclosing event before what it holds."""
+    return (ev.start_us, -ev.end_us)
+
+
 def events_of(window, first_id=0):
-    """All events of a finished window, CPU ranges first (per thread, in begin order), then
-    GPU records; CPU events carry self CPU time and the CUDA time they launched. An EventList
-    (table(), key_averages(), total_average()), as torch's events(). Their ids count from
+    """All events of a finished window, CPU ranges, allocation events and GPU records in one
+    list ordered by start (the longer first), as torch's events(); CPU events carry self CPU
+    time and the CUDA time they launched. An EventList (table(), key_averages(),
+    total_average()). Their ids count from
     first_id (acc_events: past the windows before, so that ids stay unique, as torch's)."""
     _build(window, first_id)
     return window.results[2]
@@ -460,7 +466,10 @@ def _build_now(window, first_id):
     mem = getattr(window, "mem_events", None)
     if mem:
         cpu += _attribute_memory(cpu, mem, t0)
-    everything = cpu + gpu_events
+    # one list in time order, as torch's _parse_kineto_results sorts its function events
+    # (start, then the longer first): threads, allocation events outside every op and GPU
+    # records interleave, so key_averages()'s first-seen row order is torch's too
+    everything = sorted(cpu + gpu_events, key=_time_order)
     for i, ev in enumerate(everything, first_id):
         ev.id = i
     collected = window.config.get("collected_activities")
@@ -1137,11 +1146,14 @@ def average(cpu, gpu, group_by_input_shape=False, group_by_stack_n=0):
     # every CPU event, python_function ones too (with_stack): self times are computed over all
     # of them, so leaving some out would leave their self time out of "Self CPU time total"
     # and put the rows around them above 100%
-    for ev in cpu:
-        add(ev, "CPU", ev.name, ev.duration_us, ev.self_cpu_time_total,
-            ev.device_time_total, ev.self_device_time_total, ev.input_shapes, ev.stack)
-    for ev in gpu:
-        if ev.device_type == "CUDA" and ev.category != "cuda_sync":  # decision 148 (a)
+    # in time order over threads, allocation events and GPU work together (torch's events are
+    # one list sorted by start, the longer first), so the rows come first-seen as torch's
+    on_gpu = {id(ev) for ev in gpu}
+    for ev in sorted([*cpu, *gpu], key=_time_order):
+        if id(ev) not in on_gpu:
+            add(ev, "CPU", ev.name, ev.duration_us, ev.self_cpu_time_total,
+                ev.device_time_total, ev.self_device_time_total, ev.input_shapes, ev.stack)
+        elif ev.device_type == "CUDA" and ev.category != "cuda_sync":  # decision 148 (a)
             d = ev.device_time_total or ev.duration_us  # GPU work's: from its integer ns
             add(ev, "CUDA", ev.name, 0.0, 0.0, d, d)
     # in the order first seen, as torch's key_averages (table(sort_by=...) sorts, stably)

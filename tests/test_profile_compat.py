@@ -358,6 +358,55 @@ def test_key_averages_rows_come_in_first_seen_order_and_sort_stably(tmp_path):
     assert zero.index("first_fast") < zero.index("second_slow") < zero.index("third_medium")
 
 
+def _memory_outside_ops(P):
+    with P.profile(activities=[P.ProfilerActivity.CPU], profile_memory=True) as p:
+        a = torch.empty(1000)
+        del a  # freed outside every operator: an allocation event of its own ("[memory]")
+        torch.ones(5)
+    return p
+
+
+def test_events_and_rows_are_in_time_order_with_memory_events_as_torchs():
+    # torch sorts all its function events by start (the longer first): an allocation event
+    # outside every op sits where it happened, in events() and in key_averages()'s
+    # first-seen rows, not after every operator
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = _memory_outside_ops(torch.profiler)
+    c = _memory_outside_ops(cprof)
+    assert [e.name for e in c.events()] == [e.name for e in t.events()]
+    assert [e.name for e in c.events()].index("[memory]") < [
+        e.name for e in c.events()].index("aten::ones")
+    assert [r.key for r in c.key_averages()] == [r.key for r in t.key_averages()]
+    ids = [e.id for e in c.events()]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+
+
+def test_events_of_several_threads_interleave_by_time_as_torchs():
+    import threading
+    began, done = threading.Event(), threading.Event()
+
+    def other():
+        began.wait()
+        with cprof.range("B"):
+            pass
+        done.set()
+
+    with cprof.profile(activities=[cprof.ProfilerActivity.CPU]) as p:
+        th = threading.Thread(target=other)
+        th.start()
+        with cprof.range("A1"):
+            pass
+        began.set()
+        done.wait()
+        with cprof.range("A2"):
+            pass
+        th.join()
+    names = [e.name for e in p.events() if e.name in ("A1", "B", "A2")]
+    assert names == ["A1", "B", "A2"]
+    assert [r.key for r in p.key_averages() if r.key in ("A1", "B", "A2")] == names
+
+
 def test_table_takes_torchs_positional_arguments():
     p = _window_with([("a_very_long_range_name_that_goes_on_and_on", 1)])
     # torch: (sort_by, row_limit, max_src_column_width, max_name_column_width, ...)
