@@ -15,6 +15,7 @@
 
 typedef struct sample {
     int64_t ts, value;
+    size_t ev; /* the event's index in the trace */
 } sample;
 
 typedef struct series {
@@ -81,6 +82,26 @@ static int64_t value_at(const series *r, int64_t ts, int *found) {
 
 static double us(int64_t ns) { return (double)ns / 1000.0; }
 
+/* torch's "[memory]" events give the level after each change ("Total Allocated") and the
+ * change ("Bytes"): the level before the first one, the window's start, is the first's total
+ * less its bytes. From the event's kept text (read once per series); *ok = 0 without it. */
+static int64_t level_before(const cprof_trace *t, const cprof_tev *e, int *ok) {
+    size_t len;
+    const char *text = cprof_trace_text(t, &len);
+    *ok = 0;
+    if (!text || e->raw_off > len || e->raw_len > len - e->raw_off) return 0;
+    cJSON *doc = cJSON_ParseWithLength(text + e->raw_off, e->raw_len);
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(doc, "args"), "Bytes");
+    int64_t before = 0;
+    if (cJSON_IsNumber(b)) {
+        before = e->bytes - (int64_t)b->valuedouble;
+        *ok = 1;
+    }
+    cJSON_Delete(doc);
+    return before;
+}
+
 int cprof_memory_report(const cprof_trace *t, const int64_t *step_starts, size_t nsteps,
                         cJSON *root) {
     const cprof_tev *ev = cprof_trace_events(t);
@@ -107,7 +128,7 @@ int cprof_memory_report(const cprof_trace *t, const int64_t *step_starts, size_t
             r->s = ns;
             r->cap = cap;
         }
-        r->s[r->n++] = (sample){ev[i].ts_ns, ev[i].bytes};
+        r->s[r->n++] = (sample){ev[i].ts_ns, ev[i].bytes, i};
     }
     cJSON *arr = cJSON_AddArrayToObject(root, "memory_track");
     if (!arr) goto out;
@@ -120,7 +141,18 @@ int cprof_memory_report(const cprof_trace *t, const int64_t *step_starts, size_t
     for (size_t k = 0; k < nsr; k++) {
         series *r = &sr[k];
         qsort(r->s, r->n, sizeof *r->s, cmp_sample);
-        int64_t lo = r->s[0].value, peak = r->s[0].value, peak_ts = r->s[0].ts;
+        /* the level the series starts from: its first sample (cprof's counters sample the
+         * window's start), or for torch's [memory] events the level before the first change
+         * (an allocated-then-freed window grows by 0, not by minus its first allocation) */
+        int64_t start = r->s[0].value;
+        if (r->source >= 2) {
+            int ok;
+            int64_t before = level_before(t, &ev[r->s[0].ev], &ok);
+            if (ok) start = before;
+        }
+        int64_t lo = start, peak = start, peak_ts = r->s[0].ts;
+        if (r->s[0].value < lo) lo = r->s[0].value;
+        if (r->s[0].value > peak) peak = r->s[0].value;
         for (size_t i = 1; i < r->n; i++) {
             if (r->s[i].value < lo) lo = r->s[i].value;
             if (r->s[i].value > peak) {
@@ -152,13 +184,13 @@ int cprof_memory_report(const cprof_trace *t, const int64_t *step_starts, size_t
         cJSON_AddStringToObject(o, "series", label);
         cJSON_AddNumberToObject(o, "device", (double)r->device);
         cJSON_AddNumberToObject(o, "samples", (double)r->n);
-        cJSON_AddNumberToObject(o, "start_bytes", (double)r->s[0].value);
+        cJSON_AddNumberToObject(o, "start_bytes", (double)start);
         cJSON_AddNumberToObject(o, "min_bytes", (double)lo);
         cJSON_AddNumberToObject(o, "peak_bytes", (double)peak);
         cJSON_AddNumberToObject(o, "peak_us", us(peak_ts));
         cJSON_AddNumberToObject(o, "end_bytes", (double)r->s[r->n - 1].value);
         cJSON_AddNumberToObject(o, "growth_bytes",
-                                (double)(r->s[r->n - 1].value - r->s[0].value));
+                                (double)(r->s[r->n - 1].value - start));
         int64_t step_growth = with_value > 1 ? prev_v - first_v : 0;
         cJSON_AddNumberToObject(o, "steps", (double)with_value);
         cJSON_AddNumberToObject(o, "steps_growing", (double)growing);

@@ -1470,6 +1470,33 @@ def test_memory_series_of_torch_and_cuda_counters(tmp_path):
     assert rep["memory_track"] == []
 
 
+def test_torch_memory_series_starts_from_the_level_before_its_first_change(tmp_path):
+    """torch's [memory] events give the total after each change: the window starts at the
+    first one's total less its Bytes, so a window that frees all it allocated grows by 0
+    (not by minus its first allocation) and a first free's level before it is the peak."""
+    mib = 1 << 20
+    ev = []
+    for i, (nbytes, total) in enumerate([(4, 4), (4, 8), (-4, 4), (-4, 0)]):
+        ev.append({"ph": "i", "s": "t", "name": "[memory]", "cat": "cpu_instant_event",
+                   "pid": 1, "tid": 1, "ts": 1000 + 10 * i,
+                   "args": {"Total Reserved": 0, "Total Allocated": total * mib,
+                            "Bytes": nbytes * mib, "Device Id": -1, "Device Type": 0}})
+    p = tmp_path / "balanced.pt.trace.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    rep, _ = _report(p)
+    (m,) = rep["memory_track"]
+    assert m["series"] == "CPU memory (torch: allocated)" and m["samples"] == 4
+    assert (m["start_bytes"], m["peak_bytes"], m["end_bytes"]) == (0, 8 * mib, 0)
+    assert m["growth_bytes"] == 0 and m["min_bytes"] == 0
+    # a window whose first event frees memory allocated before it: that level was the peak
+    ev = [{"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 1000,
+           "args": {"Total Allocated": 2 * mib, "Bytes": -6 * mib, "Device Type": 0}}]
+    p.write_text(json.dumps({"traceEvents": ev}))
+    (m,) = _report(p)[0]["memory_track"]
+    assert (m["start_bytes"], m["peak_bytes"], m["end_bytes"]) == (8 * mib, 8 * mib, 2 * mib)
+    assert m["growth_bytes"] == -6 * mib and m["min_bytes"] == 2 * mib
+
+
 def test_real_leak_in_a_cprof_and_a_torch_trace(tmp_path):
     """End to end: a training-loop-like program that keeps 4 MiB per step, profiled by cprof
     (profile_memory: the sampled CPU track) and by torch.profiler (its [memory] events)."""
