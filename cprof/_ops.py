@@ -27,6 +27,11 @@ _lock = threading.Lock()
 # arguments, as torch.profiler's (decision 145)
 OPS, MEMORY, SHAPES = 1, 2, 4
 _slot = {"thread": None, "want": 0, "suspended": False}
+# torch.profiler (Kineto) sessions seen through the patched entry points: thread -> True from
+# torch's _prepare_profiler / _enable_profiler with activities until its _disable_profiler on
+# that thread. torch's profiler state is per thread (_profiler_type() says NONE on the others),
+# so a cprof window opened on another thread needs this to know Kineto is busy
+_torch_sessions = {}
 
 
 def disabled_by_env():
@@ -219,13 +224,24 @@ def _patch_torch_profiler(torch):
         except Exception:  # noqa: BLE001 - torch.profiler must start whatever cprof thinks
             pass
 
+    def session_begins(args, kwargs):
+        # a Kineto session (emit_nvtx / emit_itt pass no activities): busy from here on
+        activities = args[1] if len(args) > 1 else kwargs.get("activities")
+        try:
+            if activities:
+                _torch_sessions[threading.get_ident()] = True
+        except Exception:  # noqa: BLE001 - torch's call as cprof does not know it
+            pass
+
     def wrap_prepare(orig):
         def _prepare_profiler(*args, **kwargs):
             gpu_check(args, kwargs)  # Kineto enables its CUPTI activities here
-            return orig(*args, **kwargs)
+            result = orig(*args, **kwargs)
+            session_begins(args, kwargs)
+            return result
         return _prepare_profiler
 
-    def wrap_enable(orig):
+    def wrap_enable(orig, kineto=True):
         def _enable_profiler(*args, **kwargs):
             gpu_check(args, kwargs)
             if _state["owner"] == threading.get_ident() and not _state["suspended"]:
@@ -237,12 +253,19 @@ def _patch_torch_profiler(torch):
                 _slot["suspended"] = True
             else:
                 _stale_pop()
-            return orig(*args, **kwargs)
+            result = orig(*args, **kwargs)
+            if kineto:
+                session_begins(args, kwargs)
+            return result
         return _enable_profiler
 
     def wrap_disable(orig):
         def _disable_profiler(*args, **kwargs):
-            result = orig(*args, **kwargs)
+            try:
+                result = orig(*args, **kwargs)
+            finally:
+                _torch_sessions.pop(threading.get_ident(), None)
+                _torch_sessions.pop(None, None)  # one running when cprof came (see below)
             if _state["owner"] == threading.get_ident() and _state["suspended"]:
                 _state["capture"].on()
                 ap._run_on_profiler_start()
@@ -261,9 +284,21 @@ def _patch_torch_profiler(torch):
     if legacy is not None and hasattr(legacy, "_enable_profiler_legacy"):
         # torch.autograd.profiler_legacy.profile: the same one-state-per-thread rule (its
         # config is its only argument: no CUDA activity to check)
-        legacy._enable_profiler_legacy = wrap_enable(legacy._enable_profiler_legacy)
+        legacy._enable_profiler_legacy = wrap_enable(legacy._enable_profiler_legacy,
+                                                     kineto=False)
         legacy._disable_profiler_legacy = wrap_disable(legacy._disable_profiler_legacy)
+    if getattr(ap, "_is_profiler_enabled", False):
+        # torch's profiler runs already (cprof sets this flag only once patched): a session
+        # these wrappers did not see begin, on some thread; busy until a disable comes
+        _torch_sessions[None] = True
     _state["patched"] = True
+
+
+def torch_profiler_elsewhere():
+    """Whether a torch.profiler session is running on any thread, as far as cprof can tell:
+    one seen starting through the patched entry points, or one running when they were
+    installed. _profiler_type() sees the calling thread's session only."""
+    return bool(_torch_sessions)
 
 
 def patch_torch_profiler():

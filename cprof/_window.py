@@ -369,6 +369,9 @@ class Window:
         self.start_time = time.time()
         self._note_off_at_start()
         if self.gpu:
+            # before CUPTI is asked: torch.profiler's entry points, patched, say when it takes
+            # CUPTI from this window, and whether a session runs on another thread
+            _ops.patch_torch_profiler()
             try:
                 _C.gpu_start(memory=self.memory, nvtx=self.nvtx, share=_kineto_idle(),
                              pool_bytes=self._pool_bytes())
@@ -386,7 +389,6 @@ class Window:
                 raise MemoryError(f"{err}; ask for a smaller CUPTI buffer pool (gpu_buffer_mb "
                                   "or CPROF_GPU_BUFFER_MB; default 128)") from None
             else:
-                _ops.patch_torch_profiler()  # says when torch.profiler takes CUPTI from it
                 if self.nvtx:
                     _set_nvtx_injection()
                 # the window's span starts once CUPTI collects (enabling it takes ms), not
@@ -813,14 +815,19 @@ def _kineto_idle():
     """True when torch is loaded and no torch.profiler (Kineto) session is running. Kineto
     subscribes to CUPTI at its first session and never unsubscribes; once that session is over
     cprof may collect without the subscriber (the C side still refuses a holder that names
-    Nsight). During a session the two would take each other's records: then cprof refuses."""
+    Nsight). During a session the two would take each other's records: then cprof refuses.
+    torch's profiler state is per thread (_profiler_type() is NONE on every other thread), so
+    a session on another thread (a cprof run timer thread's window, a worker's) is known from
+    torch's patched entry points (_ops.torch_profiler_elsewhere)."""
     torch = sys.modules.get("torch")
     if torch is None:
         return False
     try:
-        return not str(torch._C._autograd._profiler_type()).endswith("KINETO")
+        if str(torch._C._autograd._profiler_type()).endswith("KINETO"):
+            return False
     except Exception:
         return False
+    return not _ops.torch_profiler_elsewhere()
 
 
 def _sync_cuda():

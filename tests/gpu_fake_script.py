@@ -112,6 +112,55 @@ with warnings.catch_warnings(record=True) as caught:
                 tp.__exit__(None, None, None)
         result["window_open"] = C.active()
         result["subscribers_after"] = fake.fake_cupti_subscribers()
+    elif scenario == "kineto_on_another_thread":
+        # torch's profiler state is per thread: a session on another thread reads NONE here
+        import torch
+        fake.fake_cupti_set_other_subscriber(b"Kineto")
+        cpu = [torch.profiler.ProfilerActivity.CPU]
+
+        def attempt(name, on_worker):
+            out = {}
+
+            def go():
+                try:
+                    scene(name)
+                    out["raised"] = None
+                except cprof.CuptiBusyError as e:
+                    out["raised"] = str(e)
+            if on_worker:
+                t = threading.Thread(target=go)
+                t.start()
+                t.join()
+            else:
+                go()
+            return out["raised"]
+
+        # (a) running on the main thread before cprof patched torch's entry points; the
+        # window on a worker
+        tp = torch.profiler.profile(activities=cpu)
+        tp.__enter__()
+        try:
+            result["main_session_worker_window"] = attempt("a", True)
+        finally:
+            tp.__exit__(None, None, None)
+        # (b) started on a worker (seen through the patched entry points); the window on main
+        started, release = threading.Event(), threading.Event()
+
+        def session():
+            with torch.profiler.profile(activities=cpu):
+                started.set()
+                release.wait(60)
+        t = threading.Thread(target=session)
+        t.start()
+        started.wait(60)
+        try:
+            result["worker_session_main_window"] = attempt("b", False)
+        finally:
+            release.set()
+            t.join()
+        # (c) both over: Kineto idle again, shared
+        result["after"] = attempt("c", True)
+        result["window_open"] = C.active()
     elif scenario == "busy_lenient":
         fake.fake_cupti_set_other_subscriber(b"Kineto (torch.profiler)")
         p = scene("lenient", strict=False)

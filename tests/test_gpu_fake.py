@@ -367,6 +367,21 @@ def test_nsight_or_a_running_torch_profiler_is_never_shared(tmp_path, fake_so):
         assert holder in res["raised"] and res["window_open"] is False
 
 
+def test_a_torch_profiler_on_another_thread_is_never_shared(tmp_path, fake_so):
+    """torch's profiler state is per thread: _profiler_type() reads NONE on every thread but
+    the session's, so a window opened on another thread (a worker's, cprof run's timer
+    thread) took a running torch.profiler for an idle Kineto and shared CUPTI with it: on a
+    GPU it registers cprof's buffer callbacks over Kineto's (Kineto's records go to cprof) and
+    its stop switches Kineto's activity kinds off. A session on any thread now refuses as one
+    on the window's own thread does (strict); once it is over, sharing comes back."""
+    pytest.importorskip("torch")
+    res = run("kineto_on_another_thread", tmp_path, fake_so)
+    for case in ("main_session_worker_window", "worker_session_main_window"):
+        assert res[case] and "another profiler holds CUPTI" in res[case], (case, res)
+    assert res["after"] is None, res
+    assert res["window_open"] is False
+
+
 @pytest.mark.parametrize("holder", ["HPCToolkit", "CUPTI for nsys", "Score-P", "ncu"])
 def test_a_named_profiling_tool_is_never_taken_for_kineto(tmp_path, fake_so, holder):
     """With torch loaded, an idle holder is shared only when it may be Kineto: a profiling tool
