@@ -225,20 +225,32 @@ def _patch_torch_profiler(torch):
             pass
 
     def session_begins(args, kwargs):
-        # a Kineto session (emit_nvtx / emit_itt pass no activities): busy from here on
+        # a Kineto session (emit_nvtx / emit_itt pass no activities): busy from here on,
+        # marked before torch's call (a window starting meanwhile on another thread sees it).
+        # Returns whether this call marked it (to be unmarked if torch's call fails)
         activities = args[1] if len(args) > 1 else kwargs.get("activities")
+        me = threading.get_ident()
         try:
-            if activities:
-                _torch_sessions[threading.get_ident()] = True
+            if not activities or me in _torch_sessions:
+                return False
         except Exception:  # noqa: BLE001 - torch's call as cprof does not know it
-            pass
+            return False
+        _torch_sessions[me] = True
+        return True
+
+    def call_marked(orig, args, kwargs, mark):
+        marked = mark and session_begins(args, kwargs)
+        try:
+            return orig(*args, **kwargs)
+        except BaseException:
+            if marked:
+                _torch_sessions.pop(threading.get_ident(), None)
+            raise
 
     def wrap_prepare(orig):
         def _prepare_profiler(*args, **kwargs):
             gpu_check(args, kwargs)  # Kineto enables its CUPTI activities here
-            result = orig(*args, **kwargs)
-            session_begins(args, kwargs)
-            return result
+            return call_marked(orig, args, kwargs, True)
         return _prepare_profiler
 
     def wrap_enable(orig, kineto=True):
@@ -253,10 +265,7 @@ def _patch_torch_profiler(torch):
                 _slot["suspended"] = True
             else:
                 _stale_pop()
-            result = orig(*args, **kwargs)
-            if kineto:
-                session_begins(args, kwargs)
-            return result
+            return call_marked(orig, args, kwargs, kineto)
         return _enable_profiler
 
     def wrap_disable(orig):

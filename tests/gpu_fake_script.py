@@ -161,6 +161,34 @@ with warnings.catch_warnings(record=True) as caught:
         # (c) both over: Kineto idle again, shared
         result["after"] = attempt("c", True)
         result["window_open"] = C.active()
+    elif scenario == "stop_races_torch_start":
+        # torch.profiler starting on another thread while the window stops: its _end_gpu is
+        # in the closing sync (seconds on a GPU) when the window's stop ends the collection
+        import torch
+        from cprof import _window
+        real_sync, in_sync, other = _window._sync_cuda, threading.Event(), []
+
+        def slow_sync():
+            if threading.current_thread() is not threading.main_thread():
+                in_sync.set()
+                time.sleep(0.3)  # a GPU still busy
+            real_sync()
+        _window._sync_cuda = slow_sync
+
+        def torch_starts():
+            _window.torch_profiler_starts([torch.profiler.ProfilerActivity.CUDA])
+        p = scene_ctx = cprof.ProfilerContext(output_dir=out_dir, profile_name="race",
+                                              verbose=False, with_stack=False)
+        with scene_ctx:
+            with cprof.range("launches"):
+                fake.fake_cupti_script_basic(C.now_ns() + 1000, threading.get_native_id())
+                time.sleep(0.002)
+            b = threading.Thread(target=torch_starts)
+            b.start()
+            in_sync.wait(30)
+        b.join()
+        result["trace"] = str(p.trace_path)
+        result["gpu_active"] = C.gpu_active()
     elif scenario == "busy_lenient":
         fake.fake_cupti_set_other_subscriber(b"Kineto (torch.profiler)")
         p = scene("lenient", strict=False)

@@ -382,6 +382,22 @@ def test_a_torch_profiler_on_another_thread_is_never_shared(tmp_path, fake_so):
     assert res["window_open"] is False
 
 
+def test_a_window_stop_and_a_torch_profiler_start_end_the_gpu_side_once(tmp_path, fake_so):
+    """torch.profiler started on another thread just before a window stops: its _end_gpu was
+    in the closing CUDA sync (seconds on a busy GPU; the fake has none, so it was never seen)
+    when the window's stop ended GPU collection, then its own gpu_stop failed and warned that
+    the window's GPU records were lost (they were not), with a gpu_error in the metadata; with
+    the two inside gpu_stop at once, one snapshot could replace the other. Ending the GPU
+    side is now one caller at a time, and the second finds it ended."""
+    pytest.importorskip("torch")
+    res = run("stop_races_torch_start", tmp_path, fake_so)
+    assert not [w for w in res["warnings"] if "are lost" in w], res["warnings"]
+    t = load_trace(res["trace"])
+    assert "gpu_error" not in t["cprof"], t["cprof"].get("gpu_error")
+    assert len(events(t, "kernel")) == 7
+    assert res["gpu_active"] is False
+
+
 @pytest.mark.parametrize("holder", ["HPCToolkit", "CUPTI for nsys", "Score-P", "ncu"])
 def test_a_named_profiling_tool_is_never_taken_for_kineto(tmp_path, fake_so, holder):
     """With torch loaded, an idle holder is shared only when it may be Kineto: a profiling tool
