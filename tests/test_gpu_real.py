@@ -658,6 +658,20 @@ def test_torch_profiler_started_inside_a_window_gets_cupti_and_the_window_keeps_
             if e["name"] in ("before", "after")] == ["before", "after"]
 
 
+def test_torch_profiler_on_another_thread_is_not_shared(tmp_path):
+    """Decision 190 on the real CUPTI: torch.profiler runs on the main thread and a cprof
+    window opens on a worker thread, where torch's per-thread profiler state reads NONE. The
+    window must refuse (strict) instead of sharing CUPTI, and torch.profiler keeps every one of
+    its kernels (8: 3 adds, the worker's 2 muls, 3 adds); sharing registered cprof's buffer
+    callbacks over Kineto's and switched its kinds off at the window's stop (the last adds
+    missing from torch's trace)."""
+    res = run_worker("busy_other_thread", tmp_path)
+    print(f"\nwindow on the worker: {res['raised']}; torch.profiler kernels "
+          f"{len(res['torch_kernels'])}")
+    assert res["raised"] and res["raised"].startswith("CuptiBusyError"), res["raised"]
+    assert len(res["torch_kernels"]) >= 8, res["torch_kernels"]
+
+
 # -------------------------------------------------------------------------------------------------
 # 4. long sessions (issue 7) and torch.compile regions on the GPU (issue 5)
 # -------------------------------------------------------------------------------------------------
@@ -842,6 +856,40 @@ def _worker(scenario, out_dir):
                 res["cprof"].append(str(p.trace_path))
             except Exception as exc:  # noqa: BLE001 - reported to the test
                 res["errors"].append(f"window {i}: {type(exc).__name__}: {exc}")
+    elif scenario == "busy_other_thread":
+        # decision 190: torch.profiler running on the main thread, a cprof window opened on a
+        # worker, where torch's per-thread profiler state reads NONE
+        import threading
+        x = torch.randn(1 << 16, device="cuda")
+        x.add_(1.0)
+        torch.cuda.synchronize()
+        with _torch_session(torch):  # Kineto subscribes at its first session and keeps it
+            x.add_(1.0)
+            torch.cuda.synchronize()
+        out = {"raised": None}
+
+        def other():
+            try:
+                with window("other_thread"):
+                    for _ in range(2):
+                        x.mul_(1.0)
+                    torch.cuda.synchronize()
+            except cprof.CprofError as exc:
+                out["raised"] = f"{type(exc).__name__}: {exc}"
+
+        with _torch_session(torch) as prof:
+            for _ in range(3):
+                x.add_(1.0)
+            t = threading.Thread(target=other)
+            t.start()
+            t.join()
+            for _ in range(3):
+                x.add_(1.0)
+            torch.cuda.synchronize()
+        path = os.path.join(out_dir, "other_thread_torch.pt.trace.json")
+        prof.export_chrome_trace(path)
+        res["raised"] = out["raised"]
+        res["torch_kernels"] = [k["name"] for k in kernels(load_trace(path))]
     elif scenario == "torch_inside":
         # decision 177: torch.profiler started inside a cprof GPU window
         x = torch.zeros(1 << 16, device="cuda")
