@@ -654,6 +654,14 @@ class Window:
                 "point are missing from this trace; the trace says so in its metadata "
                 "(dropped.gpu_buffers_undecoded). A libcupti other than the one the driver "
                 "expects (CPROF_CUPTI_PATH) can cause it.")
+        if u.get("buffers_unkept"):
+            _warn.warn(
+                f"cprof: {u['buffers_unkept']} completed CUPTI activity buffer(s) could not be "
+                f"kept: {u.get('foreign_buffers', 0)} buffer(s) another CUPTI client had left "
+                "with CUPTI (torch.profiler's, say) were completed into this window and took "
+                "their places; the GPU records in them are missing, in numbers nobody knows; "
+                "the trace says so in its metadata (dropped.gpu_buffers_unkept). Run "
+                "torch.profiler and cprof one after the other, not at once.")
         if u["disable_error"]:
             _warn.warn(
                 f"cprof: CUPTI would not stop collecting when the window closed (CUPTI error "
@@ -709,6 +717,7 @@ class Window:
                                "gpu_buffers_refused": d["buffers_refused"],
                                "gpu_flush_error": u["flush_error"],
                                "gpu_buffers_undecoded": u["buffers_undecoded"],
+                               "gpu_buffers_unkept": u.get("buffers_unkept", 0),
                                "gpu_drop_count_errors": u["drop_count_errors"]}
         if self.dropped_extra:
             meta["dropped"] = dict(meta.get("dropped", {}), **self.dropped_extra)

@@ -22,6 +22,9 @@
 
 #define DEFAULT_BUFFER_BYTES (8ull << 20)
 #define DEFAULT_POOL_CAP (128ull << 20)
+/* places in the completed list beyond the pool's own buffers: for buffers of another client
+ * CUPTI still held (Kineto's) completed into a window, so a few never cost cprof's own */
+#define FOREIGN_SLACK 4
 
 typedef struct {
     uint8_t *buf;
@@ -64,6 +67,8 @@ static _Atomic uint64_t dropped_cupti;
 static _Atomic uint64_t drop_count_errors; /* buffers whose drop count CUPTI would not give */
 static _Atomic uint64_t no_buffer_requests;
 static _Atomic uint64_t buffers_used;
+static _Atomic uint64_t foreign_completions; /* buffers completed that cprof never handed out */
+static _Atomic uint64_t unkept_completions;  /* completions with no room left in pool_done */
 
 const char *cprof_cupti_last_error(void) { return last_error; }
 
@@ -126,8 +131,15 @@ static void buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, si
             pool_out[i] = 0;
             break;
         }
-    if (i == pool_n && pool_stray) pool_stray--; /* one an earlier pool left to CUPTI */
+    if (i == pool_n) {
+        if (pool_stray) pool_stray--; /* one an earlier pool left to CUPTI */
+        else atomic_fetch_add(&foreign_completions, 1); /* another client's CUPTI still held
+                                                          * (Kineto's): its records are read */
+    }
+    /* room for every buffer of this pool and the strays; a foreign one can take the last
+     * place: the completion that finds none is lost, counted (never silent) */
     if (pool_done_n < pool_done_cap) pool_done[pool_done_n++] = (completed_buf){buffer, valid};
+    else atomic_fetch_add(&unkept_completions, 1);
     pthread_mutex_unlock(&pool_lock);
 }
 
@@ -274,8 +286,8 @@ static int pool_setup(uint64_t buffer_bytes, uint64_t cap) {
     pool_free = calloc(n, sizeof *pool_free);
     /* room for every completion of a window: this pool's buffers and those CUPTI still holds
      * of earlier ones (it fills them first); one more would have been dropped in silence */
-    pool_done = calloc(n + pool_stray, sizeof *pool_done);
-    pool_done_cap = n + pool_stray;
+    pool_done = calloc(n + pool_stray + FOREIGN_SLACK, sizeof *pool_done);
+    pool_done_cap = n + pool_stray + FOREIGN_SLACK;
     pool_buffer_bytes = buffer_bytes;
     if (!pool_all || !pool_dirty || !pool_out || !pool_free || !pool_done) goto oom;
     for (size_t i = 0; i < n; i++) {
@@ -644,6 +656,8 @@ int cprof_cupti_start(const cprof_gpu_config *cfg, uint64_t start_ns) {
         atomic_store(&drop_count_errors, 0);
         atomic_store(&no_buffer_requests, 0);
         atomic_store(&buffers_used, 0);
+        atomic_store(&foreign_completions, 0);
+        atomic_store(&unkept_completions, 0);
         if (!timestamp_callback_ok) {
             uint64_t t = 0;
             uint64_t a = cprof_clock_now_ns();
@@ -772,6 +786,8 @@ int cprof_cupti_stop(uint64_t stop_ns, uint64_t host_stop_ns, cprof_gpu_snapshot
     snap->buffers_refused = atomic_load(&no_buffer_requests);
     snap->pool_cap_bytes = (uint64_t)pool_n * pool_buffer_bytes; /* what the pool really held */
     snap->buffers = atomic_load(&buffers_used);
+    snap->foreign_buffers = atomic_load(&foreign_completions);
+    snap->buffers_unkept = atomic_load(&unkept_completions);
     snap->cupti_shared = had_shared;
     if (had_shared)
         snprintf(snap->cupti_holder, sizeof snap->cupti_holder, "%.*s",

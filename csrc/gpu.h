@@ -115,6 +115,10 @@ typedef struct cprof_gpu_snapshot {
                                    (kept, and taken back by the next window) */
     uint64_t toggled_off;       /* records left out on request: launched while CUDA collection
                                    was toggled off (gpu_toggle.c) */
+    uint64_t foreign_buffers;   /* completed buffers cprof never handed out (another client's
+                                   CUPTI still held, e.g. Kineto's): decoded as cprof's */
+    uint64_t buffers_unkept;    /* completed buffers with no room left in the completed list
+                                   (foreign ones took it): their records lost, uncounted */
     uint64_t buffers_refused;   /* CUPTI's requests for a buffer refused (pool full): records
                                    were lost from then on, in numbers CUPTI may not report */
     uint64_t pool_cap_bytes;    /* the pool's cap in this window */

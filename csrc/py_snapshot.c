@@ -87,9 +87,13 @@ static PyObject *gpu_snapshot_counts(GpuSnapshotObject *self, PyObject *unused) 
     Py_XDECREF(off);
     /* what a stop could not get out of CUPTI: a failed final flush, buffers not walked to
      * their end (records lost in numbers nobody knows), NVTX ranges left open */
-    PyObject *lost = counts ? Py_BuildValue("{sisKsisKsKsisi}", "flush_error", g->flush_error,
-                                            "buffers_undecoded",
+    PyObject *lost = counts ? Py_BuildValue("{sisKsKsKsisKsKsisi}", "flush_error",
+                                            g->flush_error, "buffers_undecoded",
                                             (unsigned long long)g->buffers_undecoded,
+                                            "buffers_unkept",
+                                            (unsigned long long)g->buffers_unkept,
+                                            "foreign_buffers",
+                                            (unsigned long long)g->foreign_buffers,
                                             "undecoded_error", g->undecoded_error, "nvtx_open",
                                             (unsigned long long)g->open_markers,
                                             "drop_count_errors",

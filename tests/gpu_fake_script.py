@@ -189,6 +189,20 @@ with warnings.catch_warnings(record=True) as caught:
         b.join()
         result["trace"] = str(p.trace_path)
         result["gpu_active"] = C.gpu_active()
+    elif scenario == "foreign_buffers":
+        # buffers of another client (Kineto's) that CUPTI still held, completed into the
+        # window through cprof's callbacks: FAKE_FOREIGN of them, in a pool of two buffers
+        fake.fake_cupti_complete_foreign.argtypes = [ctypes.c_char_p, u64, u64]
+        with cprof.ProfilerContext(output_dir=out_dir, profile_name="foreign", verbose=False,
+                                   with_stack=False, gpu_buffer_mb=0.125) as p:
+            with cprof.range("launches"):
+                t0 = C.now_ns() + 1000
+                fake.fake_cupti_script_basic(t0, threading.get_native_id())
+                for i in range(int(os.environ["FAKE_FOREIGN"])):
+                    fake.fake_cupti_complete_foreign(f"foreign{i}".encode(), t0 + 100,
+                                                     t0 + 200)
+                time.sleep(0.002)
+        result["trace"] = str(p.trace_path)
     elif scenario == "busy_lenient":
         fake.fake_cupti_set_other_subscriber(b"Kineto (torch.profiler)")
         p = scene("lenient", strict=False)

@@ -398,6 +398,28 @@ def test_a_window_stop_and_a_torch_profiler_start_end_the_gpu_side_once(tmp_path
     assert res["gpu_active"] is False
 
 
+@pytest.mark.parametrize("foreign", [1, 8])
+def test_buffers_of_another_client_completed_into_a_window_are_counted(tmp_path, fake_so,
+                                                                        foreign):
+    """CUPTI completes a buffer through the callbacks registered now, whoever handed it out:
+    one that Kineto's session left with CUPTI comes to cprof's window. Such a buffer took a
+    place in the completed list, sized for the pool's own buffers, so the window's own last
+    buffer found none and its records (every kernel of this window) were dropped with no
+    count or word. A few such buffers now have places of their own (decoded: their records
+    are the process's GPU work), and a completion that still finds none is counted, warned
+    about and in the metadata."""
+    res = run("foreign_buffers", tmp_path, fake_so, FAKE_FOREIGN=str(foreign))
+    t = load_trace(res["trace"])
+    names = [k["name"] for k in events(t, "kernel")]
+    unkept = t["cprof"]["dropped"]["gpu_buffers_unkept"]
+    if foreign == 1:  # room for it: the window's 7 kernels and the foreign one
+        assert len(names) == 8 and unkept == 0, (names, unkept)
+    else:  # more than the places kept for them: what found none is counted and said
+        assert unkept >= 1, t["cprof"]["dropped"]
+        assert [w for w in res["warnings"] if "could not be kept" in w], res["warnings"]
+    assert t["cprof"]["gpu"]["unrecovered"]["foreign_buffers"] == foreign
+
+
 @pytest.mark.parametrize("holder", ["HPCToolkit", "CUPTI for nsys", "Score-P", "ncu"])
 def test_a_named_profiling_tool_is_never_taken_for_kineto(tmp_path, fake_so, holder):
     """With torch loaded, an idle holder is shared only when it may be Kineto: a profiling tool
@@ -786,6 +808,7 @@ def test_a_held_buffer_and_a_resized_pool_lose_no_completed_buffer(tmp_path, fak
 def test_a_clean_window_reports_nothing_unrecovered(basic):
     res, t = basic
     assert t["cprof"]["gpu"]["unrecovered"] == {"flush_error": 0, "buffers_undecoded": 0,
+                                                "buffers_unkept": 0, "foreign_buffers": 0,
                                                 "undecoded_error": 0, "nvtx_open": 0,
                                                 "drop_count_errors": 0, "disable_error": 0,
                                                 "unsubscribe_error": 0}

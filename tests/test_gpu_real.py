@@ -857,7 +857,7 @@ def _worker(scenario, out_dir):
             except Exception as exc:  # noqa: BLE001 - reported to the test
                 res["errors"].append(f"window {i}: {type(exc).__name__}: {exc}")
     elif scenario == "busy_other_thread":
-        # decision 190: torch.profiler running on the main thread, a cprof window opened on a
+        # decision 187: torch.profiler running on the main thread, a cprof window opened on a
         # worker, where torch's per-thread profiler state reads NONE
         import threading
         x = torch.randn(1 << 16, device="cuda")

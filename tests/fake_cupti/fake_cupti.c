@@ -1471,6 +1471,32 @@ FAKE_EXPORT void fake_cupti_set_async(int on) {
  * writes a record into the buffer it holds when it is made), completing only full ones. */
 FAKE_EXPORT void fake_cupti_deliver(void) { deliver(0); }
 
+/* Completes, through the client's callback, a buffer the client never handed out, holding
+ * one kernel (start, end): what CUPTI does with a buffer of another client (Kineto's) it
+ * still held when the client's callbacks replaced that client's. The buffer is leaked: its
+ * owner (the other client) is gone, as Kineto's would be. */
+FAKE_EXPORT void fake_cupti_complete_foreign(const char *name, uint64_t start, uint64_t end) {
+    size_t size = 1 << 16;
+    uint8_t *buf = aligned_alloc(8, size);
+    if (!buf) return;
+    memset(buf, 0, size);
+    CUpti_ActivityKernel10 k;
+    memset(&k, 0, sizeof k);
+    k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+    k.start = start;
+    k.end = k.completed = end;
+    k.queued = k.submitted = CUPTI_TIMESTAMP_UNKNOWN;
+    k.contextId = 1;
+    k.streamId = 7;
+    k.gridX = k.gridY = k.gridZ = k.blockX = k.blockY = k.blockZ = 1;
+    pthread_mutex_lock(&g_lock);
+    k.name = intern_name(name);
+    CUpti_BuffersCallbackCompleteFunc comp = g_comp;
+    pthread_mutex_unlock(&g_lock);
+    memcpy(buf, &k, sizeof k);
+    if (comp) comp(NULL, 0, buf, size, pad8(sizeof k));
+}
+
 /* Sets the count cuptiActivityGetNumDroppedRecords reports next (reading resets it). */
 FAKE_EXPORT void fake_cupti_set_dropped(uint64_t n) {
     pthread_mutex_lock(&g_lock);
