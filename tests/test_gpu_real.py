@@ -354,6 +354,33 @@ def test_kernels_of_more_threads_than_pool_buffers_are_all_kept(tmp_path):
     assert len(kernels(t)) >= 3 * n
 
 
+def test_records_dropped_after_the_pool_runs_dry_are_counted(tmp_path):
+    """Decision 182 on the real CUPTI: a pool of two 64 KiB buffers (gpu_buffer_mb=0.125) and
+    20,000 small kernels. Once CUPTI's requests are refused no buffer completes, so the drops
+    are read from the global queue (context NULL) at the stop: the trace must count them
+    (gpu_cupti > 0) beside the refused requests, and the warning says how many."""
+    import torch
+    x = torch.zeros(1 << 10, device="cuda")
+    x.add_(1.0)
+    torch.cuda.synchronize()
+    n = 20000
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with cprof_window(tmp_path, "dry", gpu_buffer_mb=0.125) as p:
+            for _ in range(n):
+                x.add_(1.0)
+            torch.cuda.synchronize()
+    t = load_trace(p.trace_path)
+    d = t["cprof"]["dropped"]
+    print(f"\n{len(kernels(t))} of {n} kernels kept, dropped {d}; warnings "
+          f"{[str(w.message)[:100] for w in caught]}")
+    assert d["gpu_buffers_refused"] > 0 and len(kernels(t)) < n, d
+    assert d["gpu_drop_count_errors"] == 0, d
+    assert d["gpu_cupti"] > 0, ("CUPTI's drops after the pool ran dry were not counted: "
+                                f"{d}")
+    assert any("counted by CUPTI" in str(w.message) for w in caught)
+
+
 def test_cublas_kernels_appear(tmp_path):
     import torch
     a = torch.randn(2048, 2048, device="cuda")
