@@ -1014,7 +1014,8 @@ def _catch_up_torch(session, torch):
     Runs inside `import torch`, on the importing thread. The glue's patch functions are called
     directly (they are idempotent per class / module): a window opened by the timer thread
     while torch was half imported has marked them done without patching anything."""
-    from . import _glue
+    from . import _glue, _graphs
+    _graphs.install(torch)  # the timer thread's closing synchronize waits for a capture
     _glue._patch_record_function(torch)  # records only while a window is open: always safe
     _glue._patched["record_function"] = True
     _glue._patch_dist(torch)  # the backend outlives the program's destroy_process_group

@@ -15,7 +15,7 @@ import threading
 import time
 from collections import namedtuple
 
-from . import _C, _glue, _ops, _warn
+from . import _C, _glue, _graphs, _ops, _warn
 from ._dist import rank_info
 from ._lifecycle import debug
 
@@ -372,6 +372,7 @@ class Window:
             # before CUPTI is asked: torch.profiler's entry points, patched, say when it takes
             # CUPTI from this window, and whether a session runs on another thread
             _ops.patch_torch_profiler()
+            _graphs.install_loaded()  # before this window ever synchronizes CUDA
             try:
                 _C.gpu_start(memory=self.memory, nvtx=self.nvtx, share=_kineto_idle(),
                              pool_bytes=self._pool_bytes())
@@ -846,7 +847,9 @@ def _sync_cuda():
     end and be dropped as incomplete. A device without a primary context ran nothing, and
     synchronizing it would create one (hundreds of MiB of GPU memory). Not while this
     thread's stream captures a CUDA graph: a synchronize would fail and invalidate the
-    user's capture (the work in flight is then counted incomplete, as without a sync)."""
+    user's capture (the work in flight is then counted incomplete, as without a sync); nor
+    while another thread has a global-mode capture open, where it would fail the same way
+    (waited for, decision 189)."""
     torch = sys.modules.get("torch")
     try:
         if torch is None or not torch.cuda.is_initialized():
@@ -854,11 +857,21 @@ def _sync_cuda():
         if _capturing(torch):
             return
         has_ctx = getattr(torch._C, "_cuda_hasPrimaryContext", None)
-        if has_ctx is None:
-            torch.cuda.synchronize()
-            return
-        devices = [i for i in range(torch.cuda.device_count()) if has_ctx(i)]
+        devices = None if has_ctx is None else \
+            [i for i in range(torch.cuda.device_count()) if has_ctx(i)]
     except Exception:  # a broken CUDA context must not lose the CPU trace
+        return
+    with _graphs.sync_allowed() as allowed:
+        if allowed:
+            _sync_devices(torch, devices)
+
+
+def _sync_devices(torch, devices):
+    if devices is None:
+        try:
+            torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001 - its kernels are counted incomplete, not lost quietly
+            pass
         return
     for i in devices:  # one device's sticky error (an illegal address) spares the others'
         try:

@@ -951,3 +951,41 @@ if __name__ == "__main__":
     if len(sys.argv) != 3:
         raise SystemExit("usage: python tests/test_gpu_real.py SCENARIO OUT_DIR")
     sys.exit(_worker(sys.argv[1], sys.argv[2]))
+
+
+def test_cprof_run_duration_ending_during_a_graph_capture_leaves_it_alone(tmp_path):
+    """cprof run's --duration timer thread ends the window with a CUDA synchronize; a program
+    capturing torch.cuda.graph (CUDA's global capture mode: any other thread's synchronize
+    fails and invalidates the capture) in a loop must never be broken by it (decision 189)."""
+    prog = tmp_path / "graphs.py"
+    prog.write_text(
+        "import time, torch\n"
+        "model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(8)]).cuda()\n"
+        "x = torch.randn(32, 256, device='cuda')\n"
+        "side = torch.cuda.Stream()\n"
+        "side.wait_stream(torch.cuda.current_stream())\n"
+        "with torch.no_grad(), torch.cuda.stream(side):\n"
+        "    for _ in range(3):\n"
+        "        model(x)\n"
+        "torch.cuda.current_stream().wait_stream(side)\n"
+        "n, end = 0, time.monotonic() + 3.0\n"
+        "while time.monotonic() < end:\n"
+        "    g = torch.cuda.CUDAGraph()\n"
+        "    with torch.no_grad(), torch.cuda.graph(g):\n"
+        "        for _ in range(20):\n"
+        "            model(x)\n"
+        "    g.replay()\n"
+        "    n += 1\n"
+        "torch.cuda.synchronize()\n"
+        "print('CAPTURES', n)\n")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-m", "cprof", "run", "--delay", "0.5",
+                          "--duration", "0.7", "-o", str(tmp_path / "out"), str(prog)],
+                         capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    print(out.stdout[-2000:], out.stderr[-2000:])
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert "CAPTURES" in out.stdout
+    traces = [f for f in os.listdir(tmp_path / "out") if ".trace.json" in f]
+    assert traces, os.listdir(tmp_path / "out")
+    t = load_trace(tmp_path / "out" / traces[0])
+    assert kernels(t) or events(t, "cuda_runtime"), "the window collected no GPU activity"
