@@ -197,3 +197,56 @@ def test_kv_lengths_as_cuda_tensors(tmp_path):
         prof.end_run()
         got[kind] = [b["steps"] for b in prof.summary()["runs"][0]["decode_length_buckets"]]
     assert got["cuda"] == got["list"] and sum(got["list"]) == 3, got
+
+
+def test_bucket_timers_on_a_thread_that_makes_no_cuda_call_itself(tmp_path):
+    """The timers' thread never makes a CUDA call of its own (no current context: a real
+    driver gives it none): the work of each region is launched by another thread on a side
+    stream. The timers lend the stream's context to record, and their resolve
+    (cuEventSynchronize / cuEventElapsedTime) and destroy run on that context-less thread:
+    the times must still come from CUDA events and match torch.cuda.Event on that stream."""
+    import threading
+    torch.ones(1, device="cuda")
+    a = torch.randn(2048, 2048, device="cuda")
+    side = torch.cuda.Stream()
+    prof = cprof.Profiler(cprof.ProfilerConfig(output_dir=str(tmp_path), run_name="noctx",
+                                               warmup_runs=0, model_profiling=True,
+                                               print_per_run=False, strict_sync=False))
+    theirs, errors = [], []
+
+    def launch(events):
+        with torch.cuda.stream(side):
+            e0 = torch.cuda.Event(enable_timing=True)
+            e1 = torch.cuda.Event(enable_timing=True)
+            e0.record(side)
+            for _ in range(4):
+                a @ a
+            e1.record(side)
+        e1.synchronize()  # here, not on the timers' thread: that one makes no CUDA call
+        events.append(e0.elapsed_time(e1))
+
+    def timers():
+        try:
+            prof.begin_run(label="noctx")
+            for _ in range(10):
+                with prof.step_timing_ctx():
+                    with cprof.cuda_bucket_timer("side", stream=side):
+                        w = threading.Thread(target=launch, args=(theirs,))
+                        w.start()
+                        w.join()
+            prof.end_run()
+        except BaseException as err:  # noqa: BLE001 - reported on the main thread
+            errors.append(err)
+
+    t = threading.Thread(target=timers)
+    t.start()
+    t.join()
+    assert not errors, errors
+    s = prof.summary()
+    assert s["meta"]["timing"] == "cuda_events", s["meta"]
+    assert not s["meta"].get("steps_unmeasured"), s["meta"]
+    ours = s["buckets_model_avg_ms"]["side"]
+    ref = statistics.fmean(theirs)
+    print(f"cprof bucket avg {ours:.4f} ms from a context-less thread, torch.cuda.Event "
+          f"{ref:.4f} ms")
+    assert abs(ours - ref) <= 0.05 * ref + 0.01
