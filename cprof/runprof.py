@@ -949,6 +949,7 @@ class NullProfiler:
 
     def __init__(self, cfg=None):
         self.cfg = cfg if cfg is not None else ProfilerConfig()
+        self._gated = None  # the disabled Profiler this one stands for (its barriers run)
 
     def __bool__(self):  # so `if get_active_profiler():` tells "none active", as seed 003's
         return False
@@ -957,10 +958,14 @@ class NullProfiler:
         return None
 
     def end_run(self, *a, **k):
+        if self._gated is not None:
+            self._gated.end_run()  # a gated rank's dist_barrier barrier, as the Profiler's
         return None
 
     def step_timing_ctx(self):
-        return _NULL_CTX
+        # standing for a gated rank's Profiler: its step context records nothing but keeps
+        # the dist_barrier barriers, or rank 0's step barriers pair with nothing here
+        return _NULL_CTX if self._gated is None else self._gated.step_timing_ctx()
 
     def set_step_tokens(self, *a, **k):
         return None
@@ -1001,6 +1006,7 @@ def _null_standing_for(prof):
     n = NullProfiler(prof.cfg)
     n.rank, n.world_size, n.world = prof.rank, prof.world_size, prof.world_size
     n.run_name = prof.run_name
+    n._gated = prof
     return n
 _active = None
 

@@ -515,6 +515,46 @@ def test_rank_gating_from_an_initialised_process_group(tmp_path, monkeypatch):
     assert (prof.rank, prof.world_size, prof.enabled) == (1, 2, False)
 
 
+def test_gated_rank_through_the_registry_keeps_dist_barriers_symmetric(tmp_path, monkeypatch):
+    """dist_barrier=True: a loop written against get_active_profiler() (seed 003's registry)
+    makes as many barriers on a gated rank (which gets a NullProfiler) as on rank 0. Before,
+    the NullProfiler's step and end_run made none, so rank 0's step barriers paired with the
+    other rank's next collective: two real gloo ranks timed out in their all_reduce."""
+    import types
+    rank, barriers = [0], {0: 0, 1: 0}
+
+    def barrier():
+        barriers[rank[0]] += 1
+
+    fake = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True,
+                                 get_rank=lambda: rank[0], get_world_size=lambda: 2,
+                                 barrier=barrier)
+    torch = sys.modules.get("torch") or types.ModuleType("torch")  # CI runs without torch too
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch.distributed", fake)
+    for r in (0, 1):
+        rank[0] = r
+        cprof.register_active_profiler(make(tmp_path, run_name=f"b{r}", dist_barrier=True,
+                                            warmup_runs=0))
+        try:
+            prof = cprof.get_active_profiler()
+            assert prof.enabled is (r == 0)
+            prof.begin_run(bsz=1, label="decode")
+            for _ in range(3):
+                with prof.step_timing_ctx():
+                    prof.set_step_tokens(1)
+            prof.end_run()
+        finally:
+            cprof.release_active_profiler()
+    assert barriers[0] == 4 and barriers[1] == barriers[0]
+    # a NullProfiler standing for no Profiler makes no barrier
+    rank[0] = 1
+    with cprof.get_active_profiler().step_timing_ctx():
+        pass
+    cprof.get_active_profiler().end_run()
+    assert barriers[1] == 4
+
+
 def test_enabled_profiler_creates_its_directory(tmp_path):
     prof = make(tmp_path, run_name="made")
     assert (tmp_path / "made").is_dir() and prof.out_dir == str(tmp_path / "made")
