@@ -99,6 +99,25 @@ def _match_name(leaf, parts):
 _cpu_timer = None
 
 
+def _not_compiling():
+    return False
+
+
+# torch.compiler.is_compiling once torch is known (attach_model / attach_engine): a wrapper
+# that dynamo traces runs the method alone, since a C timer call inside a compiled graph is an
+# unsupported call (a graph break per module; torch.compile(fullgraph=True) raised) and a host
+# or CUDA-event region around traced code would time the tracing, not the graph
+_compiling = _not_compiling
+
+
+def _learn_compiling():
+    global _compiling
+    torch = sys.modules.get("torch")
+    fn = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    if callable(fn):
+        _compiling = fn
+
+
 def _timer(domain):
     global _cpu_timer
     if domain == 0:
@@ -139,6 +158,10 @@ class _TimedMethod:
         return getattr(self.__wrapped__, "__doc__", None)
 
     def __call__(self, *args, **kwargs):
+        if _compiling():  # traced by torch.compile: the method alone (see _compiling)
+            if self.inner is not None:
+                return self.inner(*args, **kwargs)
+            return getattr(type(self.module), self.method)(self.module, *args, **kwargs)
         with _timer(self.domain)(self.bucket):
             if self.inner is not None:
                 return self.inner(*args, **kwargs)
@@ -164,6 +187,7 @@ def attach_model(model, use_gated_lora=False):
     if not callable(getattr(model, "named_modules", None)):
         raise TypeError(f"cprof: attach_model takes a torch.nn.Module (the model whose "
                         f"submodules are timed), got {type(model).__name__}")
+    _learn_compiling()
     wrapped = {}
     by_name = dict(model.named_modules())
     for qualname, module in by_name.items():
@@ -193,6 +217,8 @@ def _wrap_collectives():
         def make(fn=fn, bucket=bucket):
             @functools.wraps(fn)
             def timed(*args, **kwargs):
+                if _compiling():  # traced by torch.compile: the collective alone
+                    return fn(*args, **kwargs)
                 with _C.cuda_bucket_timer(bucket):
                     return fn(*args, **kwargs)
 
@@ -209,6 +235,7 @@ def attach_engine(engine):
     if engine is None or isinstance(engine, (str, bytes, int, float, bool)):
         raise TypeError(f"cprof: attach_engine takes the engine object whose phase methods "
                         f"({', '.join(_ENGINE_METHODS)}) are timed, got {engine!r}")
+    _learn_compiling()
     wrapped, found = {}, False
     for method, bucket in _ENGINE_METHODS.items():
         fn = getattr(engine, method, None)

@@ -693,6 +693,40 @@ def test_attach_model_buckets_and_idempotent(tmp_path):
     assert getattr(dist.all_reduce, "_cprof_bucket") == "communication.all_reduce"
 
 
+def test_an_attached_model_compiles_whole_and_still_times_in_eager(tmp_path):
+    """torch.compile of an attached model: dynamo traces the wrappers as the bare forwards (a
+    C timer call in a graph is unsupported: a graph break per module, and fullgraph=True
+    raised torch._dynamo.exc.Unsupported in the user's program); the eager model still times
+    its buckets."""
+    torch = pytest.importorskip("torch")
+    from torch import nn
+    if not hasattr(torch, "compile") or not hasattr(torch.compiler, "is_compiling"):
+        pytest.skip("torch without torch.compile")
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed_tokens = nn.Embedding(10, 8)
+            self.norm = nn.LayerNorm(8)
+            self.lm_head = nn.Linear(8, 10)
+
+        def forward(self, ids):
+            return self.lm_head(self.norm(self.embed_tokens(ids)))
+
+    model = Net()
+    prof = make(tmp_path, warmup_runs=0, model_profiling=True)
+    assert prof.attach_model(model)
+    ids = torch.tensor([1, 2, 3])
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    prof.begin_run()
+    with prof.step_timing_ctx():
+        out = compiled(ids)
+        model(ids)
+    prof.end_run()
+    assert torch.equal(out, model(ids))
+    assert set(prof.summary()["buckets_model_avg_ms"]) == {"embed", "norm", "lm_head"}
+
+
 def test_a_bucket_nested_in_itself_counts_once(tmp_path):
     """A user's timer around a call attach_engine already times into the same bucket: the
     inner region times nothing (the time would count twice, a share above 100%); different
