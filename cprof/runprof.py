@@ -846,11 +846,17 @@ class Profiler:
                 return float(x)
             except (TypeError, ValueError):
                 pass
+        kind = type(x).__name__
+        if hasattr(x, "tolist"):
+            # an array of any shape counts as its values, as a tensor does (reshape(-1) above):
+            # a 2-D numpy array of lengths was a TypeError where the same tensor was taken
+            flat = getattr(x, "ndim", 1) > 1 and callable(getattr(x, "reshape", None))
+            x = (x.reshape(-1) if flat else x).tolist()
         try:
-            values = [_as_length(v) for v in (x.tolist() if hasattr(x, "tolist") else x)]
+            values = [_as_length(v) for v in x]
         except (TypeError, ValueError) as exc:
             raise TypeError(f"cprof: set_step_seq_len takes an int, a list, an array or a "
-                            f"tensor of KV lengths, got {type(x).__name__} ({exc})") from None
+                            f"tensor of KV lengths, got {kind} ({exc})") from None
         if not values:
             return None
         bad = next((v for v in values if not 0 <= v < math.inf), None)

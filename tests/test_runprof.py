@@ -1530,6 +1530,25 @@ def test_negative_kv_lengths_in_a_list_array_or_tensor_are_errors(tmp_path):
     prof.end_run()
 
 
+def test_a_2d_array_of_kv_lengths_counts_as_its_values_like_a_tensor(tmp_path):
+    """Seed 003: x "can be an int, list/array, or tensor". A 2-D tensor counted as its
+    values; the same lengths as a 2-D numpy array were a TypeError."""
+    np = pytest.importorskip("numpy")
+    prof = make(tmp_path, warmup_runs=0, kv_len_reduce="max", kv_bins=[0, 1000, 5000])
+    prof.begin_run()
+    for x in (np.array([[1, 2], [3, 4000]]), np.array([[10], [20]], dtype=np.float32)):
+        with prof.step_timing_ctx():
+            prof.set_step_seq_len(x)
+    with prof.step_timing_ctx():
+        with pytest.raises(ValueError, match="no KV lengths"):
+            prof.set_step_seq_len(np.zeros((0, 3)))
+        with pytest.raises(ValueError, match=">= 0"):
+            prof.set_step_seq_len(np.array([[1, -2]]))
+    prof.end_run()
+    steps = {b["label"]: b["steps"] for b in prof.summary()["decode_length_buckets"]}
+    assert steps == {"[0, 1000)": 1, "[1000, 5000)": 1, "[5000, inf)": 0}
+
+
 def test_steps_that_raise_are_counted_not_silently_dropped(tmp_path):
     prof = make(tmp_path, warmup_runs=0)
     prof.begin_run()
