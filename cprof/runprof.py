@@ -484,6 +484,10 @@ class Profiler:
             if not self.run_name:
                 self.run_name = generate_run_name(prefix)
         self.output_dir = os.path.join(cfg.output_dir, self.run_name)
+        # where save_all / save_config write: the run directory made here, even when the
+        # program changes its working directory later (a relative output_dir then pointed the
+        # reports at another directory and left the one made here empty)
+        self._write_dir = os.path.abspath(self.output_dir)
         self.start_time = time.time()
         self.runs = []
         self._run = None
@@ -895,7 +899,7 @@ class Profiler:
         return build_summary(self)
 
     def _target_dir(self, output_dir, what):
-        d = self.output_dir if output_dir is None else os.path.expanduser(os.fspath(output_dir))
+        d = self._write_dir if output_dir is None else os.path.expanduser(os.fspath(output_dir))
         check_output_dir(d, f"pass {what}(output_dir=...) to write elsewhere (nothing "
                             "recorded is lost: prof.summary() still has it)")
         return d

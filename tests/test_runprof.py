@@ -560,6 +560,29 @@ def test_enabled_profiler_creates_its_directory(tmp_path):
     assert (tmp_path / "made").is_dir() and prof.out_dir == str(tmp_path / "made")
 
 
+def test_reports_go_to_the_run_directory_made_even_after_a_chdir(tmp_path, monkeypatch):
+    """A relative output_dir (the default "profiler_out") names the directory the Profiler
+    made at construction; a program that changes directory before save_all used to get its
+    reports under the new working directory and an empty run directory where it started."""
+    (tmp_path / "start").mkdir()
+    (tmp_path / "later").mkdir()
+    monkeypatch.chdir(tmp_path / "start")
+    prof = cprof.Profiler(cprof.ProfilerConfig(output_dir="rel", run_name="x", warmup_runs=0,
+                                               print_per_run=False), timing="host")
+    prof.begin_run()
+    with prof.step_timing_ctx():
+        prof.set_step_tokens(1)
+    prof.end_run()
+    monkeypatch.chdir(tmp_path / "later")
+    sp, rp = prof.save_all()
+    cp = prof.save_config()
+    made = tmp_path / "start" / "rel" / "x"
+    assert {sp, rp, cp} == {str(made / n) for n in ("summary.json", "report.md", "config.json")}
+    assert sorted(p.name for p in made.iterdir()) == ["config.json", "report.md", "summary.json"]
+    assert not list((tmp_path / "later").iterdir())
+    assert prof.summary()["meta"]["output_dir"] == os.path.join("rel", "x")  # as given
+
+
 def test_star_import_keeps_builtin_range():
     ns = {}
     exec("from cprof import *\nr = list(range(2))", ns)
