@@ -84,6 +84,11 @@ def _match_name(leaf, parts):
     path = ".".join(parts).lower()
     if leaf == "output":  # Llama's reference code names its head so; BERT's blocks hold
         return "lm_head" if len(parts) <= 2 else None  # `layer.N.output` modules that are not
+    if leaf == "attn":  # vLLM's / SGLang's self_attn.attn (Attention, RadixAttention) is
+        # the attention kernel's module; an `attn` that is a block (GPT-2's h.0.attn, timm's
+        # blocks.0.attn, holding the projections) has no attention module around it
+        up = parts[-2].lower() if len(parts) >= 2 else ""
+        return "attn.compute" if ("attn" in up or "attention" in up) else None
     if leaf in ("c_proj", "dense"):  # GPT-2 / BERT style: meaning depends on the parent
         if "mlp" in path or "ffn" in path or "feed_forward" in path:
             return "mlp.down_proj"

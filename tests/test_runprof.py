@@ -806,6 +806,13 @@ def test_module_buckets_by_name_and_type():
     assert bucket_for("layers.0.layer0", LlamaRotaryEmbedding()) == "attn.rope"
     assert bucket_for("layers.0.feed_forward.w13", torch.nn.Linear(2, 2)) == "mlp.gate_up_proj"
     assert bucket_for("tok", torch.nn.Embedding(3, 2)) == "embed"
+    # vLLM / SGLang: the Attention / RadixAttention module inside self_attn is the attention
+    # compute; GPT-2's and timm's `attn` is the whole block (its projections are buckets)
+    core = torch.nn.Module()
+    assert bucket_for("model.layers.0.self_attn.attn", core) == "attn.compute"
+    assert bucket_for("model.layers.0.attention.attn", core) == "attn.compute"
+    assert bucket_for("transformer.h.0.attn", core) is None
+    assert bucket_for("blocks.0.attn", core) is None
 
 
 _TINY_LM = None
