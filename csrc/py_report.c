@@ -252,6 +252,8 @@ static PyObject *py_trace_merge(PyObject *m, PyObject *args, PyObject *kw) {
     if (!rc) {
         rc = cprof_trace_merge(traces, ranks, ranked, (size_t)nk, paths, out, sink, &events);
         if (!rc) rc = cprof_sink_finish(sink, &err_no);
+        else if ((rc == CPROF_E_IO || rc == CPROF_E_ZLIB) && !err_no)
+            cprof_sink_finish(sink, &err_no); /* the write's errno (ENOSPC), not "I/O error" */
         if (!rc) rc = cprof_sink_commit(sink, out, replace, &err_no);
         nbytes = cprof_sink_bytes(sink);
         if (rc == CPROF_E_EXISTS)

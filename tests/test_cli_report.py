@@ -2,6 +2,7 @@
 against values computed by hand from the fake CUPTI script (tests/fake_cupti: the timeline of
 fake_cupti_script_basic, in µs after t0), every output format, HTML, exit codes, merging."""
 import csv
+import errno
 import gzip
 import io
 import json
@@ -1705,3 +1706,34 @@ def test_report_and_summary_writes_never_follow_a_file_planted_at_the_temp_name(
         mod._write_text(str(dest), "the report")
         assert victim.read_text() == "precious", mod
         assert dest.read_text() == "the report" and not dest.is_symlink()
+
+
+def test_merge_onto_a_full_disk_names_the_cause(tmp_path):
+    """A merged trace bigger than the writer's 1 MiB buffer, onto a disk that fills while the
+    events are written (RLIMIT_FSIZE: EFBIG, as a full disk gives ENOSPC), said "input/output
+    error": the errno of the failed write was only fetched when the merge itself succeeded.
+    Now the cause is named and no file (final or temporary) is left."""
+    import resource
+    import signal
+    for rank in (0, 1):
+        ev = [{"ph": "X", "cat": "user_annotation", "name": f"r{rank}_range_{i}", "pid": 7,
+               "tid": 7, "ts": 1000.0 + i, "dur": 0.5} for i in range(12000)]
+        with open(tmp_path / f"r{rank}.trace.json", "w") as f:
+            json.dump({"traceEvents": ev, "distributedInfo": {"rank": rank, "world_size": 2}},
+                      f)
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, resource.RLIM_INFINITY))
+
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for name in ("m.trace.json", "m.trace.json.gz"):
+        args = ["merge", tmp_path / "r0.trace.json", tmp_path / "r1.trace.json", "-o", out / name]
+        r = subprocess.run([sys.executable, "-m", "cprof", *map(str, args)], capture_output=True,
+                           text=True, env=env, timeout=300, preexec_fn=limit)
+        assert r.returncode == 1, r.stderr
+        assert os.strerror(errno.EFBIG) in r.stderr, r.stderr
+        assert "input/output error" not in r.stderr
+        assert os.listdir(out) == []
