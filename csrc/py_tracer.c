@@ -268,6 +268,10 @@ typedef struct {
     uint32_t suppress; /* OWN entries on the stack: while > 0 nothing is recorded */
     uintptr_t *ent;    /* key | tag */
     void *ev;          /* the thread's event state (cprof_events_thread), set with gen */
+    const void *exited_ahead; /* 3.12+: a frame the regions' callback closed ahead of this
+                               * event's own callback (cprof_py_tracer_exit_ahead), or NULL;
+                               * here, not in a thread-local of its own, so a Python exit
+                               * takes one thread-local lookup, not two */
 } shadow_t;
 
 static _Thread_local shadow_t *tls_shadow;
@@ -375,6 +379,7 @@ static CPROF_NOINLINE shadow_t *shadow_slow(PyFrameObject *top, PyCodeObject *en
     if (sh->gen != tr.gen) {
         if (!(sh->ev = cprof_events_thread())) return NULL;
         sh->gen = tr.gen;
+        sh->exited_ahead = NULL;
         shadow_seed(sh, top, entering);
     }
     return shadow_reserve(sh, sh->depth + 1) < 0 ? NULL : sh;
@@ -535,22 +540,18 @@ static CPROF_NOINLINE void exit_not_on_top(shadow_t *sh, const void *code) {
     while (sh->depth >= i) pop_one(sh);
 }
 
-#if TRACER_MONITORING
-/* A frame the regions' callback closed ahead of this event's own callback (below), or NULL. */
-static _Thread_local const void *tls_exited_ahead;
-#endif
-
 /* A Python frame ends (return, yield, unwind). */
 CPROF_INLINE void py_exit(PyCodeObject *co) {
+    shadow_t *sh = tls_shadow;
+    if (!sh) return;
 #if TRACER_MONITORING
-    if (CPROF_UNLIKELY(tls_exited_ahead != NULL)) {
-        const void *done = tls_exited_ahead;
-        tls_exited_ahead = NULL;
+    if (CPROF_UNLIKELY(sh->exited_ahead != NULL)) {
+        const void *done = sh->exited_ahead;
+        sh->exited_ahead = NULL;
         if (done == (const void *)co) return; /* this very exit, closed already */
     }
 #endif
-    shadow_t *sh = shadow_for_pop();
-    if (!sh) return;
+    if (sh->gen != tr.gen || !sh->depth) return; /* as shadow_for_pop */
     if (CPROF_LIKELY(sh->ent[sh->depth - 1] == (uintptr_t)co)) pop_recorded(sh);
     else exit_not_on_top(sh, co);
 }
@@ -575,7 +576,7 @@ void cprof_py_tracer_exit_ahead(const void *code, int regions_tool) {
     shadow_t *sh = shadow_for_pop();
     if (!sh || sh->ent[sh->depth - 1] != (uintptr_t)code) return; /* not ours to close */
     pop_recorded(sh);
-    tls_exited_ahead = code;
+    sh->exited_ahead = code;
 }
 
 /* Callbacks: (code, offset[, value]) for PY_*, (code, offset, callable, arg0) for calls. */
