@@ -37,14 +37,16 @@ def import_torch(who, cuda=False):
 
 def machine_info(torch, cprof):
     """CPU model, cores, kernel, versions, torch's intra-op threads and the cprof package
-    measured (an editable install elsewhere can shadow the checkout), for the results table."""
+    measured (an editable install elsewhere can shadow the checkout), for the results table.
+    torch may be a stand-in with only __version__ (a Python without torch): threads None."""
+    threads = getattr(torch, "get_num_threads", None)
     return {
         "cpu_model": cpu_model(),
         "nproc": os.cpu_count(),
         "kernel": platform.release(),
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": threads() if threads else None,
         "cprof": cprof.__version__,
         "cprof_file": cprof.__file__,
         "loadavg": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
