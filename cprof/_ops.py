@@ -238,7 +238,7 @@ def _patch_torch_profiler(torch):
         _torch_sessions[me] = True
         return True
 
-    def call_marked(orig, args, kwargs, mark):
+    def call_marked(orig, mark, *args, **kwargs):
         marked = mark and session_begins(args, kwargs)
         try:
             return orig(*args, **kwargs)
@@ -250,7 +250,7 @@ def _patch_torch_profiler(torch):
     def wrap_prepare(orig):
         def _prepare_profiler(*args, **kwargs):
             gpu_check(args, kwargs)  # Kineto enables its CUPTI activities here
-            return call_marked(orig, args, kwargs, True)
+            return call_marked(orig, True, *args, **kwargs)
         return _prepare_profiler
 
     def wrap_enable(orig, kineto=True):
@@ -265,7 +265,7 @@ def _patch_torch_profiler(torch):
                 _slot["suspended"] = True
             else:
                 _stale_pop()
-            return call_marked(orig, args, kwargs, kineto)
+            return call_marked(orig, kineto, *args, **kwargs)
         return _enable_profiler
 
     def wrap_disable(orig):

@@ -969,7 +969,7 @@ class NullProfiler:
 
     def end_run(self, *a, **k):
         if self._gated is not None:
-            self._gated.end_run()  # a gated rank's dist_barrier barrier, as the Profiler's
+            self._gated.end_run(*a, **k)  # a gated rank's dist_barrier barrier, as the Profiler's
         return None
 
     def step_timing_ctx(self):
