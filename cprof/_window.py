@@ -15,7 +15,7 @@ import threading
 import time
 from collections import namedtuple
 
-from . import _C, _glue, _graphs, _ops, _warn
+from . import _C, _glue, _graphs, _lifecycle, _ops, _warn
 from ._dist import rank_info
 from ._lifecycle import debug
 
@@ -799,7 +799,10 @@ def torch_profiler_starts(activities):
         return
     end = _C.now_ns()
     # torch.profiler may start on any thread: the window's stop, a schedule's restart or
-    # another takeover may be ending its GPU collection now; after them, asked again
+    # another takeover may be ending its GPU collection now; after them, asked again. A
+    # SIGTERM waits until this end is done, as it waits for a stop: its handler's stop on this
+    # thread would otherwise wait for this thread's own turn for ever
+    depth = _lifecycle.enter_critical()
     w._gpu_turn()
     try:
         if _open is not w or "gpu_taken_by_torch_profiler" in w.notes or not _C.gpu_active():
@@ -812,6 +815,7 @@ def torch_profiler_starts(activities):
         w._end_gpu(end)  # as at a stop
     finally:
         w._gpu_turn_done()
+        _lifecycle.leave_critical(depth)
     _warn.warn(
         "cprof: torch.profiler started CUDA collection inside a cprof window that collects "
         "GPU activity. CUPTI serves one profiler at a time, so this window's GPU collection "

@@ -215,3 +215,29 @@ def test_two_takeovers_end_the_gpu_once(gpu_window, monkeypatch):
     w.stop()
     assert state["stops"] == ["first"] and "gpu_error" not in w.notes
     w.release()
+
+
+def test_a_sigterm_during_a_takeover_waits_for_it(gpu_window, monkeypatch):
+    """A SIGTERM whose handler runs on the thread that is inside torch.profiler's takeover
+    (in its closing CUDA sync): the handler's stop would wait for that thread's own GPU turn
+    for ever. The takeover is a critical section, as a stop is: the signal is acted on when
+    it is done, and its stop then finds the turn free."""
+    import signal
+    from cprof import _lifecycle
+    w, state = gpu_window
+    acted = []
+
+    def terminate(signum=signal.SIGTERM):
+        acted.append((signum, w._gpu_busy is None))  # False: its stop would hang here
+        if w._gpu_busy is None:
+            w.stop()
+    monkeypatch.setattr(_lifecycle, "_terminate", terminate)
+
+    def sync():  # the signal lands while the takeover ends the GPU side
+        _lifecycle._on_sigterm(signal.SIGTERM, None)
+    monkeypatch.setattr(_window, "_sync_cuda", sync)
+    _window.torch_profiler_starts(["CUDA"])
+    assert acted == [(signal.SIGTERM, True)]
+    assert state["stops"] == [threading.current_thread().name]
+    assert "gpu_taken_by_torch_profiler" in w.notes
+    assert _window._open is None  # the signal's stop ended the window
